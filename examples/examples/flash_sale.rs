@@ -1,0 +1,495 @@
+//! The flash sale: one SKU's stock in Redis, many buyers across several
+//! service instances, each deducting with a read-modify-write that is not
+//! atomic (GET, a moment of work, SET).
+//!
+//! Without a lock, buyers read the same stock and the shop sells more than it
+//! has. With `#[distributed_lock]` (and `client.lock(..)` on the other
+//! instances) every deduction runs alone and the shop sells exactly its stock.
+//!
+//! ```text
+//! cargo run --release -p examples --example flash_sale
+//! cargo run --release -p examples --example flash_sale -- --stock 2000 --clients 4 --buyers 50
+//! cargo run --release -p examples --example flash_sale -- --segments 10
+//! ```
+//!
+//! `--segments N` adds a third run: the stock split over the N segments of a
+//! segmented lock (`lock_runtime::Inventory`), so N buyers deduct at once,
+//! next to the single lock's run.
+//!
+//! Uses `REDIS_URL` when set; otherwise starts a throwaway `redis-server` on a
+//! free loopback port. Exits non-zero when the locked run oversells.
+
+use std::fmt;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use examples::{Redis, per_second};
+use lock_runtime::{
+    Config, Inventory, InventoryError, LockClient, LockError, RedisSegmentStore, SegmentKey,
+    SegmentStore, distributed_lock,
+};
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+use tokio::task::JoinSet;
+
+/// The SKU on sale. Its stock is a plain string key; its lock is `stock:<sku>`.
+const SKU: &str = "flash-sale-demo";
+
+/// How long a buyer waits for the lock before giving up (an error in the report).
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The shape of one sale; every run of the demo sells the same.
+#[derive(Debug, Clone, Copy)]
+struct Sale {
+    /// Units in stock when the sale opens.
+    stock: u64,
+    /// Service instances (each with its own connections and lock client).
+    clients: usize,
+    /// Buyer tasks per instance; each buys one unit at a time until it has
+    /// its share of the demand or the SKU is sold out.
+    buyers: usize,
+    /// With `--segments N`: also sell through a segmented lock of N segments.
+    segments: Option<usize>,
+}
+
+impl Sale {
+    /// Units each buyer wants: together, twice the stock.
+    fn wants(&self) -> u64 {
+        let buyers = (self.clients * self.buyers) as u64;
+        (2 * self.stock).div_ceil(buyers)
+    }
+
+    /// Units all buyers want together.
+    fn demand(&self) -> u64 {
+        self.wants() * (self.clients * self.buyers) as u64
+    }
+}
+
+/// What one purchase attempt found.
+enum Purchase {
+    Bought,
+    SoldOut,
+}
+
+/// The shop's error: the attribute needs `From<LockError>`.
+#[derive(Debug)]
+enum ShopError {
+    Lock(LockError),
+    Redis(redis::RedisError),
+    Stock(InventoryError),
+}
+
+impl From<LockError> for ShopError {
+    fn from(e: LockError) -> Self {
+        ShopError::Lock(e)
+    }
+}
+
+impl From<redis::RedisError> for ShopError {
+    fn from(e: redis::RedisError) -> Self {
+        ShopError::Redis(e)
+    }
+}
+
+impl fmt::Display for ShopError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShopError::Lock(e) => write!(f, "lock: {e}"),
+            ShopError::Redis(e) => write!(f, "redis: {e}"),
+            ShopError::Stock(e) => write!(f, "segmented stock: {e}"),
+        }
+    }
+}
+
+/// How a service instance protects its deductions.
+#[derive(Clone)]
+enum Locking {
+    /// Not at all: the bug.
+    Unlocked,
+    /// `#[distributed_lock]` on the global client.
+    Attribute,
+    /// `client.lock(..)` on the instance's own client.
+    Builder(LockClient),
+}
+
+/// One service instance: its data connection and how it locks.
+#[derive(Clone)]
+struct Shop {
+    data: MultiplexedConnection,
+    locking: Locking,
+}
+
+fn stock_key(sku: &str) -> String {
+    format!("flash_sale:stock:{sku}")
+}
+
+/// Sells one unit the way the code in the story does: read the stock, do a
+/// little work, write it back. Between the read and the write other buyers
+/// read the same value.
+async fn deduct_one(shop: &Shop, sku: &str) -> Result<Purchase, ShopError> {
+    let mut data = shop.data.clone();
+    let stock: Option<i64> = data.get(stock_key(sku)).await?;
+    let stock = stock.unwrap_or(0);
+    if stock <= 0 {
+        return Ok(Purchase::SoldOut);
+    }
+    // The work between read and write (pricing, logging): widens the race.
+    tokio::task::yield_now().await;
+    let () = data.set(stock_key(sku), stock - 1).await?;
+    Ok(Purchase::Bought)
+}
+
+/// The same deduction, one buyer at a time across every instance.
+#[distributed_lock(key = "stock:<sku>", wait = "30s")]
+async fn deduct_one_locked(shop: &Shop, sku: &str) -> Result<Purchase, ShopError> {
+    deduct_one(shop, sku).await
+}
+
+/// One purchase attempt, protected as the instance is configured.
+async fn buy(shop: &Shop, sku: &str) -> Result<Purchase, ShopError> {
+    match &shop.locking {
+        Locking::Unlocked => deduct_one(shop, sku).await,
+        Locking::Attribute => deduct_one_locked(shop, sku).await,
+        Locking::Builder(client) => {
+            let guard = client
+                .lock(format!("stock:{sku}"))
+                .wait(WAIT)
+                .acquire()
+                .await?;
+            let result = deduct_one(shop, sku).await;
+            let released = guard.release().await;
+            let purchase = result?;
+            released?;
+            Ok(purchase)
+        }
+    }
+}
+
+/// What one run did.
+struct Report {
+    run: &'static str,
+    /// Every deduction ran under a lock: the run must sell exactly the stock.
+    locked: bool,
+    stock: u64,
+    sold: u64,
+    /// The stock Redis shows at the end.
+    left: i64,
+    errors: u64,
+    first_error: Option<String>,
+    elapsed: Duration,
+}
+
+impl Report {
+    /// Units sold beyond the stock.
+    fn oversold(&self) -> u64 {
+        self.sold.saturating_sub(self.stock)
+    }
+
+    /// Sold exactly the stock, none left, no errors.
+    fn exact(&self) -> bool {
+        self.sold == self.stock && self.left == 0 && self.errors == 0
+    }
+}
+
+/// Opens the sale with `sale.stock` units, lets every buyer of every shop buy
+/// until sold out, and reports.
+async fn sell(
+    run: &'static str,
+    sale: Sale,
+    shops: Vec<Shop>,
+    data: &mut MultiplexedConnection,
+) -> Result<Report, ShopError> {
+    let locked = shops
+        .iter()
+        .all(|s| !matches!(s.locking, Locking::Unlocked));
+    let () = data.set(stock_key(SKU), sale.stock).await?;
+    let started = Instant::now();
+    let mut buyers = JoinSet::new();
+    for shop in &shops {
+        for _ in 0..sale.buyers {
+            let shop = shop.clone();
+            buyers.spawn(async move {
+                let mut bought = 0u64;
+                for _ in 0..sale.wants() {
+                    match buy(&shop, SKU).await {
+                        Ok(Purchase::Bought) => bought += 1,
+                        Ok(Purchase::SoldOut) => return (bought, None),
+                        Err(e) => return (bought, Some(e)),
+                    }
+                }
+                (bought, None)
+            });
+        }
+    }
+    let (mut sold, mut errors, mut first_error) = (0, 0, None);
+    while let Some(joined) = buyers.join_next().await {
+        let (bought, error) = joined.expect("a buyer task panicked");
+        sold += bought;
+        if let Some(e) = error {
+            errors += 1;
+            first_error.get_or_insert_with(|| e.to_string());
+        }
+    }
+    let elapsed = started.elapsed();
+    let left: Option<i64> = data.get(stock_key(SKU)).await?;
+    Ok(Report {
+        run,
+        locked,
+        stock: sale.stock,
+        sold,
+        left: left.unwrap_or(0),
+        errors,
+        first_error,
+        elapsed,
+    })
+}
+
+async fn data_connection(url: &str) -> Result<MultiplexedConnection, ShopError> {
+    Ok(redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?)
+}
+
+/// The bug: no lock at all.
+async fn run_unlocked(sale: Sale, url: &str) -> Result<Report, ShopError> {
+    let mut shops = Vec::new();
+    for _ in 0..sale.clients {
+        shops.push(Shop {
+            data: data_connection(url).await?,
+            locking: Locking::Unlocked,
+        });
+    }
+    sell("no lock", sale, shops, &mut data_connection(url).await?).await
+}
+
+/// The fix: the first instance uses `#[distributed_lock]` (the global client,
+/// set up by `lock_runtime::init` in `main`), the others `client.lock(..)` on
+/// their own clients. All of them take the same lock, `stock:<sku>`.
+async fn run_locked(sale: Sale, url: &str) -> Result<Report, ShopError> {
+    let mut shops = Vec::new();
+    for i in 0..sale.clients {
+        let locking = if i == 0 {
+            Locking::Attribute
+        } else {
+            Locking::Builder(LockClient::connect(Config::new(url)).await?)
+        };
+        shops.push(Shop {
+            data: data_connection(url).await?,
+            locking,
+        });
+    }
+    sell(
+        "distributed lock",
+        sale,
+        shops,
+        &mut data_connection(url).await?,
+    )
+    .await
+}
+
+/// `--segments N`: the stock in N segments, each behind its own lock; a
+/// buyer deducts under one segment's lock, merging segments when its own is
+/// short. Every instance has its own client, as in `run_locked`.
+async fn run_segmented(sale: Sale, segments: usize, url: &str) -> Result<Report, ShopError> {
+    let name = format!("stock:{SKU}");
+    let mut shops = Vec::new();
+    for _ in 0..sale.clients {
+        let client = LockClient::connect(Config::new(url)).await?;
+        let lock = client.segmented_lock(name.as_str(), segments);
+        shops.push(std::sync::Arc::new(Inventory::new(
+            lock,
+            RedisSegmentStore::new(&client),
+        )));
+    }
+    shops[0]
+        .restock(sale.stock)
+        .await
+        .map_err(ShopError::Stock)?;
+    let started = Instant::now();
+    let mut buyers = JoinSet::new();
+    for shop in &shops {
+        for _ in 0..sale.buyers {
+            let shop = shop.clone();
+            buyers.spawn(async move {
+                let mut bought = 0u64;
+                for _ in 0..sale.wants() {
+                    match shop.deduct(1).await {
+                        Ok(_) => bought += 1,
+                        Err(InventoryError::Insufficient { .. }) => return (bought, None),
+                        Err(e) => return (bought, Some(e)),
+                    }
+                }
+                (bought, None)
+            });
+        }
+    }
+    let (mut sold, mut errors, mut first_error) = (0, 0, None);
+    while let Some(joined) = buyers.join_next().await {
+        let (bought, error) = joined.expect("a buyer task panicked");
+        sold += bought;
+        if let Some(e) = error {
+            errors += 1;
+            first_error.get_or_insert_with(|| e.to_string());
+        }
+    }
+    let elapsed = started.elapsed();
+    let mut left = 0;
+    for segment in 0..segments {
+        let at = SegmentKey {
+            inventory: &name,
+            segment,
+        };
+        left += shops[0]
+            .store()
+            .get(at, None)
+            .await
+            .map_err(|e| ShopError::Stock(InventoryError::Store(e)))?;
+    }
+    Ok(Report {
+        run: "segmented lock",
+        locked: true,
+        stock: sale.stock,
+        sold,
+        left: left as i64,
+        errors,
+        first_error,
+        elapsed,
+    })
+}
+
+fn print_report(sale: Sale, reports: &[Report]) {
+    println!();
+    println!(
+        "{:<18} {:>8} {:>9} {:>6} {:>7} {:>9} {:>14}",
+        "run", "sold", "oversold", "left", "errors", "time", "deductions/s"
+    );
+    for r in reports {
+        println!(
+            "{:<18} {:>8} {:>9} {:>6} {:>7} {:>8.2}s {:>14.0}",
+            r.run,
+            r.sold,
+            r.oversold(),
+            r.left,
+            r.errors,
+            r.elapsed.as_secs_f64(),
+            per_second(r.sold, r.elapsed),
+        );
+    }
+    println!();
+    for r in reports {
+        if let Some(e) = &r.first_error {
+            println!("{}: {} buyers failed; first error: {e}", r.run, r.errors);
+        }
+        if r.oversold() > 0 {
+            println!(
+                "{}: sold {} of {} units: OVERSOLD by {} (Redis still shows {} left)",
+                r.run,
+                r.sold,
+                sale.stock,
+                r.oversold(),
+                r.left
+            );
+        } else if r.exact() {
+            println!("{}: sold exactly {} of {} units", r.run, r.sold, sale.stock);
+        } else {
+            println!(
+                "{}: sold {} of {} units, {} left",
+                r.run, r.sold, sale.stock, r.left
+            );
+        }
+    }
+}
+
+const USAGE: &str = "usage: flash_sale [--stock N] [--clients N] [--buyers N]
+  --stock N    units on sale (default 1000)
+  --clients N  service instances, each with its own lock client (default 4)
+  --buyers N   buyer tasks per instance (default 50)
+  --segments N also sell through a segmented lock of N segments";
+
+fn parse_args() -> Result<Sale, String> {
+    let mut sale = Sale {
+        stock: 1000,
+        clients: 4,
+        buyers: 50,
+        segments: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| -> Result<u64, String> {
+            let v = args.next().ok_or(format!("{name} needs a value"))?;
+            match v.parse() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!("{name}: expected a positive number, got {v:?}")),
+            }
+        };
+        match arg.as_str() {
+            "--stock" => sale.stock = value("--stock")?,
+            "--clients" => sale.clients = value("--clients")? as usize,
+            "--buyers" => sale.buyers = value("--buyers")? as usize,
+            "--segments" => sale.segments = Some(value("--segments")? as usize),
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(sale)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let sale = match parse_args() {
+        Ok(sale) => sale,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let redis = match Redis::from_env_or_start() {
+        Ok(redis) => redis,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "flash sale: {} units of {SKU}; {} instances x {} buyers want {} units in all",
+        sale.stock,
+        sale.clients,
+        sale.buyers,
+        sale.demand()
+    );
+    println!("each deduction: GET the stock, yield, SET it to one less");
+    if let Some(segments) = sale.segments {
+        println!("segmented lock: the stock split in {segments} segments, one lock each");
+    }
+    println!("redis: {}", redis.describe());
+    let url = redis.url();
+    let reports = async {
+        lock_runtime::init(Config::new(url)).await?;
+        // One function per mode; each sells the same sale from a fresh stock.
+        let mut reports = vec![run_unlocked(sale, url).await?, run_locked(sale, url).await?];
+        if let Some(segments) = sale.segments {
+            reports.push(run_segmented(sale, segments, url).await?);
+        }
+        let () = data_connection(url).await?.del(stock_key(SKU)).await?;
+        Ok::<_, ShopError>(reports)
+    }
+    .await;
+    let reports = match reports {
+        Ok(reports) => reports,
+        Err(e) => {
+            eprintln!("the demo failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print_report(sale, &reports);
+    if reports.iter().filter(|r| r.locked).all(Report::exact) {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("FAILED: a locked run did not sell exactly the stock");
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,191 @@
+//! Shared helpers of the examples: finding a Redis server to run against
+//! (`REDIS_URL`, or a throwaway local `redis-server`), and small statistics
+//! for the reports.
+
+use std::fmt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The Redis server an example runs against. When the example started it
+/// itself, dropping this stops it (and so does the example's exit, however it
+/// ends: see [`Redis::start_local`]).
+pub struct Redis {
+    url: String,
+    started: Option<Child>,
+}
+
+/// Why no Redis server is available; its `Display` says what to do.
+#[derive(Debug)]
+pub struct NoRedis(String);
+
+impl fmt::Display for NoRedis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NoRedis {}
+
+impl Redis {
+    /// The server named by `REDIS_URL` when it is set; otherwise a throwaway
+    /// `redis-server` started on a free loopback port.
+    pub fn from_env_or_start() -> Result<Redis, NoRedis> {
+        match std::env::var("REDIS_URL") {
+            Ok(url) if !url.trim().is_empty() => Ok(Redis { url, started: None }),
+            _ => Redis::start_local(),
+        }
+    }
+
+    /// Starts a throwaway `redis-server` (no persistence) on a free loopback
+    /// port, never 6379. It runs under a small `sh` keeper that stops it when
+    /// our end of the keeper's stdin closes: on drop, and also when the
+    /// example exits without dropping it (`process::exit`, a panic, Ctrl-C).
+    pub fn start_local() -> Result<Redis, NoRedis> {
+        match Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(NoRedis(
+                    "no Redis server: REDIS_URL is not set and `redis-server` is not installed.\n\
+                     Install it (Debian/Ubuntu: `sudo apt-get install redis-server`, \
+                     macOS: `brew install redis`) or set REDIS_URL=redis://host:port."
+                        .into(),
+                ));
+            }
+            Err(e) => return Err(NoRedis(format!("cannot run redis-server: {e}"))),
+        }
+        for _ in 0..5 {
+            let port = free_port()?;
+            if let Some(keeper) = spawn_on(port)? {
+                return Ok(Redis {
+                    url: format!("redis://127.0.0.1:{port}"),
+                    started: Some(keeper),
+                });
+            }
+        }
+        Err(NoRedis(
+            "redis-server is installed but did not start on a free loopback port".into(),
+        ))
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Whether this process started the server (so nobody else uses it).
+    pub fn started_here(&self) -> bool {
+        self.started.is_some()
+    }
+
+    /// Where the server comes from, for the report (never prints a password).
+    pub fn describe(&self) -> String {
+        match &self.started {
+            Some(_) => format!("throwaway redis-server at {}", self.url),
+            None => "the server at REDIS_URL".to_owned(),
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(mut keeper) = self.started.take() {
+            // Closing the keeper's stdin makes it stop the server.
+            drop(keeper.stdin.take());
+            let _ = keeper.wait();
+        }
+    }
+}
+
+/// A loopback port nobody listens on right now, other than 6379 (a real
+/// server's port we must never touch).
+fn free_port() -> Result<u16, NoRedis> {
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| NoRedis(format!("no free loopback port: {e}")))?;
+        if port != 6379 {
+            return Ok(port);
+        }
+    }
+}
+
+/// Starts `redis-server` on `port` under its keeper and waits until it answers
+/// `PING`. `None` when it exited (most likely someone took the port meanwhile).
+fn spawn_on(port: u16) -> Result<Option<Child>, NoRedis> {
+    // The keeper starts the server, waits for end of file on stdin, then stops it.
+    const KEEPER: &str =
+        r#"redis-server "$@" & server=$!; read _ignored; kill $server 2>/dev/null; wait $server"#;
+    let dir = std::env::temp_dir();
+    let mut keeper = Command::new("sh")
+        .arg("-c")
+        .arg(KEEPER)
+        .arg("sh")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no", "--logfile", ""])
+        .arg("--dir")
+        .arg(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| NoRedis(format!("cannot start redis-server: {e}")))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = keeper.try_wait() {
+            return Ok(None);
+        }
+        if ping(port) {
+            return Ok(Some(keeper));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(keeper.stdin.take());
+    let _ = keeper.wait();
+    Ok(None)
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
+        return false;
+    };
+    let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+        return false;
+    };
+    redis::cmd("PING").query::<String>(&mut conn).is_ok()
+}
+
+/// Operations per second for `ops` operations taking `elapsed`.
+pub fn per_second(ops: u64, elapsed: Duration) -> f64 {
+    ops as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+}
+
+/// The `p`-th percentile (0..=100) of `samples`, nearest rank. Sorts them.
+/// `Duration::ZERO` when there are none.
+pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    samples.sort_unstable();
+    let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
+    samples[rank.clamp(1, samples.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let mut samples: Vec<Duration> = (1..=100).rev().map(Duration::from_micros).collect();
+        assert_eq!(percentile(&mut samples, 50.0), Duration::from_micros(50));
+        assert_eq!(percentile(&mut samples, 99.0), Duration::from_micros(99));
+        assert_eq!(percentile(&mut samples, 100.0), Duration::from_micros(100));
+        assert_eq!(percentile(&mut [], 50.0), Duration::ZERO);
+    }
+}

@@ -1,0 +1,351 @@
+//! The attribute's arguments, parsed into [`Args`].
+//!
+//! Every option is `name = value`. Values are parsed as expressions first, so
+//! that a value of the wrong form (`wait = 2`) gets a message about that
+//! option instead of a bare syntax error, and one build reports every bad
+//! option at once.
+
+use std::time::Duration;
+
+use proc_macro2::Span;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
+use syn::{Expr, ExprArray, ExprLit, Ident, Lit, LitStr, Path, Token};
+
+use crate::Errors;
+use crate::key::Template;
+
+mod kw {
+    syn::custom_keyword!(key);
+    syn::custom_keyword!(keys);
+    syn::custom_keyword!(wait);
+    syn::custom_keyword!(lease);
+    syn::custom_keyword!(kind);
+    syn::custom_keyword!(on_lost);
+}
+
+/// The options listed in messages, in the order the docs give them.
+const OPTIONS: &str = "`key`, `keys`, `wait`, `lease`, `kind`, `on_lost`, `crate`";
+
+/// The checked arguments of one `#[distributed_lock(...)]`.
+pub(crate) struct Args {
+    /// `key = "..."` (one) or `keys = [...]` (a multi lock); never empty.
+    pub(crate) keys: Vec<Template>,
+    /// `wait`: `None` waits until acquired; zero makes one attempt.
+    pub(crate) wait: Option<Duration>,
+    /// `lease`: `None` lets the watchdog renew; never under 1 ms.
+    pub(crate) lease: Option<Duration>,
+    /// `kind`.
+    pub(crate) kind: Kind,
+    /// `on_lost`.
+    pub(crate) on_lost: OnLost,
+    /// `crate = "path"`: where the runtime is; `None` is `::lock_runtime`.
+    pub(crate) krate: Option<Path>,
+}
+
+/// `kind = "..."`.
+#[derive(Clone, Copy)]
+pub(crate) enum Kind {
+    Reentrant,
+    Fair,
+    Read,
+    Write,
+}
+
+/// `on_lost = "..."`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnLost {
+    /// The default: the body runs to its end; a lost lease turns its success
+    /// into `Err(LockError::Lost)` at release.
+    Finish,
+    /// `"cancel"`: the body's future is dropped as soon as the lease is lost.
+    Cancel,
+}
+
+/// The arguments, with the errors found in options that parsed as syntax
+/// but hold bad values. The good keys are kept, so that the function's
+/// parameters are checked against them in the same build.
+pub(crate) struct Parsed {
+    pub(crate) args: Args,
+    errors: Errors,
+}
+
+impl Parsed {
+    /// The arguments if every option was right.
+    pub(crate) fn into_args(self) -> syn::Result<Args> {
+        self.errors.finish()?;
+        Ok(self.args)
+    }
+}
+
+impl Parse for Parsed {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut errors = Errors::default();
+        let mut seen: Vec<String> = Vec::new();
+        // Which of `key` / `keys` was given, and its templates.
+        let mut keys: Option<(&str, Vec<Template>)> = None;
+        let mut args = Args {
+            keys: Vec::new(),
+            wait: None,
+            lease: None,
+            kind: Kind::Reentrant,
+            on_lost: OnLost::Finish,
+            krate: None,
+        };
+        while !input.is_empty() {
+            let lookahead = input.lookahead1();
+            let (name, span): (&str, Span) = if lookahead.peek(kw::key) {
+                ("key", input.parse::<kw::key>()?.span)
+            } else if lookahead.peek(kw::keys) {
+                ("keys", input.parse::<kw::keys>()?.span)
+            } else if lookahead.peek(kw::wait) {
+                ("wait", input.parse::<kw::wait>()?.span)
+            } else if lookahead.peek(kw::lease) {
+                ("lease", input.parse::<kw::lease>()?.span)
+            } else if lookahead.peek(kw::kind) {
+                ("kind", input.parse::<kw::kind>()?.span)
+            } else if lookahead.peek(kw::on_lost) {
+                ("on_lost", input.parse::<kw::on_lost>()?.span)
+            } else if lookahead.peek(Token![crate]) {
+                ("crate", input.parse::<Token![crate]>()?.span)
+            } else if input.peek(Ident::peek_any) {
+                let unknown = input.call(Ident::parse_any)?;
+                errors.push(unknown_option(&unknown));
+                if input.parse::<Option<Token![=]>>()?.is_some() {
+                    input.parse::<Expr>()?;
+                }
+                if !input.is_empty() {
+                    input.parse::<Token![,]>()?;
+                }
+                continue;
+            } else if input.peek(LitStr) {
+                return Err(input.error(format!(
+                    "options are named: write `key = \"...\"`; the options are {OPTIONS}"
+                )));
+            } else {
+                return Err(lookahead.error());
+            };
+            if !input.peek(Token![=]) {
+                return Err(syn::Error::new(
+                    span,
+                    format!("`{name}` needs a value: `{name} = {}`", example(name)),
+                ));
+            }
+            input.parse::<Token![=]>()?;
+            let value: Expr = input.parse()?;
+            if !input.is_empty() {
+                input.parse::<Token![,]>()?;
+            }
+
+            if seen.iter().any(|s| s == name) {
+                errors.push(syn::Error::new(
+                    span,
+                    format!("`{name}` is given twice: keep one"),
+                ));
+                continue;
+            }
+            seen.push(name.to_owned());
+            let parsed = match name {
+                "key" | "keys" => parse_keys(name, &value).map(|templates| {
+                    if let Some((other, _)) = keys {
+                        errors.push(syn::Error::new(
+                            span,
+                            format!(
+                                "`{name}` and `{other}` are both given: use `key = \"...\"` \
+                                 for one lock, or put every key in `keys = [...]` for a \
+                                 multi lock"
+                            ),
+                        ));
+                    } else {
+                        keys = Some((name, templates));
+                    }
+                }),
+                "wait" => parse_duration(name, &value).map(|d| args.wait = Some(d)),
+                "lease" => parse_lease(&value).map(|d| args.lease = Some(d)),
+                "kind" => parse_kind(&value).map(|k| args.kind = k),
+                "on_lost" => parse_on_lost(&value).map(|o| args.on_lost = o),
+                _ => parse_crate(&value).map(|p| args.krate = Some(p)),
+            };
+            if let Err(e) = parsed {
+                errors.push(e);
+            }
+        }
+        match keys {
+            Some((_, templates)) => args.keys = templates,
+            // Only when `key` was not given at all: a bad `key` has its own error.
+            None if !seen.iter().any(|s| s == "key" || s == "keys") => {
+                errors.push(syn::Error::new(
+                    Span::call_site(),
+                    "missing `key`: name the lock, e.g. \
+                     `#[distributed_lock(key = \"stock:<id>\")]`, where `<id>` is a parameter",
+                ));
+            }
+            None => {}
+        }
+        Ok(Parsed { args, errors })
+    }
+}
+
+/// An example value for each option, for messages.
+fn example(name: &str) -> &'static str {
+    match name {
+        "key" => "\"stock:<id>\"",
+        "keys" => "[\"stock:<id>\", \"order:<order.id>\"]",
+        "wait" => "\"2s\"",
+        "lease" => "\"10s\"",
+        "kind" => "\"fair\"",
+        "on_lost" => "\"cancel\"",
+        _ => "\"lock_runtime\"",
+    }
+}
+
+fn unknown_option(name: &Ident) -> syn::Error {
+    let hint = match name.to_string().as_str() {
+        "timeout" | "wait_time" | "wait_for" => " (did you mean `wait`?)",
+        "ttl" | "lease_time" | "expire" | "expiry" => " (did you mean `lease`?)",
+        "name" | "lock" => " (did you mean `key`?)",
+        "fair" | "read" | "write" | "reentrant" => " (the lock kind is `kind = \"...\"`)",
+        _ => "",
+    };
+    syn::Error::new(
+        name.span(),
+        format!("unknown option `{name}`{hint}; the options are {OPTIONS}"),
+    )
+}
+
+/// The string literal of `name = "..."`.
+fn string<'a>(name: &str, value: &'a Expr) -> syn::Result<&'a LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Ok(lit),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            format!(
+                "`{name}` takes a string literal: `{name} = {}`",
+                example(name)
+            ),
+        )),
+    }
+}
+
+fn parse_keys(name: &str, value: &Expr) -> syn::Result<Vec<Template>> {
+    if name == "key" {
+        return Ok(vec![Template::parse(string(name, value)?.clone())?]);
+    }
+    let Expr::Array(ExprArray { elems, .. }) = value else {
+        return Err(syn::Error::new_spanned(
+            value,
+            format!(
+                "`keys` takes a list of key strings: `keys = {}`",
+                example("keys")
+            ),
+        ));
+    };
+    if elems.is_empty() {
+        return Err(syn::Error::new_spanned(
+            value,
+            format!(
+                "`keys` is empty: list at least one key, e.g. `keys = {}`",
+                example("keys")
+            ),
+        ));
+    }
+    let mut errors = Errors::default();
+    let mut templates: Vec<Template> = Vec::new();
+    for elem in elems {
+        let template = string("keys", elem).and_then(|lit| Template::parse(lit.clone()));
+        match template {
+            Ok(t)
+                if templates
+                    .iter()
+                    .any(|seen| seen.lit.value() == t.lit.value()) =>
+            {
+                errors.push(syn::Error::new(
+                    t.lit.span(),
+                    format!(
+                        "key \"{}\" is listed twice in `keys`: remove the repeat",
+                        t.lit.value()
+                    ),
+                ));
+            }
+            Ok(t) => templates.push(t),
+            Err(e) => errors.push(e),
+        }
+    }
+    errors.finish()?;
+    Ok(templates)
+}
+
+fn parse_duration(name: &str, value: &Expr) -> syn::Result<Duration> {
+    let lit = string(name, value)?;
+    humantime::parse_duration(lit.value().trim()).map_err(|e| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "bad duration {:?} for `{name}`: {e}; write a number with a unit, \
+                 e.g. \"250ms\", \"2s\", \"1m30s\"",
+                lit.value()
+            ),
+        )
+    })
+}
+
+fn parse_lease(value: &Expr) -> syn::Result<Duration> {
+    let lease = parse_duration("lease", value)?;
+    if lease < Duration::from_millis(1) {
+        return Err(syn::Error::new_spanned(
+            value,
+            "`lease` must be at least 1ms: Redis counts leases in milliseconds, and a \
+             shorter lease expires before the body runs; leave `lease` out to let the \
+             watchdog keep the lock until the function returns",
+        ));
+    }
+    Ok(lease)
+}
+
+fn parse_kind(value: &Expr) -> syn::Result<Kind> {
+    let lit = string("kind", value)?;
+    match lit.value().as_str() {
+        "reentrant" => Ok(Kind::Reentrant),
+        "fair" => Ok(Kind::Fair),
+        "read" => Ok(Kind::Read),
+        "write" => Ok(Kind::Write),
+        other => Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "unknown lock kind {other:?}: `kind` is one of \"reentrant\" (the default), \
+                 \"fair\", \"read\", \"write\""
+            ),
+        )),
+    }
+}
+
+fn parse_on_lost(value: &Expr) -> syn::Result<OnLost> {
+    let lit = string("on_lost", value)?;
+    match lit.value().as_str() {
+        "cancel" => Ok(OnLost::Cancel),
+        other => Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "unknown `on_lost` value {other:?}: the only value is \"cancel\" (drop the \
+                 body when the lease is lost); leave `on_lost` out to let the body finish \
+                 and report the loss when it returns"
+            ),
+        )),
+    }
+}
+
+fn parse_crate(value: &Expr) -> syn::Result<Path> {
+    let lit = string("crate", value)?;
+    lit.parse::<Path>().map_err(|_| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "`crate` takes the path of the lock-runtime crate, e.g. \
+                 `crate = \"lock_runtime\"` or the name you renamed it to; {:?} is not a path",
+                lit.value()
+            ),
+        )
+    })
+}

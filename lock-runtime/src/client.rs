@@ -1,0 +1,177 @@
+//! The client: one connection, one pub/sub path, one watchdog per client.
+
+use std::fmt;
+use std::sync::Arc;
+
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+
+use crate::background::{self, Background};
+use crate::conn::Conn;
+use crate::local::LocalQueues;
+use crate::lock::segmented::SegmentedLock;
+use crate::lock::multi::MultiLock;
+use crate::lock::read_write::ReadWriteLock;
+use crate::lock::{LockBuilder, Target};
+use crate::pubsub::PubSub;
+use crate::watchdog::{self, Watchdog};
+use crate::{Config, LockError};
+
+/// A connection to Redis that hands out locks. One per process is the norm;
+/// cloning is cheap and shares everything.
+///
+/// Dropping the last clone (and the last guard) stops the client's
+/// background thread.
+#[derive(Clone)]
+pub struct LockClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    core: Arc<Core>,
+    // Dropped after `core`'s last user here: stops the runtime thread.
+    _background: Background,
+}
+
+/// What the client's tasks share.
+pub(crate) struct Core {
+    /// Random per client: the first half of every holder id.
+    pub(crate) id: String,
+    /// Standalone, Sentinel or Cluster (see [`crate::conn`]).
+    pub(crate) conn: Conn,
+    pub(crate) config: Config,
+    pub(crate) pubsub: PubSub,
+    pub(crate) watchdog: Watchdog,
+    pub(crate) local: LocalQueues,
+    pub(crate) runtime: Handle,
+}
+
+impl Core {
+    /// The holder id of the current task: `<client uuid>:<task number>`.
+    pub(crate) fn holder_id(&self) -> String {
+        format!("{}:{}", self.id, crate::holder::current())
+    }
+}
+
+impl LockClient {
+    /// Connects to Redis. Fails with [`LockError::Config`] for a configuration
+    /// that cannot work and [`LockError::Redis`] when the server cannot be
+    /// reached within the connect timeout.
+    pub async fn connect(config: Config) -> Result<LockClient, LockError> {
+        config.check()?;
+        #[cfg(feature = "tls")]
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let background = Background::start()?;
+        let runtime = background.handle().clone();
+        let handle = runtime.clone();
+        let core = background::run(&runtime, async move {
+            let (pushes_in, pushes) = mpsc::unbounded_channel();
+            let conn = tokio::time::timeout(
+                config.connect_timeout,
+                Conn::connect(&config, pushes_in, handle.clone()),
+            )
+            .await
+            .map_err(|_| {
+                LockError::Redis(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "timed out connecting to redis",
+                )))
+            })??;
+            let pubsub = PubSub::start(conn.clone(), pushes);
+            let period = config.watchdog_timeout / 3;
+            let core = Arc::new(Core {
+                id: uuid::Uuid::new_v4().to_string(),
+                conn,
+                config,
+                pubsub,
+                watchdog: Watchdog::default(),
+                local: LocalQueues::default(),
+                runtime: handle,
+            });
+            watchdog::spawn(Arc::downgrade(&core), period);
+            Ok::<_, LockError>(core)
+        })
+        .await??;
+        Ok(LockClient {
+            inner: Arc::new(Inner {
+                core,
+                _background: background,
+            }),
+        })
+    }
+
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.inner.core
+    }
+
+    /// This client's id: the first half of the holder ids it writes.
+    pub fn id(&self) -> &str {
+        &self.inner.core.id
+    }
+
+    /// The configuration the client was built from.
+    pub fn config(&self) -> &Config {
+        &self.inner.core.config
+    }
+
+    /// The holder id the current task writes into locks:
+    /// `<client id>:<task number>`.
+    pub fn holder_id(&self) -> String {
+        self.inner.core.holder_id()
+    }
+
+    /// Number of holds the watchdog is keeping alive.
+    pub fn renewed_locks(&self) -> usize {
+        self.inner.core.watchdog.len()
+    }
+
+    /// A reentrant lock (Redisson's `RLock`): one holder task at a time, which
+    /// may take it again while it holds it.
+    pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
+        LockBuilder::new(self.clone(), Target::Reentrant { name: name.into() })
+    }
+
+    /// A fair lock (Redisson's `RFairLock`): a reentrant lock that goes to
+    /// waiters in the order they first asked for it, across tasks and
+    /// clients. A waiter that gives up or dies does not block those behind
+    /// it (see [`Config::fair_wait_timeout`]).
+    pub fn fair_lock(&self, name: impl Into<String>) -> LockBuilder {
+        LockBuilder::new(self.clone(), Target::Fair { name: name.into() })
+    }
+
+    /// A read-write lock (Redisson's `RReadWriteLock`): take its
+    /// [`read`](ReadWriteLock::read) side (shared) or its
+    /// [`write`](ReadWriteLock::write) side (exclusive).
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.clone(), name.into())
+    }
+
+    /// Several reentrant locks of this client taken as one, all or none
+    /// (Redisson's `MultiLock`). For locks on several clients (servers) or
+    /// of other kinds, build a [`MultiLock`] with `with` / `with_lock`.
+    pub fn multi_lock<I>(&self, names: I) -> MultiLock
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        names
+            .into_iter()
+            .fold(MultiLock::new(), |multi, name| multi.with(self, name))
+    }
+
+    /// A lock split into `segments` reentrant locks (segment `i` is the lock
+    /// `{name:seg:i}`, its own cluster hash tag): one holder per segment at a
+    /// time, all segments taken in ascending order. See [`SegmentedLock`].
+    pub fn segmented_lock(&self, name: impl Into<String>, segments: usize) -> SegmentedLock {
+        SegmentedLock::on_client(self.clone(), name.into(), segments)
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("id", &self.inner.core.id)
+            .field("config", &self.inner.core.config)
+            .finish()
+    }
+}

@@ -1,0 +1,537 @@
+//! Client configuration: where Redis is and how leases behave.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::{IntoConnectionInfo, ProtocolVersion};
+
+use crate::LockError;
+
+/// How to reach Redis and how locks behave. A builder: every knob has a
+/// default, and `Config::new(url)` alone is a working configuration.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_runtime::Config;
+///
+/// let config = Config::new("redis://:secret@127.0.0.1:6380/2")
+///     .watchdog_timeout(Duration::from_secs(10));
+/// // Debug output never shows the password.
+/// assert!(!format!("{config:?}").contains("secret"));
+/// ```
+#[derive(Clone)]
+pub struct Config {
+    url: String,
+    username: Option<String>,
+    password: Option<String>,
+    database: Option<i64>,
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) fair_wait_timeout: Duration,
+    pub(crate) unlock_latch_ttl: Duration,
+    pub(crate) topology: Topology,
+    pub(crate) sharded_pubsub: Option<bool>,
+    pub(crate) replica_sync: ReplicaSync,
+    pub(crate) replica_sync_timeout: Duration,
+}
+
+/// Where the servers are: the three topologies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Topology {
+    /// One server, at `Config::url`.
+    Standalone,
+    /// The master that these sentinels know as `master`, followed across failovers.
+    Sentinel {
+        sentinels: Vec<String>,
+        master: String,
+    },
+    /// A Redis Cluster, discovered from these seed nodes.
+    Cluster { seeds: Vec<String> },
+}
+
+/// Whether an acquisition waits until a replica has it (Redis `WAIT`), so
+/// that a failover right after the acquire does not silently lose the lock.
+/// See [`Config::replica_sync`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ReplicaSync {
+    /// Wait for one replica when the lock's master has replicas; skip the
+    /// wait when it has none. The default. On a cluster, the replicas counted
+    /// are those the cluster knows for the lock's shard and has not marked
+    /// failed; on a single master (standalone, Sentinel), those connected to
+    /// it. The answer is cached for a few seconds.
+    #[default]
+    Auto,
+    /// Always wait for one replica; fail with [`LockError::NotReplicated`]
+    /// when the master has none or none acknowledges in time.
+    Always,
+    /// Never wait: an acquisition is confirmed by the master alone.
+    Off,
+}
+
+/// The URL used when neither `init` nor `REDIS_URL` names one.
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+impl Config {
+    /// A configuration for the server at `url` (`redis://[user][:password@]host[:port][/db]`,
+    /// or `rediss://` for TLS with the `tls` feature). The URL is checked when
+    /// the client connects.
+    pub fn new(url: impl Into<String>) -> Self {
+        Config {
+            url: url.into(),
+            username: None,
+            password: None,
+            database: None,
+            watchdog_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(5),
+            fair_wait_timeout: Duration::from_millis(300_000),
+            unlock_latch_ttl: Duration::from_secs(30),
+            topology: Topology::Standalone,
+            sharded_pubsub: None,
+            replica_sync: ReplicaSync::Auto,
+            replica_sync_timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// A configuration for the master that the given sentinels monitor under
+    /// `master_name`: the client asks the sentinels where the master is, and
+    /// asks them again whenever the master stops answering, so it follows
+    /// failovers. The sentinel URLs carry the sentinels' own credentials, if
+    /// any; [`username`](Self::username), [`password`](Self::password) and
+    /// [`database`](Self::database) apply to the master. The master is
+    /// reached with TLS when the sentinel URLs are `rediss://`.
+    ///
+    /// ```
+    /// use lock_runtime::Config;
+    ///
+    /// let config = Config::sentinel(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "mymaster",
+    /// )
+    /// .password("master-secret");
+    /// ```
+    pub fn sentinel<I, S>(sentinel_urls: I, master_name: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut config = Config::new(String::new());
+        config.topology = Topology::Sentinel {
+            sentinels: sentinel_urls.into_iter().map(Into::into).collect(),
+            master: master_name.into(),
+        };
+        config
+    }
+
+    /// A configuration for a Redis Cluster: the client learns the other nodes
+    /// and the slot map from any of the seed nodes, and follows resharding
+    /// (`MOVED`/`ASK`) and failovers. All nodes share one set of credentials;
+    /// a cluster has database 0 only.
+    ///
+    /// ```
+    /// use lock_runtime::Config;
+    ///
+    /// let config = Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]);
+    /// ```
+    pub fn cluster<I, S>(seed_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut config = Config::new(String::new());
+        config.topology = Topology::Cluster {
+            seeds: seed_urls.into_iter().map(Into::into).collect(),
+        };
+        config
+    }
+
+    /// `REDIS_URL` from the environment, or [`DEFAULT_URL`].
+    pub fn from_env() -> Self {
+        Config::new(std::env::var("REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned()))
+    }
+
+    /// The lease of locks taken without a fixed `lease` (Redisson's
+    /// `lockWatchdogTimeout`). The watchdog renews them every third of it.
+    /// Default 30 s.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// How long connecting (and each reconnect attempt) may take. Default 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one command may wait for its reply. Default 5 s.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long a fair-lock waiter may sit at the head of the queue without
+    /// retrying before others evict it (Redisson's `threadWaitTime`).
+    /// Default 300000 ms.
+    pub fn fair_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.fair_wait_timeout = timeout;
+        self
+    }
+
+    /// Whether waiters listen with sharded pub/sub (`SSUBSCRIBE`, and unlock
+    /// announces with `SPUBLISH`) instead of classic pub/sub. Sharded pub/sub
+    /// keeps each unlock message on the shard that owns the lock instead of
+    /// broadcasting it to every node.
+    ///
+    /// Default: sharded on a Redis Cluster whose servers support it (Redis 7
+    /// or newer, as Redisson does by default), classic otherwise. Every
+    /// client that locks the same names (Rust or Redisson) must use the same
+    /// mode, or their waiters miss each other's unlock messages (and fall back
+    /// to polling at the holder's lease). `true` outside a cluster, or on a
+    /// cluster older than Redis 7, is a configuration error.
+    pub fn sharded_pubsub(mut self, sharded: bool) -> Self {
+        self.sharded_pubsub = Some(sharded);
+        self
+    }
+
+    /// Whether an acquisition waits until a replica has the lock (Redis
+    /// `WAIT` for one replica, up to [`replica_sync_timeout`](Self::replica_sync_timeout)).
+    /// Default [`ReplicaSync::Auto`]: when the lock's master has replicas.
+    ///
+    /// When no replica acknowledges in time, the acquisition is undone and
+    /// fails with [`LockError::NotReplicated`].
+    ///
+    /// What replica sync does not cover, and can still be lost in a failover:
+    /// the acknowledging replica may not be the one promoted (another replica,
+    /// or a replica that lost its data on restart); replication is in memory,
+    /// so a power loss of master and replica together loses it; renewals,
+    /// re-entries and releases are not waited for (a promoted replica may have
+    /// an older lease, which the watchdog extends at its next tick, or a lock
+    /// already released, which then expires after its lease); and a reconnect
+    /// between the acquire and its `WAIT` may confirm too early. Fencing tokens
+    /// (`LockGuard::token`) are the defence that does not depend on Redis.
+    ///
+    /// Cost: `WAIT` holds up the client's connection to that master until a
+    /// replica answers (normally well under a millisecond).
+    pub fn replica_sync(mut self, mode: ReplicaSync) -> Self {
+        self.replica_sync = mode;
+        self
+    }
+
+    /// How long an acquisition waits for a replica to acknowledge it (see
+    /// [`replica_sync`](Self::replica_sync)). Default 1 s; must be shorter
+    /// than the [`response_timeout`](Self::response_timeout).
+    pub fn replica_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.replica_sync_timeout = timeout;
+        self
+    }
+
+    /// ACL user name; overrides the one in the URL.
+    pub fn username(mut self, username: impl Into<String>) -> Self {
+        self.username = Some(username.into());
+        self
+    }
+
+    /// Password; overrides the one in the URL.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Database number; overrides the one in the URL.
+    pub fn database(mut self, db: i64) -> Self {
+        self.database = Some(db);
+        self
+    }
+
+    /// The validated connection parameters, speaking RESP3 (pub/sub messages
+    /// arrive as push frames on the one multiplexed connection).
+    pub(crate) fn connection_info(&self) -> Result<redis::ConnectionInfo, LockError> {
+        self.check()?;
+        if self.topology != Topology::Standalone {
+            return Err(LockError::Config(
+                "a Sentinel or Cluster configuration has no single server URL".into(),
+            ));
+        }
+        self.data_node_info(&self.url)
+    }
+
+    /// Checks the knobs that do not depend on the topology.
+    pub(crate) fn check(&self) -> Result<(), LockError> {
+        if self.watchdog_timeout < Duration::from_millis(30) {
+            return Err(LockError::Config(format!(
+                "watchdog_timeout {:?} is too short; use at least 30ms",
+                self.watchdog_timeout
+            )));
+        }
+        if self.replica_sync != ReplicaSync::Off
+            && (self.replica_sync_timeout.is_zero()
+                || self.replica_sync_timeout >= self.response_timeout)
+        {
+            return Err(LockError::Config(format!(
+                "replica_sync_timeout {:?} must be longer than zero and shorter than response_timeout {:?} \
+                 (or use ReplicaSync::Off)",
+                self.replica_sync_timeout, self.response_timeout
+            )));
+        }
+        match &self.topology {
+            Topology::Standalone => {}
+            Topology::Sentinel { sentinels, master } => {
+                if sentinels.is_empty() {
+                    return Err(LockError::Config(
+                        "Config::sentinel needs at least one sentinel URL".into(),
+                    ));
+                }
+                if master.is_empty() {
+                    return Err(LockError::Config(
+                        "Config::sentinel needs the master's name".into(),
+                    ));
+                }
+            }
+            Topology::Cluster { seeds } => {
+                if seeds.is_empty() {
+                    return Err(LockError::Config(
+                        "Config::cluster needs at least one seed URL".into(),
+                    ));
+                }
+                if self.database.is_some_and(|db| db != 0) {
+                    return Err(LockError::Config(
+                        "a Redis Cluster has database 0 only".into(),
+                    ));
+                }
+            }
+        }
+        if self.sharded_pubsub == Some(true) && !matches!(self.topology, Topology::Cluster { .. }) {
+            return Err(LockError::Config(
+                "sharded pub/sub is for Redis Cluster; standalone and Sentinel use classic pub/sub"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The seed nodes of a cluster, validated, with the credential overrides.
+    pub(crate) fn cluster_seeds(&self) -> Result<Vec<redis::ConnectionInfo>, LockError> {
+        let Topology::Cluster { seeds } = &self.topology else {
+            return Err(LockError::Config("not a cluster configuration".into()));
+        };
+        let infos = seeds
+            .iter()
+            .map(|url| self.data_node_info(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        if infos.iter().any(|info| info.redis_settings().db() != 0) {
+            return Err(LockError::Config(
+                "a Redis Cluster has database 0 only".into(),
+            ));
+        }
+        Ok(infos)
+    }
+
+    /// The sentinels' addresses (with their own credentials, if the URLs
+    /// carry any) and the settings for the master they name.
+    pub(crate) fn sentinel_setup(
+        &self,
+    ) -> Result<
+        (
+            Vec<redis::ConnectionInfo>,
+            String,
+            redis::RedisConnectionInfo,
+        ),
+        LockError,
+    > {
+        let Topology::Sentinel { sentinels, master } = &self.topology else {
+            return Err(LockError::Config("not a sentinel configuration".into()));
+        };
+        let sentinels = sentinels
+            .iter()
+            .map(|url| parse_url(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut settings = redis::RedisConnectionInfo::default();
+        if let Some(user) = &self.username {
+            settings = settings.set_username(user);
+        }
+        if let Some(password) = &self.password {
+            settings = settings.set_password(password);
+        }
+        if let Some(db) = self.database {
+            settings = settings.set_db(db);
+        }
+        Ok((
+            sentinels,
+            master.clone(),
+            settings.set_protocol(ProtocolVersion::RESP3),
+        ))
+    }
+
+    /// One data node's parameters: `url` with the overrides, speaking RESP3.
+    fn data_node_info(&self, url: &str) -> Result<redis::ConnectionInfo, LockError> {
+        let info = parse_url(url)?;
+        let mut redis = info.redis_settings().clone();
+        if let Some(user) = &self.username {
+            redis = redis.set_username(user);
+        }
+        if let Some(password) = &self.password {
+            redis = redis.set_password(password);
+        }
+        if let Some(db) = self.database {
+            redis = redis.set_db(db);
+        }
+        redis = redis.set_protocol(ProtocolVersion::RESP3);
+        Ok(info.set_redis_settings(redis))
+    }
+
+    /// The URL with any password replaced by `***`.
+    fn redacted_url(&self) -> String {
+        redact(&self.url)
+    }
+}
+
+/// A URL parsed and checked for what this build supports.
+fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
+    let info = url
+        .into_connection_info()
+        .map_err(|e| LockError::Config(format!("invalid redis URL: {e}")))?;
+    if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) && !cfg!(feature = "tls") {
+        return Err(LockError::Config(
+            "rediss:// needs the `tls` feature of lock-runtime".into(),
+        ));
+    }
+    Ok(info)
+}
+
+/// `url` with any password replaced by `***`.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            if userinfo.contains(':') {
+                format!("{}{}:***{}", &url[..scheme + 3], user, &url[at..])
+            } else {
+                url.to_owned()
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut f = f.debug_struct("Config");
+        match &self.topology {
+            Topology::Standalone => f.field("url", &self.redacted_url()),
+            Topology::Sentinel { sentinels, master } => f
+                .field(
+                    "sentinels",
+                    &sentinels.iter().map(|u| redact(u)).collect::<Vec<_>>(),
+                )
+                .field("master", master),
+            Topology::Cluster { seeds } => f.field(
+                "cluster",
+                &seeds.iter().map(|u| redact(u)).collect::<Vec<_>>(),
+            ),
+        };
+        f.field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("database", &self.database)
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("fair_wait_timeout", &self.fair_wait_timeout)
+            .field("sharded_pubsub", &self.sharded_pubsub)
+            .field("replica_sync", &self.replica_sync)
+            .field("replica_sync_timeout", &self.replica_sync_timeout)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_hides_passwords() {
+        let c = Config::new("redis://alice:s3cret@localhost:6380/1").password("other");
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(!shown.contains("other"), "{shown}");
+        assert!(shown.contains("alice"), "{shown}");
+    }
+
+    #[test]
+    fn bad_url_is_a_config_error() {
+        let err = Config::new("not a url").connection_info().unwrap_err();
+        assert!(matches!(err, LockError::Config(_)), "{err:?}");
+    }
+
+    #[test]
+    fn sentinel_and_cluster_configs_are_checked_and_redacted() {
+        let sentinel = Config::sentinel(["redis://:s3cret@10.0.0.1:26379"], "m").password("p4ss");
+        let shown = format!("{sentinel:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("p4ss"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("10.0.0.1:26379") && shown.contains("\"m\""),
+            "{shown}"
+        );
+        let (sentinels, master, settings) = sentinel.sentinel_setup().unwrap();
+        assert_eq!((sentinels.len(), master.as_str()), (1, "m"));
+        assert_eq!(
+            settings.password(),
+            Some("p4ss"),
+            "the password is the master's"
+        );
+        assert_eq!(settings.protocol(), ProtocolVersion::RESP3);
+
+        let cluster = Config::cluster(["redis://a:1", "redis://b:2"]).password("pw");
+        assert!(cluster.check().is_ok());
+        let seeds = cluster.cluster_seeds().unwrap();
+        assert!(
+            seeds
+                .iter()
+                .all(|s| s.redis_settings().password() == Some("pw"))
+        );
+        assert!(cluster.connection_info().is_err(), "no single URL");
+
+        let bad = [
+            Config::cluster(Vec::<String>::new()),
+            Config::cluster(["redis://a:1"]).database(2),
+            Config::sentinel(["redis://a:1"], ""),
+            Config::new("redis://a:1").sharded_pubsub(true),
+            Config::new("redis://a:1").replica_sync_timeout(Duration::from_secs(10)),
+        ];
+        for config in bad {
+            assert!(
+                matches!(config.check(), Err(LockError::Config(_))),
+                "{config:?}"
+            );
+        }
+        assert!(matches!(
+            Config::cluster(["redis://a:1/3"]).cluster_seeds(),
+            Err(LockError::Config(_))
+        ));
+        assert!(
+            Config::new("redis://a:1")
+                .replica_sync(ReplicaSync::Off)
+                .replica_sync_timeout(Duration::ZERO)
+                .check()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn url_parts_are_read_and_overridden() {
+        let info = Config::new("redis://bob:pw@localhost:6390/3")
+            .database(5)
+            .connection_info()
+            .unwrap();
+        assert_eq!(info.redis_settings().db(), 5);
+        assert_eq!(info.redis_settings().username(), Some("bob"));
+        assert_eq!(info.redis_settings().password(), Some("pw"));
+        assert_eq!(info.redis_settings().protocol(), ProtocolVersion::RESP3);
+    }
+}

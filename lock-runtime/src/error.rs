@@ -1,0 +1,103 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Why a lock operation failed.
+///
+/// Every fault is reported through this type: bad input and broken
+/// connections never panic.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock stayed busy for the whole `wait`.
+    #[error("lock `{name}` was still held by another holder after waiting {waited:?}")]
+    Timeout {
+        /// The lock's name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+    /// The lease ran out or the lock was taken away (server restart, eviction,
+    /// a failover that lost the key, a fixed lease that expired) before release.
+    #[error("the lease on lock `{name}` was lost before it was released")]
+    Lost {
+        /// The lock's name.
+        name: String,
+    },
+    /// The operation needs a hold the caller does not have (for example a
+    /// reader asking to upgrade to a write lock).
+    #[error("lock `{name}`: {reason}")]
+    NotHeld {
+        /// The lock's name.
+        name: String,
+        /// What was asked and why it cannot be done.
+        reason: String,
+    },
+    /// Redis answered with an error, or could not be reached.
+    #[error("redis error: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// The configuration cannot be used (bad URL, missing feature, ...).
+    #[error("bad configuration: {0}")]
+    Config(String),
+    /// The lock name cannot be used as a Redis key.
+    #[error("bad lock name {name:?}: {reason}")]
+    BadName {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// The key at the lock's name holds a value that is not a lock.
+    #[error("key `{name}` holds a value of another type, not a lock")]
+    WrongType {
+        /// The lock's name.
+        name: String,
+    },
+    /// A quorum lock did not reach a majority of its nodes.
+    #[error("quorum lock `{name}` got {acquired} of {needed} nodes needed: {failures}")]
+    NoQuorum {
+        /// The lock's name.
+        name: String,
+        /// Nodes that granted the lock.
+        acquired: usize,
+        /// Nodes needed for a majority.
+        needed: usize,
+        /// What each failing node said, e.g. `node 2: refused; node 4: timed out`.
+        failures: String,
+    },
+    /// The lock was taken, but no replica acknowledged it within
+    /// `replica_sync_timeout` (see [`Config::replica_sync`](crate::Config::replica_sync)),
+    /// so a failover could lose it. The hold was given back.
+    #[error("lock `{name}` was not acknowledged by a replica within {waited:?}; it was given back")]
+    NotReplicated {
+        /// The lock's name.
+        name: String,
+        /// How long the acquisition waited for a replica.
+        waited: Duration,
+    },
+    /// The client's background runtime is gone (the process is shutting down).
+    #[error("the lock client has shut down")]
+    Shutdown,
+}
+
+impl LockError {
+    /// Maps a Redis error met while working on lock `name`, recognising the
+    /// cases that have their own kind.
+    pub(crate) fn from_redis(name: &str, err: redis::RedisError) -> Self {
+        let wrong_type = err.code() == Some("WRONGTYPE")
+            || err.to_string().contains("WRONGTYPE")
+            || err.to_string().contains("wrong kind of value");
+        if wrong_type {
+            LockError::WrongType {
+                name: name.to_owned(),
+            }
+        } else {
+            LockError::Redis(err)
+        }
+    }
+
+    /// True for the kinds that say "someone else has it", as opposed to a fault.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, LockError::Timeout { .. })
+    }
+}

@@ -1,0 +1,270 @@
+//! Guards: proof of holding, the loss signal, and release.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::lock::Target;
+use crate::watchdog::{HoldKey, Registration};
+use crate::{LockClient, LockError};
+
+/// How a hold's lease is kept.
+enum Lease {
+    /// Renewed by the client's watchdog until release.
+    Watchdog {
+        registration: Registration,
+        lost: watch::Receiver<bool>,
+    },
+    /// Fixed: gone at `expires` (measured from before the acquire call).
+    Fixed { expires: Instant },
+}
+
+/// One hold on one lock by one holder.
+pub(crate) struct Held {
+    client: LockClient,
+    target: Target,
+    holder: String,
+    token: u64,
+    lease: Lease,
+}
+
+impl Held {
+    /// Wraps a fresh acquisition; `expires` is `None` for watchdog leases,
+    /// which are registered here.
+    pub(crate) fn new(
+        client: LockClient,
+        target: Target,
+        holder: String,
+        token: u64,
+        expires: Option<Instant>,
+    ) -> Held {
+        let lease = match expires {
+            Some(expires) => Lease::Fixed { expires },
+            None => {
+                let (registration, lost) = client.core().watchdog.register(HoldKey {
+                    kind: target.renew_kind(),
+                    name: target.name().to_owned(),
+                    holder: holder.clone(),
+                });
+                Lease::Watchdog { registration, lost }
+            }
+        };
+        Held {
+            client,
+            target,
+            holder,
+            token,
+            lease,
+        }
+    }
+
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        self.target.name()
+    }
+
+    /// Reports a fixed lease lost no later than `at` (a quorum lock's
+    /// validity ends before its nodes' keys expire). Watchdog leases keep
+    /// their own loss signal.
+    pub(crate) fn expire_by(&mut self, at: Instant) {
+        if let Lease::Fixed { expires } = &mut self.lease {
+            *expires = (*expires).min(at);
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        match &self.lease {
+            Lease::Watchdog { lost, .. } => *lost.borrow(),
+            Lease::Fixed { expires } => Instant::now() >= *expires,
+        }
+    }
+
+    pub(crate) async fn lost(&self) {
+        match &self.lease {
+            Lease::Watchdog { lost, .. } => {
+                let mut lost = lost.clone();
+                // An error means the watchdog forgot the hold: treat as lost.
+                let _ = lost.wait_for(|lost| *lost).await;
+            }
+            Lease::Fixed { expires } => tokio::time::sleep_until((*expires).into()).await,
+        }
+    }
+
+    /// Gives the hold back. Runs on the client's background runtime, so it
+    /// completes even if the caller stops waiting. Retries a failed call with
+    /// the same request id: the unlock latch makes that idempotent.
+    pub(crate) async fn release(self) -> Result<(), LockError> {
+        let Held {
+            client,
+            target,
+            holder,
+            lease,
+            ..
+        } = self;
+        if let Lease::Watchdog { registration, .. } = &lease {
+            // Before the unlock: a released guard is never renewed again.
+            client.core().watchdog.unregister(registration);
+        }
+        let core = client.core().clone();
+        let span = tracing::debug_span!("release", lock = target.name());
+        let work = async move {
+            let request = uuid::Uuid::new_v4().to_string();
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                match target.unlock(&core, &holder, &request).await {
+                    Ok(-1) => {
+                        return Err(LockError::Lost {
+                            name: target.name().to_owned(),
+                        });
+                    }
+                    Ok(_) => return Ok(()),
+                    Err(LockError::Redis(e)) if tries < 3 && retriable(&e) => {
+                        tracing::debug!(error = %e, "unlock failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(50 * tries)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        .instrument(span);
+        crate::lock::on_background(&client, work).await?
+    }
+}
+
+fn retriable(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error()
+}
+
+/// Proof that the caller holds a lock. Release it with
+/// [`release`](LockGuard::release) to learn whether the lease held to the
+/// end; dropping it releases in the background (never blocking, never
+/// panicking).
+///
+/// A guard may stand for several holds (a multi lock, a quorum lock): then
+/// it is lost when any of them is (a quorum lock: when fewer than a majority
+/// remain), and release gives all of them back.
+#[must_use = "dropping a guard releases the lock at once"]
+pub struct LockGuard {
+    name: String,
+    token: u64,
+    holds: Vec<Held>,
+    /// How many holds may be lost before the guard is (a quorum's spare nodes).
+    tolerated: usize,
+}
+
+impl LockGuard {
+    pub(crate) fn single(held: Held) -> LockGuard {
+        LockGuard {
+            name: held.name().to_owned(),
+            token: held.token(),
+            holds: vec![held],
+            tolerated: 0,
+        }
+    }
+
+    /// A guard over several holds, all released together.
+    pub(crate) fn group(name: String, token: u64, holds: Vec<Held>) -> LockGuard {
+        LockGuard {
+            name,
+            token,
+            holds,
+            tolerated: 0,
+        }
+    }
+
+    /// Moves `other`'s holds into this group; the token becomes the larger.
+    pub(crate) fn absorb(&mut self, mut other: LockGuard) {
+        self.token = self.token.max(other.token);
+        self.holds.append(&mut other.holds);
+    }
+
+    /// Lets `k` holds be lost (or fail to release) before the guard counts
+    /// as lost: a quorum lock holds while a majority of its nodes do.
+    pub(crate) fn tolerate(&mut self, k: usize) {
+        self.tolerated = k;
+    }
+
+    /// See [`Held::expire_by`].
+    pub(crate) fn expire_by(&mut self, at: Instant) {
+        for held in &mut self.holds {
+            held.expire_by(at);
+        }
+    }
+
+    /// The fencing token of this acquisition: strictly increasing per lock
+    /// name (re-entries included). Pass it to the storage you protect and
+    /// have it refuse writes with a token older than one it has seen: that
+    /// keeps a holder whose lease silently ran out (a long GC-like pause) from
+    /// doing harm.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the lease is known to be lost (the watchdog found the lock
+    /// gone, or a fixed lease ran out).
+    pub fn is_lost(&self) -> bool {
+        self.holds.iter().filter(|h| h.is_lost()).count() > self.tolerated
+    }
+
+    /// Resolves when the lease is lost; never, while it holds.
+    pub async fn lost(&self) {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        let mut losses: FuturesUnordered<_> = self.holds.iter().map(Held::lost).collect();
+        let mut lost = 0;
+        while losses.next().await.is_some() {
+            lost += 1;
+            if lost > self.tolerated {
+                return;
+            }
+        }
+        std::future::pending().await
+    }
+
+    /// Releases the lock. `Err(LockError::Lost)` when the lease was lost
+    /// before (the lock was not ours any more, and another holder's lock is
+    /// never touched).
+    pub async fn release(mut self) -> Result<(), LockError> {
+        let holds = std::mem::take(&mut self.holds);
+        let results = futures_util::future::join_all(holds.into_iter().map(Held::release)).await;
+        let mut errors = results.into_iter().filter_map(Result::err);
+        match errors.next() {
+            Some(e) if 1 + errors.count() > self.tolerated => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        for held in self.holds.drain(..) {
+            let runtime = held.client.core().runtime.clone();
+            let name = held.name().to_owned();
+            runtime.spawn(async move {
+                if let Err(e) = held.release().await {
+                    tracing::warn!(lock = %name, error = %e, "release of a dropped guard failed");
+                }
+            });
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("token", &self.token)
+            .field("holds", &self.holds.len())
+            .finish()
+    }
+}

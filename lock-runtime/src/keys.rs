@@ -1,0 +1,99 @@
+//! Redis key and channel names of the Redisson layout (DESIGN §4).
+//!
+//! Derived keys wrap the lock name in `{}` so that, in a cluster, they share
+//! the slot of the lock's own key; a name that already contains `{` carries
+//! its own hash tag and is used as it is.
+
+use crate::LockError;
+
+/// Rejects names that cannot be a lock.
+pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
+    if name.is_empty() {
+        return Err(LockError::BadName {
+            name: name.to_owned(),
+            reason: "a lock name must not be empty",
+        });
+    }
+    if name.len() > 64 * 1024 {
+        return Err(LockError::BadName {
+            name: format!("{}...", name.chars().take(32).collect::<String>()),
+            reason: "a lock name must be at most 64 KiB",
+        });
+    }
+    Ok(())
+}
+
+/// `{name}`, or `name` when it already has a hash tag.
+pub(crate) fn tagged(name: &str) -> String {
+    if name.contains('{') {
+        name.to_owned()
+    } else {
+        format!("{{{name}}}")
+    }
+}
+
+/// The unlock channel of reentrant and fair locks.
+pub(crate) fn lock_channel(name: &str) -> String {
+    format!("redisson_lock__channel:{}", tagged(name))
+}
+
+/// The fencing token counter.
+pub(crate) fn token_key(name: &str) -> String {
+    format!("redisson_lock_token:{}", tagged(name))
+}
+
+/// The key that remembers the result of unlock request `request`.
+pub(crate) fn unlock_latch(name: &str, request: &str) -> String {
+    format!("redisson_unlock_latch:{}:{request}", tagged(name))
+}
+
+/// The fair lock's waiting queue.
+pub(crate) fn fair_queue(name: &str) -> String {
+    format!("redisson_lock_queue:{}", tagged(name))
+}
+
+/// The fair lock's waiter timeouts.
+pub(crate) fn fair_timeouts(name: &str) -> String {
+    format!("redisson_lock_timeout:{}", tagged(name))
+}
+
+/// The channel on which fair-lock waiter `holder` is woken.
+pub(crate) fn fair_waiter_channel(name: &str, holder: &str) -> String {
+    format!("{}:{holder}", lock_channel(name))
+}
+
+/// The read-write lock's channel.
+pub(crate) fn rw_channel(name: &str) -> String {
+    format!("redisson_rwlock:{}", tagged(name))
+}
+
+/// The prefix of a read-write lock's per-hold timeout keys:
+/// `{name}:<holder>:rwlock_timeout`, followed by `:<k>`.
+pub(crate) fn rw_timeout_prefix(name: &str, holder: &str) -> String {
+    format!("{}:{holder}:rwlock_timeout", tagged(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_keys_share_the_hash_tag() {
+        assert_eq!(lock_channel("stock:1"), "redisson_lock__channel:{stock:1}");
+        assert_eq!(token_key("a{b}c"), "redisson_lock_token:a{b}c");
+        assert_eq!(
+            unlock_latch("n", "r1"),
+            "redisson_unlock_latch:{n}:r1"
+        );
+        assert_eq!(
+            rw_timeout_prefix("doc", "u:1"),
+            "{doc}:u:1:rwlock_timeout"
+        );
+    }
+
+    #[test]
+    fn empty_names_are_rejected() {
+        assert!(matches!(check_name(""), Err(LockError::BadName { .. })));
+        assert!(check_name("x").is_ok());
+    }
+}

@@ -1,0 +1,248 @@
+//! Distributed locks on Redis for async Rust, compatible with Redisson.
+//!
+//! ```
+//! use std::time::Duration;
+//! use lock_runtime::{distributed_lock, Config, LockClient, LockError};
+//!
+//! #[derive(Debug)]
+//! enum ShopError { Lock(LockError), SoldOut }
+//! impl From<LockError> for ShopError {
+//!     fn from(e: LockError) -> Self { ShopError::Lock(e) }
+//! }
+//!
+//! // Only one caller in the fleet runs this body for a given `id` at a time.
+//! #[distributed_lock(key = "stock:<id>", wait = "2s")]
+//! async fn deduct(id: u64, qty: u32) -> Result<u32, ShopError> {
+//!     // read-modify-write the stock of `id` here
+//!     if qty > 10 { return Err(ShopError::SoldOut); }
+//!     Ok(10 - qty)
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let Some(server) = doc_server::start() else { return Ok(()) };
+//! # let url = server.url.clone();
+//! # tokio::runtime::Runtime::new()?.block_on(async move {
+//! // The global client the attribute uses (else it reads REDIS_URL).
+//! lock_runtime::init(Config::new(&url)).await?;
+//! assert_eq!(deduct(42, 3).await.map_err(|e| format!("{e:?}"))?, 7);
+//!
+//! // The same lock through the builder.
+//! let client = LockClient::connect(Config::new(&url)).await?;
+//! let guard = client.lock("stock:42").wait(Duration::from_secs(2)).acquire().await?;
+//! assert!(guard.token() > 0);
+//! guard.release().await?;
+//! # Ok::<_, Box<dyn std::error::Error>>(())
+//! # })
+//! # }
+//! # mod doc_server {
+//! #     pub struct Server { child: std::process::Child, pub url: String }
+//! #     impl Drop for Server { fn drop(&mut self) { let _ = self.child.kill(); let _ = self.child.wait(); } }
+//! #     /// A throwaway redis-server on a free loopback port, if one is installed.
+//! #     pub fn start() -> Option<Server> {
+//! #         let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+//! #         let child = std::process::Command::new("redis-server")
+//! #             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+//! #             .stdout(std::process::Stdio::null()).spawn().ok()?;
+//! #         let server = Server { child, url: format!("redis://127.0.0.1:{port}") };
+//! #         for _ in 0..200 {
+//! #             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() { return Some(server); }
+//! #             std::thread::sleep(std::time::Duration::from_millis(10));
+//! #         }
+//! #         None
+//! #     }
+//! # }
+//! ```
+//!
+//! # What you get
+//!
+//! - [`LockClient`]: one connection to Redis, one pub/sub path, one watchdog.
+//!   [`LockClient::lock`] gives a reentrant lock (Redisson's `RLock`).
+//! - [`LockGuard`]: proof of holding. [`LockGuard::token`] is a fencing token,
+//!   strictly increasing per lock name; [`LockGuard::lost`] resolves when the
+//!   lease is lost; [`LockGuard::release`] says whether the lease held.
+//! - `#[distributed_lock]`: takes the lock around an `async fn`, with the key
+//!   built from the function's parameters and checked at compile time.
+//! - [`SegmentedLock`] ([`LockClient::segmented_lock`]) and [`Inventory`]: a
+//!   hot resource, such as the stock of one SKU in a flash sale, split into
+//!   `n` segments with a lock each, so `n` buyers proceed at once;
+//!   `segmented_lock!` declares one once, with a typed key template.
+//!
+//! # Decisions
+//!
+//! - **Who holds a lock.** A holder is a tokio task: nested acquisitions in
+//!   one task re-enter, other tasks wait. Code run by `block_on` (including
+//!   `#[tokio::main]`'s body) counts as one holder per thread. A task spawned
+//!   while holding a lock is another holder: it waits for the lock.
+//! - **Waiting.** `wait` left out waits until acquired; `Duration::ZERO` makes
+//!   one attempt. The first attempt is one script round trip. Waiters then
+//!   subscribe to the lock's unlock channel and sleep until a message or the
+//!   holder's remaining lease; within one client only the first waiter per
+//!   name contends in Redis, the others queue locally in arrival order. A lost
+//!   message costs at most one lease, never a hang.
+//! - **Fair locks.** [`LockClient::fair_lock`] keeps Redisson's queue and
+//!   deadlines. A waiter joins the queue at its first failed attempt (so order
+//!   is by first attempt, across tasks and clients alike) and keeps its place
+//!   on every retry; fair waiters do not also queue locally, since a local
+//!   order could only disagree with the Redis one. Unlock wakes only the head,
+//!   on its own channel. Deadlines use the Redis server's clock (`TIME` in
+//!   the scripts), so Rust clients with skewed clocks agree; each retry pushes
+//!   the waiter's deadline to the lock's lease end plus
+//!   [`Config::fair_wait_timeout`], so a live waiter is never evicted, and a
+//!   head that stops retrying (its process died) is evicted after that wait.
+//!   A waiter whose `wait` ends, or whose acquire is dropped, leaves the queue
+//!   and moves those behind it up.
+//! - **Read-write locks.** [`LockClient::read_write_lock`]: readers share,
+//!   writers exclude; the writer may also read (downgrade), a reader asking
+//!   to write gets [`LockError::NotHeld`] at once (no upgrade, no deadlock).
+//!   Each read hold has its own lease key; one that ran out stops counting
+//!   (the next writer clears it) and the hash lives as long as its longest
+//!   hold. Releasing the write lock wakes every waiting reader; a client's
+//!   readers take turns only to try, never to hold. The watchdog renews only
+//!   its own client's holds. A task's holds on one read-write lock share
+//!   their renewal: while one is renewed, its other holds are too.
+//! - **Multi locks.** [`LockClient::multi_lock`] (names on one client) and
+//!   [`MultiLock`] (locks of any kind on any clients) take all or none. The
+//!   locks are taken in a fixed order (server address, then name; repeats
+//!   once), and no lock is held while waiting: when one is busy, the others
+//!   are given back, the caller waits for the busy one, takes it and tries
+//!   the rest again. So overlapping sets in any order cannot deadlock. The
+//!   guard's name is the names joined by `+`; its token is the largest of
+//!   the locks' tokens (strictly increasing per set of names). With several
+//!   keys, `#[distributed_lock(keys = [...])]` is a multi lock of the
+//!   attribute's kind over the global client.
+//! - **Quorum locks.** [`QuorumLock`] is Redlock over independent masters,
+//!   one client each: attempts on all of them at once, each bounded by a node
+//!   timeout; it holds with `N/2 + 1` grants and validity left (lease −
+//!   elapsed − 1% of the lease − 2 ms; for watchdog locks the lease is the
+//!   smallest `watchdog_timeout`), else every grant is given back and, while
+//!   `wait` lasts, it retries after a random pause. Failure is
+//!   [`LockError::NoQuorum`], naming each node that was busy, timed out or
+//!   failed. Each client's watchdog renews its node; the guard is lost when
+//!   fewer than a majority of holds remain. Redlock trusts time: a holder
+//!   paused past its validity, or a node whose clock jumps, can overlap with
+//!   the next holder. Fencing covers that: the guard's token is the largest of
+//!   the granting nodes' tokens, and the others are raised to it before the
+//!   guard is returned, so any later majority (it shares a node) counts past
+//!   it; storage that refuses older tokens refuses the stale holder.
+//! - **Segmented locks.** Segment `i` of `name` is the reentrant lock
+//!   `{name:seg:i}`: each segment is its own hash tag, so the segments spread
+//!   over cluster slots, and each segment's derived keys share its slot. A
+//!   name with `{` or `}` is refused. [`SegmentedLock::any`] tries each
+//!   segment once from a start that rotates with every call, skipping those
+//!   this client's tasks already hold or wait for, then waits on the segment
+//!   where the fewest of them wait; [`SegmentedLock::all`] takes the segments
+//!   in ascending order. Guards say which segment they hold, and each
+//!   segment has its own fencing tokens.
+//! - **Segmented stock.** [`Inventory::deduct`] deducts under one segment's
+//!   lock when that segment has enough. Otherwise it releases that lock,
+//!   reads every segment without locks (a sum short of the request answers
+//!   [`InventoryError::Insufficient`]: stock only falls between restocks),
+//!   retries under the lock of a segment that seemed to have enough, and
+//!   else merges under every segment's lock, taken in ascending order. No
+//!   buyer holds one segment while it waits for all of them, so merging
+//!   buyers never deadlock. Counts are written only under their segment's
+//!   lock, with its fencing token passed to the [`SegmentStore`];
+//!   [`RedisSegmentStore`] keeps them as plain strings beside the locks.
+//!   An inventory remembers which segments it last saw empty (a hint, never
+//!   the basis of a sale or a refusal): buyers skip them, stop queueing for
+//!   a segment another buyer emptied, and share one lock-free read of the
+//!   segments, so a sold-out flood costs little. Share one [`Inventory`]
+//!   per item (e.g. in an `Arc`) to share those hints.
+//! - **Leases.** `lease` left out: the watchdog renews the lock every third of
+//!   [`Config::watchdog_timeout`] (default 30 s) until release. A fixed
+//!   `lease` is never renewed; the guard counts it from before the acquire
+//!   call, so it reports the loss no later than Redis expires the key.
+//! - **Release.** Unlock is idempotent (Redisson's unlock latch) and retried on
+//!   a connection error. Releasing a lock whose lease was lost returns
+//!   [`LockError::Lost`] and never touches another holder's lock. A dropped
+//!   guard is released on the client's background thread; at process exit,
+//!   a release still under way is abandoned and the lease expires on its own.
+//! - **Cancellation.** Every Redis call runs on the client's own runtime
+//!   thread, so dropping an acquire future never strands a half-taken lock:
+//!   a hold that arrives for a caller who left is given back at once, and the
+//!   local queue place and pub/sub interest go with the dropped future.
+//! - **The attribute.** The function's error type takes a [`LockError`]
+//!   (`E: From<LockError>`). When the body succeeded but the release reports a
+//!   lost lease, the call returns `Err(LockError::Lost)`: the body ran without
+//!   the exclusion it relied on. A failed body keeps its own error.
+//! - **Protocol.** The client speaks RESP3 (Redis 6 or newer): pub/sub
+//!   messages arrive as push frames on the one multiplexed connection.
+//!
+//! # Topologies
+//!
+//! [`Config::new`] (one server), [`Config::sentinel`] (a master found and
+//! followed through Sentinel) and [`Config::cluster`] (Redis Cluster) give the
+//! same client, locks, builder knobs and `init`/`client()`.
+//!
+//! - **Sentinel.** The client asks the sentinels for the master and connects
+//!   to it; when that connection breaks or the node answers `READONLY` (it was
+//!   demoted), it asks them again, with backoff, until they name a master that
+//!   answers as one. Commands meanwhile wait up to the connect timeout, then
+//!   fail with [`LockError::Redis`]; subscriptions are made again on the new
+//!   master.
+//! - **Cluster.** Every key and channel of a lock shares the lock's slot
+//!   (derived names wrap the name in `{}` unless it has a hash tag; a name
+//!   with a brace but no usable tag is refused with [`LockError::BadName`]).
+//!   Commands follow `MOVED`/`ASK` and are retried through a failover (about
+//!   ten seconds, then an error). The watchdog renews per slot, all slots at
+//!   once. Waiters use sharded pub/sub (`SSUBSCRIBE`, unlocks `SPUBLISH`) when
+//!   every node runs Redis 7 or newer, classic pub/sub otherwise
+//!   ([`Config::sharded_pubsub`] picks one, so that a fleet mixing Rust and
+//!   Redisson clients agrees). A subscription follows its slot: it is made
+//!   again when a node is lost (on the shard's promoted replica) and when a
+//!   node drops it because the slot moved.
+//! - **Replica sync.** After each acquisition the client waits (Redis
+//!   `WAIT`) until one replica has it, when the lock's master has replicas
+//!   ([`ReplicaSync::Auto`], the default); none in
+//!   [`Config::replica_sync_timeout`] gives the hold back and returns
+//!   [`LockError::NotReplicated`]. This closes the common hole (a failover
+//!   right after an acquire promoting a replica that never saw it), not every
+//!   one: [`Config::replica_sync`] lists what can still be lost. A lost lock
+//!   is reported: the guard's [`LockGuard::lost`] resolves at the first
+//!   renewal on the new master, and release returns [`LockError::Lost`].
+//!
+//! # Redis layout
+//!
+//! The keys, fields and channels are Redisson's (see the README), so Rust and
+//! Java holders exclude each other and wake each other.
+
+mod background;
+mod client;
+mod config;
+mod conn;
+mod error;
+mod global;
+mod guard;
+mod holder;
+mod inventory;
+mod keys;
+mod local;
+mod lock;
+mod pubsub;
+mod scripts;
+mod watchdog;
+
+#[doc(hidden)]
+pub mod __private {
+    //! Used by the macros' expansions; not a public API.
+    pub use crate::private::*;
+}
+mod private;
+
+pub use client::LockClient;
+pub use config::{Config, DEFAULT_URL, ReplicaSync};
+pub use error::LockError;
+pub use global::{client, init};
+pub use guard::LockGuard;
+pub use inventory::{
+    Deduction, Inventory, InventoryError, RedisSegmentStore, SegmentKey, SegmentStore, StoreError,
+};
+pub use lock::LockBuilder;
+pub use lock::read_write::ReadWriteLock;
+pub use lock::multi::MultiLock;
+pub use lock::quorum::QuorumLock;
+pub use lock::segmented::{
+    AllSegmentsBuilder, SegmentBuilder, SegmentGuard, SegmentedLock, SegmentsGuard,
+};
+pub use lock_macros::distributed_lock;
+pub use lock_macros::segmented_lock;

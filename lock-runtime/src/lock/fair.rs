@@ -1,0 +1,124 @@
+//! The fair lock's scripts (Redisson's `RFairLock` layout): the reentrant
+//! lock's HASH, plus a queue LIST of waiting holder ids and a ZSET of their
+//! deadlines, so that the lock goes to waiters in the order they first asked.
+//!
+//! - A waiter joins the queue at its first failed attempt and keeps its place
+//!   on every retry; each retry also pushes its deadline past the lock's
+//!   current lease plus [`Config::fair_wait_timeout`](crate::Config::fair_wait_timeout),
+//!   so a waiter that is alive is never evicted.
+//! - A head whose deadline passed (its process died) is evicted by the next
+//!   script that looks at the queue.
+//! - Unlock wakes only the head, on its own channel
+//!   `redisson_lock__channel:{name}:<holder id>`.
+//! - A waiter that leaves without the lock (wait over, acquire cancelled)
+//!   removes itself and moves those behind it up.
+
+use crate::LockError;
+use crate::client::Core;
+use crate::keys;
+use crate::lock::Attempt;
+use crate::scripts::SCRIPTS;
+use std::time::Duration;
+
+/// One try at taking (or re-entering) the lock; a failed try queues the
+/// holder (first time) or keeps its place (later).
+pub(crate) async fn attempt(
+    core: &Core,
+    name: &str,
+    holder: &str,
+    lease: Duration,
+) -> Result<Attempt, LockError> {
+    core.check_slot_name(name)?;
+    let mut conn = core.conn.clone();
+    let (acquired, value): (i64, i64) = SCRIPTS
+        .fair_acquire
+        .key(name)
+        .key(keys::fair_queue(name))
+        .key(keys::fair_timeouts(name))
+        .key(keys::token_key(name))
+        .key(keys::lock_channel(name))
+        .arg(lease.as_millis().max(1) as u64)
+        .arg(holder)
+        .arg(wait_ms(core))
+        .arg(core.publish_command())
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| LockError::from_redis(name, e))?;
+    if acquired != 1 {
+        return Ok(Attempt::Busy { ttl_ms: value });
+    }
+    if let Err(e) = core.sync_replicas(name).await {
+        // A hold no replica confirmed could vanish in a failover: give it back.
+        let request = uuid::Uuid::new_v4().to_string();
+        if let Err(undo) = unlock(core, name, holder, &request).await {
+            tracing::warn!(lock = name, error = %undo, "could not give back an unreplicated hold");
+        }
+        return Err(e);
+    }
+    Ok(Attempt::Acquired {
+        token: value as u64,
+    })
+}
+
+/// Gives back one hold; `request` makes a retried call idempotent.
+/// Returns 1 freed (the head of the queue is woken), 0 still held by the
+/// holder's other holds, -1 not held.
+pub(crate) async fn unlock(
+    core: &Core,
+    name: &str,
+    holder: &str,
+    request: &str,
+) -> Result<i64, LockError> {
+    let mut conn = core.conn.clone();
+    SCRIPTS
+        .fair_unlock
+        .key(name)
+        .key(keys::fair_queue(name))
+        .key(keys::fair_timeouts(name))
+        .key(keys::lock_channel(name))
+        .key(keys::unlock_latch(name, request))
+        .arg(holder)
+        .arg(core.config.unlock_latch_ttl.as_millis() as u64)
+        .arg(core.publish_command())
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| LockError::from_redis(name, e))
+}
+
+/// The clean-up of a waiter that leaves without the lock: out of the queue
+/// and the deadlines, those behind it moved up. Failures are logged: a place
+/// left behind is evicted at its deadline anyway.
+pub(crate) fn give_up(
+    core: &Core,
+    name: &str,
+    holder: &str,
+) -> impl Future<Output = ()> + Send + 'static {
+    let mut conn = core.conn.clone();
+    let wait = wait_ms(core);
+    let publish = core.publish_command();
+    let name = name.to_owned();
+    let holder = holder.to_owned();
+    async move {
+        let left: Result<i64, _> = SCRIPTS
+            .fair_give_up
+            .key(&name)
+            .key(keys::fair_queue(&name))
+            .key(keys::fair_timeouts(&name))
+            .key(keys::lock_channel(&name))
+            .arg(&holder)
+            .arg(wait)
+            .arg(publish)
+            .invoke_async(&mut conn)
+            .await;
+        match left {
+            Ok(_) => tracing::debug!(lock = %name, "left the fair queue"),
+            Err(e) => {
+                tracing::warn!(lock = %name, error = %e, "could not leave the fair queue; its deadline will evict the place");
+            }
+        }
+    }
+}
+
+fn wait_ms(core: &Core) -> u64 {
+    core.config.fair_wait_timeout.as_millis().max(1) as u64
+}

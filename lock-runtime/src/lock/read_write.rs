@@ -1,0 +1,220 @@
+//! The read-write lock (Redisson's `RReadWriteLock` layout): one HASH `name`
+//! with `mode` = `read` | `write`, a field per reader (its holder id, the
+//! number of its read holds) and the writer's field `<holder id>:write`.
+//! Read hold `k` of a reader has its own key
+//! `{name}:<holder id>:rwlock_timeout:<k>` that expires with that hold's
+//! lease; the hash expires with the longest hold. Waiters listen on
+//! `redisson_rwlock:{name}`.
+
+use std::time::Duration;
+
+use crate::client::Core;
+use crate::keys;
+use crate::lock::{Attempt, LockBuilder, Target};
+use crate::scripts::SCRIPTS;
+use crate::{LockClient, LockError};
+
+/// A read-write lock (Redisson's `RReadWriteLock`), from
+/// [`LockClient::read_write_lock`]: any number of readers at a time, or one
+/// writer.
+///
+/// - Readers share the lock; a writer waits for every reader, and readers
+///   wait for a writer. Releasing the write lock wakes every waiting reader
+///   at once.
+/// - The task holding the write lock may take read holds too (downgrade):
+///   after it releases the write lock it keeps reading, and writers keep
+///   waiting.
+/// - A task holding only read holds never upgrades: asking for the write
+///   lock fails at once with [`LockError::NotHeld`] instead of waiting for
+///   ever (two readers upgrading would wait for each other).
+/// - Each read hold has its own lease: one that runs out (a fixed `lease`,
+///   or a client that died) stops counting, and the next writer gets in.
+/// - Both sides are reentrant per task and take fencing tokens from the
+///   lock's one counter.
+/// - Readers do not queue behind a waiting writer (as in Redisson): under a
+///   steady stream of readers a writer may wait long.
+///
+/// ```no_run
+/// # async fn demo(client: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+/// let doc = client.read_write_lock("doc:7");
+/// let reading = doc.read().acquire().await?;
+/// // ... other readers may read at the same time ...
+/// reading.release().await?;
+/// let writing = doc.write().acquire().await?;
+/// // ... no one else reads or writes ...
+/// writing.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReadWriteLock {
+    client: LockClient,
+    name: String,
+}
+
+impl ReadWriteLock {
+    pub(crate) fn new(client: LockClient, name: String) -> Self {
+        ReadWriteLock { client, name }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The read side: shared with other readers.
+    pub fn read(&self) -> LockBuilder {
+        LockBuilder::new(
+            self.client.clone(),
+            Target::Read {
+                name: self.name.clone(),
+            },
+        )
+    }
+
+    /// The write side: exclusive.
+    pub fn write(&self) -> LockBuilder {
+        LockBuilder::new(
+            self.client.clone(),
+            Target::Write {
+                name: self.name.clone(),
+            },
+        )
+    }
+}
+
+/// One try at a read hold.
+pub(crate) async fn attempt_read(
+    core: &Core,
+    name: &str,
+    holder: &str,
+    lease: Duration,
+) -> Result<Attempt, LockError> {
+    core.check_slot_name(name)?;
+    let mut conn = core.conn.clone();
+    let answer: (i64, i64) = SCRIPTS
+        .rw_read_acquire
+        .key(name)
+        .key(keys::token_key(name))
+        .key(keys::rw_timeout_prefix(name, holder))
+        .arg(lease.as_millis().max(1) as u64)
+        .arg(holder)
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| LockError::from_redis(name, e))?;
+    let attempt = answer_of(name, answer)?;
+    replicated(core, name, holder, attempt, false).await
+}
+
+/// One try at the write lock.
+pub(crate) async fn attempt_write(
+    core: &Core,
+    name: &str,
+    holder: &str,
+    lease: Duration,
+) -> Result<Attempt, LockError> {
+    core.check_slot_name(name)?;
+    let mut conn = core.conn.clone();
+    let answer: (i64, i64) = SCRIPTS
+        .rw_write_acquire
+        .key(name)
+        .key(keys::token_key(name))
+        .key(keys::tagged(name))
+        .arg(lease.as_millis().max(1) as u64)
+        .arg(holder)
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| LockError::from_redis(name, e))?;
+    let attempt = answer_of(name, answer)?;
+    replicated(core, name, holder, attempt, true).await
+}
+
+/// Replica sync after an acquisition; a hold no replica confirmed could
+/// vanish in a failover, so it is given back.
+async fn replicated(
+    core: &Core,
+    name: &str,
+    holder: &str,
+    attempt: Attempt,
+    write: bool,
+) -> Result<Attempt, LockError> {
+    if let Attempt::Acquired { .. } = attempt
+        && let Err(e) = core.sync_replicas(name).await
+    {
+        let request = uuid::Uuid::new_v4().to_string();
+        let undone = if write {
+            unlock_write(core, name, holder, &request).await
+        } else {
+            unlock_read(core, name, holder, &request).await
+        };
+        if let Err(undo) = undone {
+            tracing::warn!(lock = name, error = %undo, "could not give back an unreplicated hold");
+        }
+        return Err(e);
+    }
+    Ok(attempt)
+}
+
+fn answer_of(name: &str, (code, value): (i64, i64)) -> Result<Attempt, LockError> {
+    match code {
+        1 => Ok(Attempt::Acquired {
+            token: value as u64,
+        }),
+        0 => Ok(Attempt::Busy { ttl_ms: value }),
+        _ => Err(LockError::NotHeld {
+            name: name.to_owned(),
+            reason: "this task holds a read lock and asked for the write lock: upgrading a \
+                     read lock is not supported (two readers upgrading would wait for each \
+                     other for ever); release the read lock first, or take the write lock \
+                     first and read under it"
+                .to_owned(),
+        }),
+    }
+}
+
+/// Gives back one read hold. Returns 1 when the holder has no read hold left,
+/// 0 when it has others, -1 when this hold had already run out.
+pub(crate) async fn unlock_read(
+    core: &Core,
+    name: &str,
+    holder: &str,
+    request: &str,
+) -> Result<i64, LockError> {
+    let mut conn = core.conn.clone();
+    SCRIPTS
+        .rw_read_unlock
+        .key(name)
+        .key(keys::rw_channel(name))
+        .key(keys::rw_timeout_prefix(name, holder))
+        .key(keys::tagged(name))
+        .key(keys::unlock_latch(name, request))
+        .arg(holder)
+        .arg(core.config.unlock_latch_ttl.as_millis() as u64)
+        .arg(core.publish_command())
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| LockError::from_redis(name, e))
+}
+
+/// Gives back one write hold. Returns 1 when the write lock was given up
+/// (every waiting reader is woken), 0 when the holder has other write holds,
+/// -1 when it did not hold the write lock.
+pub(crate) async fn unlock_write(
+    core: &Core,
+    name: &str,
+    holder: &str,
+    request: &str,
+) -> Result<i64, LockError> {
+    let mut conn = core.conn.clone();
+    SCRIPTS
+        .rw_write_unlock
+        .key(name)
+        .key(keys::rw_channel(name))
+        .key(keys::tagged(name))
+        .key(keys::unlock_latch(name, request))
+        .arg(holder)
+        .arg(core.config.unlock_latch_ttl.as_millis() as u64)
+        .arg(core.publish_command())
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| LockError::from_redis(name, e))
+}

@@ -1,0 +1,67 @@
+//! The reentrant lock's scripts (Redisson's `RLock` layout): a HASH of holder
+//! id to hold count, with a PEXPIRE lease.
+
+use std::time::Duration;
+
+use crate::LockError;
+use crate::client::Core;
+use crate::keys;
+use crate::lock::Attempt;
+use crate::scripts::SCRIPTS;
+
+/// One try at taking (or re-entering) the lock.
+pub(crate) async fn attempt(
+    core: &Core,
+    name: &str,
+    holder: &str,
+    lease: Duration,
+) -> Result<Attempt, LockError> {
+    core.check_slot_name(name)?;
+    let mut conn = core.conn.clone();
+    let (acquired, value): (i64, i64) = SCRIPTS
+        .reentrant_acquire
+        .key(name)
+        .key(keys::token_key(name))
+        .arg(lease.as_millis().max(1) as u64)
+        .arg(holder)
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| LockError::from_redis(name, e))?;
+    if acquired != 1 {
+        return Ok(Attempt::Busy { ttl_ms: value });
+    }
+    if let Err(e) = core.sync_replicas(name).await {
+        // A hold no replica confirmed could vanish in a failover: give it back.
+        let request = uuid::Uuid::new_v4().to_string();
+        if let Err(undo) = unlock(core, name, holder, &request).await {
+            tracing::warn!(lock = name, error = %undo, "could not give back an unreplicated hold");
+        }
+        return Err(e);
+    }
+    Ok(Attempt::Acquired {
+        token: value as u64,
+    })
+}
+
+/// Gives back one hold; `request` makes a retried call idempotent.
+/// Returns 1 freed, 0 still held by the holder's other holds, -1 not held.
+pub(crate) async fn unlock(
+    core: &Core,
+    name: &str,
+    holder: &str,
+    request: &str,
+) -> Result<i64, LockError> {
+    let mut conn = core.conn.clone();
+    SCRIPTS
+        .unlock
+        .key(name)
+        .key(keys::lock_channel(name))
+        .key(keys::unlock_latch(name, request))
+        .arg(holder)
+        .arg(core.config.unlock_latch_ttl.as_millis() as u64)
+        .arg(core.publish_command())
+        .arg("0")
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| LockError::from_redis(name, e))
+}

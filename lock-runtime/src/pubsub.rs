@@ -1,0 +1,214 @@
+//! One pub/sub path per client: unlock messages arrive as RESP3 push frames on
+//! the client's single multiplexed connection, whatever the number of waiters
+//! or lock names.
+//!
+//! A dispatcher task owns the table of subscribed channels, with a reference
+//! count per channel: the first subscriber sends `SUBSCRIBE`, the last one to
+//! leave sends `UNSUBSCRIBE`. Requests are handled in order, so an unsubscribe
+//! and a later subscribe of the same channel cannot overtake each other. Each
+//! message bumps a generation counter that the channel's waiters watch. The
+//! connection subscribes again after a reconnect (the cluster connection on
+//! the node that now owns the channel's slot, see [`crate::conn`]); a sharded
+//! subscription that a cluster node drops because the slot moved away is made
+//! again here.
+
+use std::collections::HashMap;
+
+use redis::{PushInfo, PushKind};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::LockError;
+use crate::conn::Conn;
+
+enum Request {
+    Subscribe {
+        channel: String,
+        reply: oneshot::Sender<Result<watch::Receiver<u64>, LockError>>,
+    },
+    Unsubscribe {
+        channel: String,
+    },
+    #[cfg(test)]
+    Count {
+        reply: oneshot::Sender<usize>,
+    },
+}
+
+/// The client's handle on its dispatcher.
+pub(crate) struct PubSub {
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+impl PubSub {
+    /// Starts the dispatcher on the current (background) runtime.
+    pub(crate) fn start(conn: Conn, pushes: mpsc::UnboundedReceiver<PushInfo>) -> PubSub {
+        let (requests, inbox) = mpsc::unbounded_channel();
+        tokio::spawn(dispatch(conn, inbox, pushes));
+        PubSub { requests }
+    }
+
+    /// Subscribes to `channel` (or joins the existing subscription). Returns
+    /// once the server has confirmed it, so no message sent afterwards is missed.
+    pub(crate) async fn subscribe(&self, channel: String) -> Result<Subscription, LockError> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Request::Subscribe {
+                channel: channel.clone(),
+                reply,
+            })
+            .map_err(|_| LockError::Shutdown)?;
+        let messages = answer.await.map_err(|_| LockError::Shutdown)??;
+        Ok(Subscription {
+            channel,
+            messages,
+            requests: self.requests.clone(),
+        })
+    }
+
+    /// How many channels the dispatcher is subscribed to.
+    #[cfg(test)]
+    pub(crate) async fn channel_count(&self) -> usize {
+        let (reply, answer) = oneshot::channel();
+        let _ = self.requests.send(Request::Count { reply });
+        answer.await.unwrap_or(usize::MAX)
+    }
+}
+
+/// One waiter's interest in a channel; dropping it releases the interest.
+pub(crate) struct Subscription {
+    channel: String,
+    messages: watch::Receiver<u64>,
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+impl Subscription {
+    /// Forgets the messages received so far: [`changed`](Self::changed) then
+    /// waits for the next one. Call it before each retry.
+    pub(crate) fn mark_seen(&mut self) {
+        self.messages.borrow_and_update();
+    }
+
+    /// Waits for a message published after the last [`mark_seen`](Self::mark_seen).
+    /// Never returns when the dispatcher is gone (callers bound it with a timeout).
+    pub(crate) async fn changed(&mut self) {
+        if self.messages.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let _ = self.requests.send(Request::Unsubscribe {
+            channel: std::mem::take(&mut self.channel),
+        });
+    }
+}
+
+struct Channel {
+    subscribers: usize,
+    messages: watch::Sender<u64>,
+}
+
+async fn dispatch(
+    mut conn: Conn,
+    mut inbox: mpsc::UnboundedReceiver<Request>,
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+) {
+    let mut channels: HashMap<String, Channel> = HashMap::new();
+    loop {
+        tokio::select! {
+            biased;
+            push = pushes.recv() => match push {
+                Some(push) if conn.is_lost_subscription(&push) => {
+                    resubscribe(&mut conn, &channels, push).await;
+                }
+                Some(push) if conn.is_lost_node(&push) => {
+                    // Listen again wherever each channel's slot is served now
+                    // (a duplicate subscription on a live node is harmless).
+                    for channel in channels.keys() {
+                        if let Err(e) = conn.subscribe(channel).await {
+                            tracing::debug!(%channel, error = %e, "could not subscribe again after losing a node");
+                        }
+                    }
+                }
+                Some(push) => deliver(&channels, push),
+                None => break,
+            },
+            request = inbox.recv() => match request {
+                Some(Request::Subscribe { channel, reply }) => {
+                    let answer = match channels.get_mut(&channel) {
+                        Some(known) => {
+                            known.subscribers += 1;
+                            Ok(known.messages.subscribe())
+                        }
+                        None => match conn.subscribe(&channel).await {
+                            Ok(()) => {
+                                let (messages, receiver) = watch::channel(0);
+                                channels.insert(channel.clone(), Channel { subscribers: 1, messages });
+                                Ok(receiver)
+                            }
+                            Err(e) => Err(LockError::Redis(e)),
+                        },
+                    };
+                    let subscribed = answer.is_ok();
+                    if reply.send(answer).is_err() && subscribed {
+                        // The subscriber gave up while we worked for it.
+                        leave(&mut conn, &mut channels, channel).await;
+                    }
+                }
+                Some(Request::Unsubscribe { channel }) => leave(&mut conn, &mut channels, channel).await,
+                #[cfg(test)]
+                Some(Request::Count { reply }) => { let _ = reply.send(channels.len()); }
+                None => break,
+            },
+        }
+    }
+}
+
+async fn leave(conn: &mut Conn, channels: &mut HashMap<String, Channel>, channel: String) {
+    let Some(known) = channels.get_mut(&channel) else {
+        return;
+    };
+    known.subscribers -= 1;
+    if known.subscribers == 0 {
+        channels.remove(&channel);
+        if let Err(e) = conn.unsubscribe(&channel).await {
+            tracing::debug!(%channel, error = %e, "unsubscribe failed; the connection is gone with it");
+        }
+    }
+}
+
+/// A cluster node dropped a sharded subscription we still need (its slot
+/// moved): subscribe again, which reaches the slot's new owner, and wake the
+/// channel's waiters so they retry there at once.
+async fn resubscribe(conn: &mut Conn, channels: &HashMap<String, Channel>, push: PushInfo) {
+    let Some(channel) = push
+        .data
+        .first()
+        .and_then(|c| redis::from_redis_value_ref::<String>(c).ok())
+    else {
+        return;
+    };
+    let Some(known) = channels.get(&channel) else {
+        // Our own unsubscribe, confirmed.
+        return;
+    };
+    tracing::debug!(%channel, "the server dropped a sharded subscription; subscribing again");
+    if let Err(e) = conn.subscribe(&channel).await {
+        tracing::warn!(%channel, error = %e, "could not subscribe again; waiters poll at the holder's lease");
+    }
+    known.messages.send_modify(|generation| *generation += 1);
+}
+
+fn deliver(channels: &HashMap<String, Channel>, push: PushInfo) {
+    if !matches!(push.kind, PushKind::Message | PushKind::SMessage) {
+        return;
+    }
+    let Some(message) = redis::Msg::from_push_info(push) else {
+        return;
+    };
+    if let Some(known) = channels.get(message.get_channel_name()) {
+        known.messages.send_modify(|generation| *generation += 1);
+    }
+}

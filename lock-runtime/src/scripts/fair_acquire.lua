@@ -1,0 +1,104 @@
+-- Acquire or re-enter a fair lock (Redisson RFairLock layout), or take or keep
+-- a place in its queue.
+--
+-- KEYS[1]  the lock: a HASH of holder id -> hold count, with a PEXPIRE lease
+-- KEYS[2]  the queue, redisson_lock_queue:{name}: a LIST of waiting holder ids
+-- KEYS[3]  the waiters' deadlines, redisson_lock_timeout:{name}: a ZSET of
+--          holder id -> absolute epoch ms after which that waiter, once at the
+--          head of the queue, counts as gone and is evicted
+-- KEYS[4]  the fencing token counter, redisson_lock_token:{name}
+-- KEYS[5]  the unlock channel, redisson_lock__channel:{name}; waiter w listens
+--          on KEYS[5] .. ':' .. w
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  holder id, <client uuid>:<task number>
+-- ARGV[3]  the wait time in milliseconds: how long past the lock's lease a
+--          waiter may go without retrying before it counts as gone
+-- ARGV[4]  the publish command: 'publish', or 'spublish' for sharded pub/sub
+--
+-- Returns {1, token} when the lock was taken or re-entered (the token counter
+-- after INCR), else {0, ms}: how long the caller may sleep before retrying
+-- unless woken on its channel (-1: no lease to go by).
+--
+-- Time is the server's (TIME), so clients with skewed clocks agree on every
+-- deadline. A caller that is not taking the lock joins the back of the queue
+-- (first call) or refreshes its deadline (later calls: it is alive).
+
+local lock, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
+local holder = ARGV[2]
+local lease = tonumber(ARGV[1])
+local wait = tonumber(ARGV[3])
+local time = redis.call('time')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
+-- Heads that did not come back in time are gone (the caller is here, so not it).
+local evicted = false
+local head = redis.call('lindex', queue, 0)
+while head and head ~= holder do
+  local deadline = tonumber(redis.call('zscore', deadlines, head))
+  if deadline and deadline > now then
+    break
+  end
+  redis.call('lpop', queue)
+  redis.call('zrem', deadlines, head)
+  evicted = true
+  head = redis.call('lindex', queue, 0)
+end
+
+local free = redis.call('exists', lock) == 0
+if free and (not head or head == holder) then
+  redis.call('hset', lock, holder, 1)
+  redis.call('pexpire', lock, lease)
+  if head then
+    redis.call('lpop', queue)
+    redis.call('zrem', deadlines, holder)
+    -- Everyone moves up one place: a deadline slot is free. No deadline
+    -- drops below the new lease's end plus the wait time, so a live waiter
+    -- always has time to retry.
+    local floor = now + lease + wait
+    local waiting = redis.call('zrange', deadlines, 0, -1, 'withscores')
+    for i = 1, #waiting, 2 do
+      local deadline = tonumber(waiting[i + 1])
+      redis.call('zadd', deadlines, math.max(deadline - wait, math.min(deadline, floor)), waiting[i])
+    end
+  end
+  return {1, redis.call('incr', KEYS[4])}
+end
+if not free and redis.call('hexists', lock, holder) == 1 then
+  redis.call('hincrby', lock, holder, 1)
+  redis.call('pexpire', lock, lease)
+  return {1, redis.call('incr', KEYS[4])}
+end
+
+local pttl = redis.call('pttl', lock)
+local lease_end = now + math.max(pttl, 0)
+local deadline = tonumber(redis.call('zscore', deadlines, holder))
+if deadline then
+  if deadline < lease_end + wait then
+    redis.call('zadd', deadlines, lease_end + wait, holder)
+  end
+else
+  -- Join the back: due one wait time after the one before (or the lease).
+  local last = redis.call('lindex', queue, -1)
+  local after = lease_end
+  if last then
+    after = math.max(after, tonumber(redis.call('zscore', deadlines, last)) or now)
+  end
+  redis.call('zadd', deadlines, after + wait, holder)
+  redis.call('rpush', queue, holder)
+  head = head or holder
+end
+
+if head == holder then
+  return {0, pttl}
+end
+-- A head that came up through eviction has not been told the lock is free.
+if evicted and free then
+  redis.call(ARGV[4], KEYS[5] .. ':' .. head, '0')
+end
+-- Not first: retry when the head would be evicted, or the lease ends.
+local head_deadline = tonumber(redis.call('zscore', deadlines, head)) or now
+local until_evicted = math.max(head_deadline - now, 1)
+if pttl > 0 and pttl < until_evicted then
+  return {0, pttl}
+end
+return {0, until_evicted}

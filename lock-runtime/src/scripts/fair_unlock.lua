@@ -1,0 +1,47 @@
+-- Release one hold of a fair lock, idempotently, and wake the head of the queue.
+--
+-- KEYS[1]  the lock HASH
+-- KEYS[2]  the queue LIST, redisson_lock_queue:{name}
+-- KEYS[3]  the waiters' deadline ZSET, redisson_lock_timeout:{name}
+-- KEYS[4]  the unlock channel, redisson_lock__channel:{name}; waiter w listens
+--          on KEYS[4] .. ':' .. w
+-- KEYS[5]  the unlock latch of this request, redisson_unlock_latch:{name}:<request id>
+-- ARGV[1]  holder id
+-- ARGV[2]  latch lifetime in milliseconds
+-- ARGV[3]  the publish command: 'publish', or 'spublish' for sharded pub/sub
+--
+-- Returns 1 when the lock was freed (the first live waiter, if any, is told
+-- on its own channel with '0'), 0 when the holder still has holds left, -1
+-- when the holder does not hold the lock. A retried request (same latch)
+-- returns the first answer instead of running again.
+local done = redis.call('get', KEYS[5])
+if done then
+  return tonumber(done)
+end
+local result
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  result = -1
+elseif redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+  result = 0
+else
+  redis.call('del', KEYS[1])
+  result = 1
+  -- Wake only the head; heads whose deadline passed are gone and skipped.
+  local time = redis.call('time')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local head = redis.call('lindex', KEYS[2], 0)
+  while head do
+    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
+    if deadline and deadline > now then
+      break
+    end
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], head)
+    head = redis.call('lindex', KEYS[2], 0)
+  end
+  if head then
+    redis.call(ARGV[3], KEYS[4] .. ':' .. head, '0')
+  end
+end
+redis.call('set', KEYS[5], result, 'px', ARGV[2])
+return result

@@ -1,0 +1,34 @@
+-- Renew many read-write lock holds in one call: the watchdog's tick. Only the
+-- given holders' own holds are renewed, never another holder's.
+--
+-- KEYS[2i-1]  a read-write lock HASH
+-- KEYS[2i]    the holder's read-hold key prefix, {name}:<holder id>:rwlock_timeout
+-- ARGV[1]     the new lease in milliseconds
+-- ARGV[i+1]   the holder id of hold i
+--
+-- Returns a list with, for each hold i, 1 when the holder still has the write
+-- lock or a live read hold (its read-hold keys and the hash now last at least
+-- the lease), or 0 when it holds nothing there any more.
+local lease = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS / 2 do
+  local lock, prefix, holder = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 1]
+  local ok, renewed = pcall(function()
+    local alive = redis.call('hexists', lock, holder .. ':write') == 1
+    local count = tonumber(redis.call('hget', lock, holder)) or 0
+    for k = 1, count do
+      if redis.call('pexpire', prefix .. ':' .. k, lease) == 1 then
+        alive = true
+      end
+    end
+    if not alive then
+      return 0
+    end
+    if redis.call('pttl', lock) < lease then
+      redis.call('pexpire', lock, lease)
+    end
+    return 1
+  end)
+  out[i] = (ok and renewed) or 0
+end
+return out

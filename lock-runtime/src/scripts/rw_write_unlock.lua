@@ -1,0 +1,43 @@
+-- Release one write hold of a read-write lock, idempotently. Prepended with
+-- rw_holds.lua.
+--
+-- KEYS[1]  the lock HASH
+-- KEYS[2]  the channel, redisson_rwlock:{name}
+-- KEYS[3]  the lock's hash tag {name} (prefix of every holder's read-hold keys)
+-- KEYS[4]  the unlock latch of this request, redisson_unlock_latch:{name}:<request id>
+-- ARGV[1]  holder id
+-- ARGV[2]  latch lifetime in milliseconds
+-- ARGV[3]  the publish command: 'publish', or 'spublish' for sharded pub/sub
+--
+-- Returns 1 when the write lock was given up, 0 when the holder still has
+-- write holds left, -1 when it did not hold it. Giving it up leaves the
+-- writer's own read holds (downgrade: 'mode' turns 'read' and the hash expires
+-- with the longest of them) or deletes the hash, and publishes '1', which
+-- wakes every waiter: all waiting readers may come in at once. A retried
+-- request (same latch) returns the first answer instead of running again.
+local done = redis.call('get', KEYS[4])
+if done then
+  return tonumber(done)
+end
+local writer = ARGV[1] .. ':write'
+local result
+if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], writer) == 0 then
+  result = -1
+elseif redis.call('hincrby', KEYS[1], writer, -1) > 0 then
+  result = 0
+else
+  redis.call('hdel', KEYS[1], writer)
+  local readers, longest = live_reads(KEYS[1], KEYS[3])
+  if readers == 0 then
+    redis.call('del', KEYS[1])
+  else
+    redis.call('hset', KEYS[1], 'mode', 'read')
+    if longest > 0 then
+      redis.call('pexpire', KEYS[1], longest)
+    end
+  end
+  redis.call(ARGV[3], KEYS[2], '1')
+  result = 1
+end
+redis.call('set', KEYS[4], result, 'px', ARGV[2])
+return result

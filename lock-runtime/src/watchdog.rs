@@ -1,0 +1,243 @@
+//! The watchdog: one task per client keeps every lock held without a fixed
+//! lease alive.
+//!
+//! Each tick (a third of `watchdog_timeout`) renews all registered holds in
+//! batched script calls, one per lock layout (and, on a cluster, per slot). A
+//! hold the server no longer has is dropped from the registry and its guards
+//! are told the lease was lost.
+//! When Redis cannot be reached, holds whose lease has certainly run out since
+//! their last renewal are reported lost as well. Guards unregister before
+//! their unlock script runs, so a released guard is never renewed again.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::client::Core;
+use crate::scripts::SCRIPTS;
+
+/// How a hold is renewed: which script and which keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum RenewKind {
+    /// A HASH whose field is the holder (reentrant and fair locks).
+    Hash,
+    /// A read-write lock: the holder's read-hold keys and the HASH.
+    ReadWrite,
+}
+
+/// One renewable hold: a holder's hold on one lock.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct HoldKey {
+    pub(crate) kind: RenewKind,
+    pub(crate) name: String,
+    pub(crate) holder: String,
+}
+
+struct Entry {
+    /// Guards sharing this hold (re-entries of one task).
+    guards: usize,
+    /// Tells a new registration of the same key from an old one.
+    epoch: u64,
+    renewed_at: Instant,
+    lost: watch::Sender<bool>,
+}
+
+/// A guard's registration; give it back with [`Watchdog::unregister`].
+#[derive(Debug)]
+pub(crate) struct Registration {
+    key: HoldKey,
+    epoch: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Watchdog {
+    entries: Mutex<HashMap<HoldKey, Entry>>,
+    epochs: AtomicU64,
+}
+
+/// Most locks renewed by one script call.
+const BATCH: usize = 500;
+
+impl Watchdog {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<HoldKey, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts renewing `key` (just acquired). The receiver turns `true` when
+    /// the hold is lost.
+    pub(crate) fn register(&self, key: HoldKey) -> (Registration, watch::Receiver<bool>) {
+        let mut entries = self.entries();
+        let entry = entries.entry(key.clone()).or_insert_with(|| Entry {
+            guards: 0,
+            epoch: self.epochs.fetch_add(1, Ordering::Relaxed),
+            renewed_at: Instant::now(),
+            lost: watch::channel(false).0,
+        });
+        entry.guards += 1;
+        let registration = Registration {
+            key,
+            epoch: entry.epoch,
+        };
+        (registration, entry.lost.subscribe())
+    }
+
+    /// Stops renewing for this guard (the hold stays renewed while other
+    /// guards of the same task share it).
+    pub(crate) fn unregister(&self, registration: &Registration) {
+        let mut entries = self.entries();
+        if let Some(entry) = entries.get_mut(&registration.key) {
+            if entry.epoch == registration.epoch {
+                entry.guards -= 1;
+                if entry.guards == 0 {
+                    entries.remove(&registration.key);
+                }
+            }
+        }
+    }
+
+    /// Number of holds being renewed.
+    pub(crate) fn len(&self) -> usize {
+        self.entries().len()
+    }
+
+    fn snapshot(&self) -> HashMap<RenewKind, Vec<(HoldKey, u64)>> {
+        let mut by_kind: HashMap<RenewKind, Vec<(HoldKey, u64)>> = HashMap::new();
+        for (key, entry) in self.entries().iter() {
+            by_kind
+                .entry(key.kind)
+                .or_default()
+                .push((key.clone(), entry.epoch));
+        }
+        by_kind
+    }
+
+    /// Applies one batch's answers: `renewed[i]` for `batch[i]`.
+    fn settle(&self, batch: &[(HoldKey, u64)], renewed: &[bool], at: Instant) {
+        let mut entries = self.entries();
+        for ((key, epoch), &ok) in batch.iter().zip(renewed) {
+            let Some(entry) = entries.get_mut(key) else { continue };
+            if entry.epoch != *epoch {
+                continue;
+            }
+            if ok {
+                entry.renewed_at = at;
+            } else {
+                tracing::warn!(lock = %key.name, holder = %key.holder, "lease lost: the lock is no longer held");
+                entry.lost.send_replace(true);
+                entries.remove(key);
+            }
+        }
+    }
+
+    /// After a failed renewal: holds whose lease ran out since their last
+    /// renewal are lost for certain.
+    fn expire(&self, batch: &[(HoldKey, u64)], lease: Duration) {
+        let mut entries = self.entries();
+        let now = Instant::now();
+        for (key, epoch) in batch {
+            let Some(entry) = entries.get(key) else { continue };
+            if entry.epoch == *epoch && now.duration_since(entry.renewed_at) >= lease {
+                tracing::warn!(lock = %key.name, holder = %key.holder, "lease lost: no renewal reached Redis in time");
+                entry.lost.send_replace(true);
+                entries.remove(key);
+            }
+        }
+    }
+}
+
+/// Starts the client's watchdog task on the current (background) runtime. It
+/// ends when the client is gone.
+pub(crate) fn spawn(core: Weak<Core>, period: Duration) {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            let Some(core) = core.upgrade() else { break };
+            if core.watchdog.len() > 0 {
+                tick(&core).instrument(tracing::debug_span!("renew")).await;
+            }
+        }
+    });
+}
+
+async fn tick(core: &Core) {
+    let lease = core.config.watchdog_timeout;
+    let mut batches = Vec::new();
+    for (kind, holds) in core.watchdog.snapshot() {
+        for group in by_slot(core, holds) {
+            for batch in group.chunks(BATCH) {
+                batches.push((kind, batch.to_vec()));
+            }
+        }
+    }
+    // All at once: a slow node (a cluster shard in failover) does not hold up
+    // the renewals of the others.
+    let renewals = batches.iter().map(|(kind, batch)| async move {
+        // The lease counts from before the call: an answer that arrives
+        // late must not stretch it.
+        let sent = Instant::now();
+        match renew(core, *kind, batch, lease).await {
+            Ok(renewed) => core.watchdog.settle(batch, &renewed, sent),
+            Err(e) => {
+                tracing::warn!(error = %e, locks = batch.len(), "renewal failed");
+                core.watchdog.expire(batch, lease);
+            }
+        }
+    });
+    futures_util::future::join_all(renewals).await;
+}
+
+/// On a cluster one script call may only touch keys of one slot, so holds
+/// are renewed per slot (a lock's derived keys share its slot); elsewhere
+/// they stay one group.
+fn by_slot(core: &Core, holds: Vec<(HoldKey, u64)>) -> Vec<Vec<(HoldKey, u64)>> {
+    if !core.conn.is_cluster() {
+        return vec![holds];
+    }
+    let mut groups: HashMap<u16, Vec<(HoldKey, u64)>> = HashMap::new();
+    for hold in holds {
+        groups
+            .entry(crate::conn::slot(&hold.0.name))
+            .or_default()
+            .push(hold);
+    }
+    groups.into_values().collect()
+}
+
+/// Renews one batch of holds of one layout; one script call.
+async fn renew(
+    core: &Core,
+    kind: RenewKind,
+    batch: &[(HoldKey, u64)],
+    lease: Duration,
+) -> Result<Vec<bool>, redis::RedisError> {
+    let mut conn = core.conn.clone();
+    match kind {
+        RenewKind::Hash => {
+            let mut call = SCRIPTS.renew.prepare_invoke();
+            call.arg(lease.as_millis() as u64);
+            for (key, _) in batch {
+                call.key(&key.name).arg(&key.holder);
+            }
+            let answers: Vec<i64> = call.invoke_async(&mut conn).await?;
+            Ok(answers.into_iter().map(|a| a == 1).collect())
+        }
+        RenewKind::ReadWrite => {
+            let mut call = SCRIPTS.rw_renew.prepare_invoke();
+            call.arg(lease.as_millis() as u64);
+            for (key, _) in batch {
+                call.key(&key.name)
+                    .key(crate::keys::rw_timeout_prefix(&key.name, &key.holder))
+                    .arg(&key.holder);
+            }
+            let answers: Vec<i64> = call.invoke_async(&mut conn).await?;
+            Ok(answers.into_iter().map(|a| a == 1).collect())
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Test harness: real `redis-server` processes on free loopback ports, started
+//! by the tests themselves and stopped when dropped (or when the test process
+//! ends). Never the machine's 6379.
+
+pub mod topology;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use lock_runtime::{Config, LockClient};
+use std::process::{Child, Command, Stdio};
+
+/// A redis-server owned by a test. Stopped when dropped, and also when the
+/// test process dies without dropping it (a `static` server, a panic with
+/// `panic = "abort"`, a kill): the server runs under a small `sh` keeper that
+/// stops it as soon as the test process's end of its stdin pipe closes.
+pub struct Server {
+    process: Option<Child>,
+    port: u16,
+    args: Vec<String>,
+}
+
+impl Server {
+    /// Starts a fresh server on a free loopback port and waits until it
+    /// answers `PING`. Panics (failing the test) when no server will start.
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// Like [`start`](Self::start), with extra `redis-server` arguments
+    /// (e.g. `["--maxmemory", "10mb"]`).
+    pub fn start_with(args: &[&str]) -> Server {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        for _ in 0..5 {
+            let port = free_port();
+            if let Some(process) = spawn_on(port, &args) {
+                return Server {
+                    process: Some(process),
+                    port,
+                    args,
+                };
+            }
+        }
+        panic!("could not start redis-server (is it installed? `apt-get install redis-server`)");
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The loopback port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the server and waits until it is gone (its data is lost:
+    /// nothing is persisted).
+    pub fn stop(&mut self) {
+        if let Some(mut keeper) = self.process.take() {
+            // Closing the keeper's stdin makes it stop the server.
+            drop(keeper.stdin.take());
+            let _ = keeper.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.stop();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(process) = spawn_on(self.port, &self.args) {
+                self.process = Some(process);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("could not restart redis-server on port {}", self.port);
+    }
+
+    /// Whether the server is running.
+    pub fn is_running(&self) -> bool {
+        self.process.is_some()
+    }
+
+    /// A plain connection, for looking at (and tampering with) the data the
+    /// way another program would.
+    pub async fn raw(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .expect("valid url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("raw connection to the test server")
+    }
+
+    /// A lock client with the default configuration.
+    pub async fn client(&self) -> LockClient {
+        self.client_with(|c| c).await
+    }
+
+    /// A lock client whose configuration `tune` adjusts.
+    pub async fn client_with(&self, tune: impl FnOnce(Config) -> Config) -> LockClient {
+        LockClient::connect(tune(Config::new(self.url())))
+            .await
+            .expect("lock client connects to the test server")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// Runs `redis-server` under a keeper shell: the keeper stops the server when
+/// its stdin reaches end of file, i.e. when we close it or when we die.
+pub fn keep(server_args: &[String]) -> std::io::Result<Child> {
+    const KEEPER: &str = r#"redis-server "$@" & server=$!; read _ignored; kill $server 2>/dev/null; wait $server"#;
+    Command::new("sh")
+        .arg("-c")
+        .arg(KEEPER)
+        .arg("sh")
+        .args(server_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+}
+
+fn spawn_on(port: u16, extra: &[String]) -> Option<Child> {
+    let mut args: Vec<String> = [
+        "--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+        "--dir", &std::env::temp_dir().to_string_lossy(), "--logfile", "",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.extend(extra.iter().cloned());
+    let mut keeper = keep(&args).ok()?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = keeper.try_wait() {
+            // Exited: most likely the port was taken meanwhile.
+            return None;
+        }
+        if ping(port) {
+            return Some(keeper);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(keeper.stdin.take());
+    let _ = keeper.wait();
+    None
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
+        return false;
+    };
+    let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+        return false;
+    };
+    match redis::cmd("PING").query::<String>(&mut conn) {
+        Ok(_) => true,
+        // Up, but wants a password first.
+        Err(e) => e.code() == Some("NOAUTH"),
+    }
+}
+
+/// Waits until `check` holds, checking every 10 ms, for at most `within`
+/// (generous: this bounds a wait for an event, it asserts no speed). Panics
+/// with `what` when it never holds.
+pub async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Subscribers of `channel` on the server (`PUBSUB NUMSUB`).
+pub async fn numsub(conn: &mut redis::aio::MultiplexedConnection, channel: &str) -> i64 {
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(conn)
+        .await
+        .expect("PUBSUB NUMSUB");
+    n
+}

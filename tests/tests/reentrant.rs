@@ -1,0 +1,503 @@
+//! The reentrant lock against a real redis-server: layout, reentrancy,
+//! exclusion, timeouts, leases, the watchdog, release, cancellation, faults.
+
+use std::time::Duration;
+
+use lock_runtime::{Config, LockClient, LockError};
+use redis::AsyncCommands;
+use tests::{eventually, numsub, Server};
+
+const WITHIN: Duration = Duration::from_secs(10);
+
+async fn exists(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> bool {
+    conn.exists(key).await.expect("EXISTS")
+}
+
+#[tokio::test]
+async fn layout_is_redissons() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+
+    let guard = client.lock("stock:42").acquire().await.unwrap();
+    let fields: Vec<(String, i64)> = raw.hgetall("stock:42").await.unwrap();
+    assert_eq!(fields, vec![(client.holder_id(), 1)]);
+    let (uuid, task) = client.holder_id().rsplit_once(':').map(|(a, b)| (a.to_owned(), b.to_owned())).unwrap();
+    assert_eq!(uuid, client.id());
+    assert!(task.parse::<u64>().is_ok(), "holder id ends in a task number: {task}");
+    let pttl: i64 = raw.pttl("stock:42").await.unwrap();
+    assert!(pttl > 0 && pttl <= 30_000, "watchdog lease is 30 s: {pttl}");
+    let token: u64 = raw.get("redisson_lock_token:{stock:42}").await.unwrap();
+    assert_eq!(token, guard.token());
+
+    guard.release().await.unwrap();
+    assert!(!exists(&mut raw, "stock:42").await);
+    let latches: Vec<String> = raw.keys("redisson_unlock_latch:{stock:42}:*").await.unwrap();
+    assert_eq!(latches.len(), 1, "the unlock left its latch");
+}
+
+#[tokio::test]
+async fn reentry_in_one_task_counts_holds() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+
+    let outer = client.lock("r").acquire().await.unwrap();
+    let inner = client.lock("r").wait(Duration::ZERO).acquire().await.unwrap();
+    assert!(inner.token() > outer.token(), "re-entry takes a new token");
+    let count: i64 = raw.hget("r", client.holder_id()).await.unwrap();
+    assert_eq!(count, 2);
+
+    inner.release().await.unwrap();
+    let count: i64 = raw.hget("r", client.holder_id()).await.unwrap();
+    assert_eq!(count, 1, "the outer hold remains");
+    assert_eq!(client.renewed_locks(), 1, "still renewed for the outer guard");
+
+    outer.release().await.unwrap();
+    assert!(!exists(&mut raw, "r").await);
+    assert_eq!(client.renewed_locks(), 0, "a released guard is not renewed");
+}
+
+#[tokio::test]
+async fn other_tasks_and_clients_are_excluded() {
+    let server = Server::start();
+    let client = server.client().await;
+    let other = server.client().await;
+    let guard = client.lock("x").acquire().await.unwrap();
+
+    let same_client_other_task = {
+        let client = client.clone();
+        tokio::spawn(async move { client.lock("x").try_acquire().await.map(|g| g.is_some()) })
+    };
+    assert!(!same_client_other_task.await.unwrap().unwrap());
+    assert!(other.lock("x").try_acquire().await.unwrap().is_none());
+
+    guard.release().await.unwrap();
+    let taken = other.lock("x").try_acquire().await.unwrap();
+    assert!(taken.is_some(), "free after release");
+}
+
+#[tokio::test]
+async fn waiting_times_out_with_a_typed_error() {
+    let server = Server::start();
+    let client = server.client().await;
+    let other = server.client().await;
+    let _guard = client.lock("busy").acquire().await.unwrap();
+
+    let wait = Duration::from_millis(150);
+    match other.lock("busy").wait(wait).acquire().await {
+        Err(LockError::Timeout { name, waited }) => {
+            assert_eq!(name, "busy");
+            assert_eq!(waited, wait);
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let mut raw = server.raw().await;
+    assert_eq!(numsub(&mut raw, "redisson_lock__channel:{busy}").await, 0, "the waiter unsubscribed");
+}
+
+#[tokio::test]
+async fn a_fixed_lease_expires_and_late_release_errors() {
+    let server = Server::start();
+    let client = server.client().await;
+    let other = server.client().await;
+    let mut raw = server.raw().await;
+
+    let guard = client.lock("leased").lease(Duration::from_millis(200)).acquire().await.unwrap();
+    assert_eq!(client.renewed_locks(), 0, "a fixed lease is not renewed");
+    let pttl: i64 = raw.pttl("leased").await.unwrap();
+    assert!(pttl > 0 && pttl <= 200, "{pttl}");
+
+    // Another client waits and gets it once the lease runs out.
+    let next = other.lock("leased").wait(WITHIN).acquire().await.unwrap();
+    assert!(guard.is_lost(), "the guard knows its lease ran out");
+    tokio::time::timeout(WITHIN, guard.lost()).await.expect("lost() resolves");
+    match guard.release().await {
+        Err(LockError::Lost { name }) => assert_eq!(name, "leased"),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    let holder: Option<i64> = raw.hget("leased", other.holder_id()).await.unwrap();
+    assert_eq!(holder, Some(1), "the late release left the new holder alone");
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_the_lease_alive() {
+    let server = Server::start();
+    let timeout = Duration::from_millis(300);
+    let client = server.client_with(|c| c.watchdog_timeout(timeout)).await;
+    let mut raw = server.raw().await;
+
+    let guard = client.lock("renewed").acquire().await.unwrap();
+    // Outlive the lease several times over: only renewals keep the key.
+    tokio::time::sleep(timeout * 5).await;
+    assert!(exists(&mut raw, "renewed").await, "renewed past its lease");
+    assert!(!guard.is_lost());
+    let pttl: i64 = raw.pttl("renewed").await.unwrap();
+    assert!(pttl > 0 && pttl <= 300, "{pttl}");
+    guard.release().await.unwrap();
+    assert_eq!(client.renewed_locks(), 0);
+}
+
+#[tokio::test]
+async fn the_watchdog_reports_a_stolen_lock() {
+    let server = Server::start();
+    let client = server.client_with(|c| c.watchdog_timeout(Duration::from_millis(300))).await;
+    let mut raw = server.raw().await;
+
+    let guard = client.lock("stolen").acquire().await.unwrap();
+    let _: () = raw.del("stolen").await.unwrap();
+    let _: () = raw.hset("stolen", "someone-else:1", 1).await.unwrap();
+    tokio::time::timeout(WITHIN, guard.lost()).await.expect("the loss is signalled");
+    assert!(guard.is_lost());
+    assert_eq!(client.renewed_locks(), 0, "a lost hold is no longer renewed");
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+    let other: Option<i64> = raw.hget("stolen", "someone-else:1").await.unwrap();
+    assert_eq!(other, Some(1), "another holder's lock is never deleted");
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_it() {
+    let server = Server::start();
+    let client = server.client().await;
+    let other = server.client().await;
+    let mut raw = server.raw().await;
+
+    let guard = client.lock("dropped").acquire().await.unwrap();
+    drop(guard);
+    // The other client is woken by the release's unlock message.
+    let next = other.lock("dropped").wait(WITHIN).acquire().await.unwrap();
+    next.release().await.unwrap();
+    assert!(!exists(&mut raw, "dropped").await);
+    assert_eq!(client.renewed_locks(), 0);
+
+    // Dropping outside any runtime works too.
+    let guard = client.lock("dropped").acquire().await.unwrap();
+    std::thread::spawn(move || drop(guard)).join().unwrap();
+    eventually("released from a plain thread", WITHIN, || {
+        let mut raw = raw.clone();
+        async move { !exists(&mut raw, "dropped").await }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_cancelled_waiter_leaves_nothing_behind() {
+    let server = Server::start();
+    let client = server.client().await;
+    let other = server.client().await;
+    let mut raw = server.raw().await;
+    let channel = "redisson_lock__channel:{cancel}";
+
+    let guard = client.lock("cancel").acquire().await.unwrap();
+    let waiter = {
+        let other = other.clone();
+        tokio::spawn(async move { other.lock("cancel").acquire().await })
+    };
+    eventually("the waiter subscribed", WITHIN, || {
+        let mut raw = raw.clone();
+        async move { numsub(&mut raw, channel).await == 1 }
+    })
+    .await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    eventually("the subscription is gone", WITHIN, || {
+        let mut raw = raw.clone();
+        async move { numsub(&mut raw, channel).await == 0 }
+    })
+    .await;
+    guard.release().await.unwrap();
+    assert!(!exists(&mut raw, "cancel").await, "the cancelled waiter took nothing");
+    // The local queue was left too: the next waiter is not stuck behind it.
+    let again = other.lock("cancel").wait(WITHIN).acquire().await.unwrap();
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn acquires_cancelled_at_any_point_leave_no_lock() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+
+    // Cut acquisitions short at many different moments, some while the
+    // script is in flight; a hold that arrives for nobody must be given back.
+    for i in 0..200u64 {
+        let cut = Duration::from_micros((i * 37) % 900);
+        let attempt = tokio::time::timeout(cut, client.lock("cut").acquire()).await;
+        drop(attempt);
+    }
+    eventually("no hold remains", WITHIN, || {
+        let mut raw = raw.clone();
+        async move { !exists(&mut raw, "cut").await }
+    })
+    .await;
+    eventually("no hold is renewed", WITHIN, || {
+        let client = client.clone();
+        async move { client.renewed_locks() == 0 }
+    })
+    .await;
+    assert_eq!(numsub(&mut raw, "redisson_lock__channel:{cut}").await, 0);
+}
+
+#[tokio::test]
+async fn read_modify_write_is_exclusive_across_clients_and_tasks() {
+    let server = Server::start();
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(server.client().await);
+    }
+    let mut raw = server.raw().await;
+    let _: () = raw.set("counter", 0).await.unwrap();
+
+    let mut tasks = Vec::new();
+    for client in &clients {
+        for _ in 0..10 {
+            let client = client.clone();
+            let mut conn = raw.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    let guard = client.lock("counter-lock").acquire().await.unwrap();
+                    let n: i64 = conn.get("counter").await.unwrap();
+                    tokio::task::yield_now().await;
+                    let _: () = conn.set("counter", n + 1).await.unwrap();
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let n: i64 = raw.get("counter").await.unwrap();
+    assert_eq!(n, 300, "no increment was lost");
+}
+
+#[tokio::test]
+async fn tokens_increase_across_clients() {
+    let server = Server::start();
+    let a = server.client().await;
+    let b = server.client().await;
+    let mut last = 0;
+    for i in 0..10 {
+        let client = if i % 2 == 0 { &a } else { &b };
+        let guard = client.lock("fenced").acquire().await.unwrap();
+        assert!(guard.token() > last);
+        last = guard.token();
+        guard.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_redisson_holder_excludes_us_and_its_unlock_wakes_us() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+
+    // What a Java service holding the lock looks like in Redis.
+    let _: () = raw.hset("shared", "9f0e6a3c-java-client:57", 1).await.unwrap();
+    let _: () = raw.pexpire("shared", 60_000).await.unwrap();
+    assert!(client.lock("shared").try_acquire().await.unwrap().is_none());
+
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { client.lock("shared").wait(Duration::from_secs(20)).acquire().await })
+    };
+    eventually("our waiter listens on Redisson's channel", WITHIN, || {
+        let mut raw = raw.clone();
+        async move { numsub(&mut raw, "redisson_lock__channel:{shared}").await == 1 }
+    })
+    .await;
+    // Redisson's unlock: delete the hash, publish 0 on the channel. The
+    // lease has a minute left, so only the message can wake the waiter
+    // within its 20 s wait.
+    let _: () = raw.del("shared").await.unwrap();
+    let _: () = raw.publish("redisson_lock__channel:{shared}", "0").await.unwrap();
+    let guard = waiter.await.unwrap().expect("woken by the unlock message");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn many_waiters_share_one_connection_and_one_subscription_per_name() {
+    let server = Server::start();
+    let holder = server.client().await;
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+
+    let mut guards = Vec::new();
+    for i in 0..200 {
+        guards.push(holder.lock(format!("hot:{i}")).acquire().await.unwrap());
+    }
+    guards.push(holder.lock("hot").acquire().await.unwrap());
+    let mut waiters = Vec::new();
+    for i in 0..200 {
+        let client = client.clone();
+        waiters.push(tokio::spawn(async move { client.lock(format!("hot:{i}")).acquire().await }));
+    }
+    for _ in 0..20 {
+        let client = client.clone();
+        waiters.push(tokio::spawn(async move { client.lock("hot").acquire().await }));
+    }
+    eventually("every name has its subscription", WITHIN, || {
+        let mut raw = raw.clone();
+        async move { numsub(&mut raw, "redisson_lock__channel:{hot:199}").await == 1 }
+    })
+    .await;
+    eventually("20 local waiters on one name, one subscription", WITHIN, || {
+        let mut raw = raw.clone();
+        async move { numsub(&mut raw, "redisson_lock__channel:{hot}").await == 1 }
+    })
+    .await;
+    let info: String = redis::cmd("INFO").arg("clients").query_async(&mut raw).await.unwrap();
+    let connected: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    assert_eq!(connected, 3, "one connection per lock client, plus ours: {info}");
+
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    for waiter in waiters {
+        waiter.await.unwrap().unwrap().release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn bad_input_gives_typed_errors() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+
+    assert!(matches!(client.lock("").acquire().await, Err(LockError::BadName { .. })));
+    let _: () = raw.set("plain-string", "x").await.unwrap();
+    match client.lock("plain-string").acquire().await {
+        Err(LockError::WrongType { name }) => assert_eq!(name, "plain-string"),
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+    assert!(matches!(
+        client.lock("x").lease(Duration::ZERO).acquire().await,
+        Err(LockError::Config(_))
+    ));
+    assert!(matches!(
+        LockClient::connect(Config::new("definitely not a url")).await,
+        Err(LockError::Config(_))
+    ));
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let unreachable = LockClient::connect(
+        Config::new(format!("redis://127.0.0.1:{closed}")).connect_timeout(Duration::from_millis(500)),
+    )
+    .await;
+    assert!(matches!(unreachable, Err(LockError::Redis(_))), "{unreachable:?}");
+}
+
+#[tokio::test]
+async fn scripts_survive_a_flushed_script_cache() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+    client.lock("s").acquire().await.unwrap().release().await.unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut raw).await.unwrap();
+    client.lock("s").acquire().await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn unlock_is_idempotent_under_retry() {
+    let server = Server::start();
+    let mut raw = server.raw().await;
+    let unlock = redis::Script::new(include_str!("../../lock-runtime/src/scripts/unlock.lua"));
+    let _: () = raw.hset("idem", "h:1", 1).await.unwrap();
+    let run = || {
+        let mut conn = raw.clone();
+        let unlock = &unlock;
+        async move {
+            let n: i64 = unlock
+                .key("idem")
+                .key("redisson_lock__channel:{idem}")
+                .key("redisson_unlock_latch:{idem}:req-1")
+                .arg("h:1")
+                .arg(30_000)
+                .arg("publish")
+                .arg("0")
+                .invoke_async(&mut conn)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    assert_eq!(run().await, 1, "released");
+    assert_eq!(run().await, 1, "the retry gets the first answer, not 'not held'");
+}
+
+#[tokio::test]
+async fn a_server_restart_loses_the_lease_and_the_client_recovers() {
+    let mut server = Server::start();
+    let client = server.client_with(|c| c.watchdog_timeout(Duration::from_millis(600))).await;
+
+    let guard = client.lock("restart").acquire().await.unwrap();
+    server.restart();
+    tokio::time::timeout(WITHIN, guard.lost()).await.expect("the loss is signalled");
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+
+    // New acquisitions work once the client has reconnected (the first
+    // calls may still see the old connection's failure).
+    let mut taken = None;
+    for _ in 0..100 {
+        match client.lock("restart").wait(Duration::from_secs(1)).acquire().await {
+            Ok(guard) => {
+                taken = Some(guard);
+                break;
+            }
+            Err(LockError::Redis(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("unexpected error after restart: {e:?}"),
+        }
+    }
+    let guard = taken.expect("acquire works after the restart");
+    let mut raw = server.raw().await;
+    assert!(exists(&mut raw, "restart").await);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn subscriptions_come_back_after_a_reconnect() {
+    let server = Server::start();
+    let holder = server.client().await;
+    let waiter_client = server.client().await;
+    let mut raw = server.raw().await;
+    let channel = "redisson_lock__channel:{resub}";
+
+    // A fixed lease of a minute: within the waiter's 20 s only an unlock
+    // message can wake it.
+    let guard = holder.lock("resub").lease(Duration::from_secs(60)).acquire().await.unwrap();
+    let waiter = {
+        let client = waiter_client.clone();
+        tokio::spawn(async move { client.lock("resub").wait(Duration::from_secs(20)).acquire().await })
+    };
+    eventually("the waiter subscribed", WITHIN, || {
+        let mut raw = raw.clone();
+        async move { numsub(&mut raw, channel).await == 1 }
+    })
+    .await;
+
+    // Cut the waiter's connection (the one with a subscription).
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut raw).await.unwrap();
+    let id = clients
+        .lines()
+        .find(|l| l.contains(" sub=1 "))
+        .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .expect("a subscribed connection")
+        .to_owned();
+    let _: () = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(&id).query_async(&mut raw).await.unwrap();
+    eventually("the client reconnected and subscribed again", WITHIN, || {
+        let mut raw = raw.clone();
+        async move { numsub(&mut raw, channel).await == 1 }
+    })
+    .await;
+
+    guard.release().await.unwrap();
+    let taken = waiter.await.unwrap().expect("woken through the renewed subscription");
+    taken.release().await.unwrap();
+}

@@ -1,0 +1,5 @@
+lock_runtime::segmented_lock! {
+    static STOCK: () = "", segments = 10;
+}
+
+fn main() {}

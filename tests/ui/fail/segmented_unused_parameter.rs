@@ -1,0 +1,5 @@
+lock_runtime::segmented_lock! {
+    static STOCK: (sku: u64, region: &str) = "stock:<sku>", segments = 10;
+}
+
+fn main() {}
