@@ -81,14 +81,8 @@ mod tests {
     fn derived_keys_share_the_hash_tag() {
         assert_eq!(lock_channel("stock:1"), "redisson_lock__channel:{stock:1}");
         assert_eq!(token_key("a{b}c"), "redisson_lock_token:a{b}c");
-        assert_eq!(
-            unlock_latch("n", "r1"),
-            "redisson_unlock_latch:{n}:r1"
-        );
-        assert_eq!(
-            rw_timeout_prefix("doc", "u:1"),
-            "{doc}:u:1:rwlock_timeout"
-        );
+        assert_eq!(unlock_latch("n", "r1"), "redisson_unlock_latch:{n}:r1");
+        assert_eq!(rw_timeout_prefix("doc", "u:1"), "{doc}:u:1:rwlock_timeout");
     }
 
     #[test]

@@ -238,9 +238,9 @@ pub use inventory::{
     Deduction, Inventory, InventoryError, RedisSegmentStore, SegmentKey, SegmentStore, StoreError,
 };
 pub use lock::LockBuilder;
-pub use lock::read_write::ReadWriteLock;
 pub use lock::multi::MultiLock;
 pub use lock::quorum::QuorumLock;
+pub use lock::read_write::ReadWriteLock;
 pub use lock::segmented::{
     AllSegmentsBuilder, SegmentBuilder, SegmentGuard, SegmentedLock, SegmentsGuard,
 };

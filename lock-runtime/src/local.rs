@@ -79,7 +79,8 @@ mod tests {
         let mut first = queues.ticket("a".into());
         first.turn().await;
         let mut second = queues.ticket("a".into());
-        let waiting = tokio::time::timeout(std::time::Duration::from_millis(20), second.turn()).await;
+        let waiting =
+            tokio::time::timeout(std::time::Duration::from_millis(20), second.turn()).await;
         assert!(waiting.is_err(), "second must wait for first");
         drop(first);
         second.turn().await;

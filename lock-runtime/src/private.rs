@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::lock::multi::MultiLock;
-use crate::lock::{acquire_hold, Options, Target};
+use crate::lock::{Options, Target, acquire_hold};
 use crate::{LockError, LockGuard};
 
 pub use std::format;

@@ -119,7 +119,9 @@ impl Watchdog {
     fn settle(&self, batch: &[(HoldKey, u64)], renewed: &[bool], at: Instant) {
         let mut entries = self.entries();
         for ((key, epoch), &ok) in batch.iter().zip(renewed) {
-            let Some(entry) = entries.get_mut(key) else { continue };
+            let Some(entry) = entries.get_mut(key) else {
+                continue;
+            };
             if entry.epoch != *epoch {
                 continue;
             }
@@ -139,7 +141,9 @@ impl Watchdog {
         let mut entries = self.entries();
         let now = Instant::now();
         for (key, epoch) in batch {
-            let Some(entry) = entries.get(key) else { continue };
+            let Some(entry) = entries.get(key) else {
+                continue;
+            };
             if entry.epoch == *epoch && now.duration_since(entry.renewed_at) >= lease {
                 tracing::warn!(lock = %key.name, holder = %key.holder, "lease lost: no renewal reached Redis in time");
                 entry.lost.send_replace(true);

@@ -123,7 +123,8 @@ pub fn free_port() -> u16 {
 /// Runs `redis-server` under a keeper shell: the keeper stops the server when
 /// its stdin reaches end of file, i.e. when we close it or when we die.
 pub fn keep(server_args: &[String]) -> std::io::Result<Child> {
-    const KEEPER: &str = r#"redis-server "$@" & server=$!; read _ignored; kill $server 2>/dev/null; wait $server"#;
+    const KEEPER: &str =
+        r#"redis-server "$@" & server=$!; read _ignored; kill $server 2>/dev/null; wait $server"#;
     Command::new("sh")
         .arg("-c")
         .arg(KEEPER)
@@ -137,8 +138,18 @@ pub fn keep(server_args: &[String]) -> std::io::Result<Child> {
 
 fn spawn_on(port: u16, extra: &[String]) -> Option<Child> {
     let mut args: Vec<String> = [
-        "--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-        "--dir", &std::env::temp_dir().to_string_lossy(), "--logfile", "",
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        &std::env::temp_dir().to_string_lossy(),
+        "--logfile",
+        "",
     ]
     .iter()
     .map(|a| a.to_string())

@@ -10,31 +10,56 @@ use tests::Server;
 
 #[tokio::test]
 async fn password_user_and_database_from_the_url() {
-    let server = Server::start_with(&["--requirepass", "s3cret", "--user", "alice", "on", ">alicepw", "~*", "&*", "+@all"]);
+    let server = Server::start_with(&[
+        "--requirepass",
+        "s3cret",
+        "--user",
+        "alice",
+        "on",
+        ">alicepw",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
     let port = server.port();
 
     // Password only (the default user), database 3.
-    let client = LockClient::connect(Config::new(format!("redis://:s3cret@127.0.0.1:{port}/3"))).await.unwrap();
+    let client = LockClient::connect(Config::new(format!("redis://:s3cret@127.0.0.1:{port}/3")))
+        .await
+        .unwrap();
     let guard = client.lock("in-db-3").acquire().await.unwrap();
     let mut raw = redis::Client::open(format!("redis://:s3cret@127.0.0.1:{port}/3"))
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    assert!(raw.exists::<_, bool>("in-db-3").await.unwrap(), "the lock lives in db 3");
+    assert!(
+        raw.exists::<_, bool>("in-db-3").await.unwrap(),
+        "the lock lives in db 3"
+    );
     guard.release().await.unwrap();
 
     // An ACL user given through the builder.
     let alice = LockClient::connect(
-        Config::new(format!("redis://127.0.0.1:{port}")).username("alice").password("alicepw"),
+        Config::new(format!("redis://127.0.0.1:{port}"))
+            .username("alice")
+            .password("alicepw"),
     )
     .await
     .unwrap();
-    alice.lock("acl").acquire().await.unwrap().release().await.unwrap();
+    alice
+        .lock("acl")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 
     // A wrong password is a typed error, not a panic or a hang.
     let wrong = LockClient::connect(
-        Config::new(format!("redis://:nope@127.0.0.1:{port}")).connect_timeout(Duration::from_secs(2)),
+        Config::new(format!("redis://:nope@127.0.0.1:{port}"))
+            .connect_timeout(Duration::from_secs(2)),
     )
     .await;
     assert!(matches!(wrong, Err(LockError::Redis(_))), "{wrong:?}");
@@ -63,25 +88,57 @@ impl Drop for TempDir {
 }
 
 fn tls_server() -> TlsServer {
-    let dir = std::env::temp_dir().join(format!("lock-tls-{}-{}", std::process::id(), tests::free_port()));
+    let dir = std::env::temp_dir().join(format!(
+        "lock-tls-{}-{}",
+        std::process::id(),
+        tests::free_port()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let dir = TempDir(dir);
     let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
     let made = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+        ])
         .arg("-keyout")
         .arg(&key)
         .arg("-out")
         .arg(&cert)
         .output()
         .expect("openssl is installed");
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
     let port = tests::free_port();
     let args: Vec<String> = vec![
-        "--port".into(), "0".into(), "--tls-port".into(), port.to_string(), "--bind".into(), "127.0.0.1".into(),
-        "--tls-cert-file".into(), cert.display().to_string(), "--tls-key-file".into(), key.display().to_string(),
-        "--tls-ca-cert-file".into(), cert.display().to_string(), "--tls-auth-clients".into(), "no".into(),
-        "--save".into(), "".into(), "--appendonly".into(), "no".into(),
+        "--port".into(),
+        "0".into(),
+        "--tls-port".into(),
+        port.to_string(),
+        "--bind".into(),
+        "127.0.0.1".into(),
+        "--tls-cert-file".into(),
+        cert.display().to_string(),
+        "--tls-key-file".into(),
+        key.display().to_string(),
+        "--tls-ca-cert-file".into(),
+        cert.display().to_string(),
+        "--tls-auth-clients".into(),
+        "no".into(),
+        "--save".into(),
+        "".into(),
+        "--appendonly".into(),
+        "no".into(),
     ];
     let keeper = tests::keep(&args).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -89,7 +146,11 @@ fn tls_server() -> TlsServer {
         assert!(Instant::now() < deadline, "the TLS server never listened");
         std::thread::sleep(Duration::from_millis(10));
     }
-    TlsServer { _dir: dir, keeper, port }
+    TlsServer {
+        _dir: dir,
+        keeper,
+        port,
+    }
 }
 
 #[tokio::test]
@@ -104,7 +165,8 @@ async fn rediss_urls_connect_over_tls() {
 
     // A plain client cannot talk to it: a typed error within the timeout.
     let plain = LockClient::connect(
-        Config::new(format!("redis://127.0.0.1:{}", server.port)).connect_timeout(Duration::from_secs(1)),
+        Config::new(format!("redis://127.0.0.1:{}", server.port))
+            .connect_timeout(Duration::from_secs(1)),
     )
     .await;
     assert!(plain.is_err());

@@ -24,7 +24,13 @@ fn the_global_client_serves_every_runtime() {
     let first = runtime();
     first.block_on(async {
         lock_runtime::init(Config::new(&url)).await.unwrap();
-        let guard = lock_runtime::client().await.unwrap().lock("g").acquire().await.unwrap();
+        let guard = lock_runtime::client()
+            .await
+            .unwrap()
+            .lock("g")
+            .acquire()
+            .await
+            .unwrap();
         guard.release().await.unwrap();
         assert!(matches!(
             lock_runtime::init(Config::new(&url)).await,
@@ -40,12 +46,20 @@ fn the_global_client_serves_every_runtime() {
                 let rt = if i % 2 == 0 {
                     runtime()
                 } else {
-                    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap()
                 };
                 rt.block_on(async {
                     let client = lock_runtime::client().await.unwrap();
                     for _ in 0..20 {
-                        let guard = client.lock("g").wait(Duration::from_secs(10)).acquire().await.unwrap();
+                        let guard = client
+                            .lock("g")
+                            .wait(Duration::from_secs(10))
+                            .acquire()
+                            .await
+                            .unwrap();
                         tokio::task::yield_now().await;
                         guard.release().await.unwrap();
                     }
@@ -60,16 +74,28 @@ fn the_global_client_serves_every_runtime() {
     // A guard taken on one runtime and dropped after that runtime is gone is
     // still released.
     let rt = runtime();
-    let guard = rt.block_on(async { lock_runtime::client().await.unwrap().lock("g").acquire().await.unwrap() });
+    let guard = rt.block_on(async {
+        lock_runtime::client()
+            .await
+            .unwrap()
+            .lock("g")
+            .acquire()
+            .await
+            .unwrap()
+    });
     drop(rt);
     drop(guard);
     let rt = runtime();
     rt.block_on(async {
         let mut raw = server.raw().await;
-        tests::eventually("the dropped guard was released", Duration::from_secs(10), || {
-            let mut raw = raw.clone();
-            async move { !raw.exists::<_, bool>("g").await.unwrap() }
-        })
+        tests::eventually(
+            "the dropped guard was released",
+            Duration::from_secs(10),
+            || {
+                let mut raw = raw.clone();
+                async move { !raw.exists::<_, bool>("g").await.unwrap() }
+            },
+        )
         .await;
         let _: bool = raw.exists("g").await.unwrap();
     });

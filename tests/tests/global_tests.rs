@@ -21,7 +21,12 @@ async fn global() -> &'static LockClient {
 async fn use_it(name: &str) {
     let client = global().await;
     for _ in 0..10 {
-        let guard = client.lock(name).wait(Duration::from_secs(10)).acquire().await.unwrap();
+        let guard = client
+            .lock(name)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
         tokio::task::yield_now().await;
         guard.release().await.unwrap();
     }

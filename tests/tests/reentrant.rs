@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lock_runtime::{Config, LockClient, LockError};
 use redis::AsyncCommands;
-use tests::{eventually, numsub, Server};
+use tests::{Server, eventually, numsub};
 
 const WITHIN: Duration = Duration::from_secs(10);
 
@@ -22,9 +22,16 @@ async fn layout_is_redissons() {
     let guard = client.lock("stock:42").acquire().await.unwrap();
     let fields: Vec<(String, i64)> = raw.hgetall("stock:42").await.unwrap();
     assert_eq!(fields, vec![(client.holder_id(), 1)]);
-    let (uuid, task) = client.holder_id().rsplit_once(':').map(|(a, b)| (a.to_owned(), b.to_owned())).unwrap();
+    let (uuid, task) = client
+        .holder_id()
+        .rsplit_once(':')
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .unwrap();
     assert_eq!(uuid, client.id());
-    assert!(task.parse::<u64>().is_ok(), "holder id ends in a task number: {task}");
+    assert!(
+        task.parse::<u64>().is_ok(),
+        "holder id ends in a task number: {task}"
+    );
     let pttl: i64 = raw.pttl("stock:42").await.unwrap();
     assert!(pttl > 0 && pttl <= 30_000, "watchdog lease is 30 s: {pttl}");
     let token: u64 = raw.get("redisson_lock_token:{stock:42}").await.unwrap();
@@ -32,7 +39,10 @@ async fn layout_is_redissons() {
 
     guard.release().await.unwrap();
     assert!(!exists(&mut raw, "stock:42").await);
-    let latches: Vec<String> = raw.keys("redisson_unlock_latch:{stock:42}:*").await.unwrap();
+    let latches: Vec<String> = raw
+        .keys("redisson_unlock_latch:{stock:42}:*")
+        .await
+        .unwrap();
     assert_eq!(latches.len(), 1, "the unlock left its latch");
 }
 
@@ -43,7 +53,12 @@ async fn reentry_in_one_task_counts_holds() {
     let mut raw = server.raw().await;
 
     let outer = client.lock("r").acquire().await.unwrap();
-    let inner = client.lock("r").wait(Duration::ZERO).acquire().await.unwrap();
+    let inner = client
+        .lock("r")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap();
     assert!(inner.token() > outer.token(), "re-entry takes a new token");
     let count: i64 = raw.hget("r", client.holder_id()).await.unwrap();
     assert_eq!(count, 2);
@@ -51,7 +66,11 @@ async fn reentry_in_one_task_counts_holds() {
     inner.release().await.unwrap();
     let count: i64 = raw.hget("r", client.holder_id()).await.unwrap();
     assert_eq!(count, 1, "the outer hold remains");
-    assert_eq!(client.renewed_locks(), 1, "still renewed for the outer guard");
+    assert_eq!(
+        client.renewed_locks(),
+        1,
+        "still renewed for the outer guard"
+    );
 
     outer.release().await.unwrap();
     assert!(!exists(&mut raw, "r").await);
@@ -93,7 +112,11 @@ async fn waiting_times_out_with_a_typed_error() {
         other => panic!("expected a timeout, got {other:?}"),
     }
     let mut raw = server.raw().await;
-    assert_eq!(numsub(&mut raw, "redisson_lock__channel:{busy}").await, 0, "the waiter unsubscribed");
+    assert_eq!(
+        numsub(&mut raw, "redisson_lock__channel:{busy}").await,
+        0,
+        "the waiter unsubscribed"
+    );
 }
 
 #[tokio::test]
@@ -103,7 +126,12 @@ async fn a_fixed_lease_expires_and_late_release_errors() {
     let other = server.client().await;
     let mut raw = server.raw().await;
 
-    let guard = client.lock("leased").lease(Duration::from_millis(200)).acquire().await.unwrap();
+    let guard = client
+        .lock("leased")
+        .lease(Duration::from_millis(200))
+        .acquire()
+        .await
+        .unwrap();
     assert_eq!(client.renewed_locks(), 0, "a fixed lease is not renewed");
     let pttl: i64 = raw.pttl("leased").await.unwrap();
     assert!(pttl > 0 && pttl <= 200, "{pttl}");
@@ -111,13 +139,19 @@ async fn a_fixed_lease_expires_and_late_release_errors() {
     // Another client waits and gets it once the lease runs out.
     let next = other.lock("leased").wait(WITHIN).acquire().await.unwrap();
     assert!(guard.is_lost(), "the guard knows its lease ran out");
-    tokio::time::timeout(WITHIN, guard.lost()).await.expect("lost() resolves");
+    tokio::time::timeout(WITHIN, guard.lost())
+        .await
+        .expect("lost() resolves");
     match guard.release().await {
         Err(LockError::Lost { name }) => assert_eq!(name, "leased"),
         other => panic!("expected Lost, got {other:?}"),
     }
     let holder: Option<i64> = raw.hget("leased", other.holder_id()).await.unwrap();
-    assert_eq!(holder, Some(1), "the late release left the new holder alone");
+    assert_eq!(
+        holder,
+        Some(1),
+        "the late release left the new holder alone"
+    );
     next.release().await.unwrap();
 }
 
@@ -142,15 +176,23 @@ async fn the_watchdog_keeps_the_lease_alive() {
 #[tokio::test]
 async fn the_watchdog_reports_a_stolen_lock() {
     let server = Server::start();
-    let client = server.client_with(|c| c.watchdog_timeout(Duration::from_millis(300))).await;
+    let client = server
+        .client_with(|c| c.watchdog_timeout(Duration::from_millis(300)))
+        .await;
     let mut raw = server.raw().await;
 
     let guard = client.lock("stolen").acquire().await.unwrap();
     let _: () = raw.del("stolen").await.unwrap();
     let _: () = raw.hset("stolen", "someone-else:1", 1).await.unwrap();
-    tokio::time::timeout(WITHIN, guard.lost()).await.expect("the loss is signalled");
+    tokio::time::timeout(WITHIN, guard.lost())
+        .await
+        .expect("the loss is signalled");
     assert!(guard.is_lost());
-    assert_eq!(client.renewed_locks(), 0, "a lost hold is no longer renewed");
+    assert_eq!(
+        client.renewed_locks(),
+        0,
+        "a lost hold is no longer renewed"
+    );
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
     let other: Option<i64> = raw.hget("stolen", "someone-else:1").await.unwrap();
     assert_eq!(other, Some(1), "another holder's lock is never deleted");
@@ -207,7 +249,10 @@ async fn a_cancelled_waiter_leaves_nothing_behind() {
     })
     .await;
     guard.release().await.unwrap();
-    assert!(!exists(&mut raw, "cancel").await, "the cancelled waiter took nothing");
+    assert!(
+        !exists(&mut raw, "cancel").await,
+        "the cancelled waiter took nothing"
+    );
     // The local queue was left too: the next waiter is not stuck behind it.
     let again = other.lock("cancel").wait(WITHIN).acquire().await.unwrap();
     again.release().await.unwrap();
@@ -294,13 +339,22 @@ async fn a_redisson_holder_excludes_us_and_its_unlock_wakes_us() {
     let mut raw = server.raw().await;
 
     // What a Java service holding the lock looks like in Redis.
-    let _: () = raw.hset("shared", "9f0e6a3c-java-client:57", 1).await.unwrap();
+    let _: () = raw
+        .hset("shared", "9f0e6a3c-java-client:57", 1)
+        .await
+        .unwrap();
     let _: () = raw.pexpire("shared", 60_000).await.unwrap();
     assert!(client.lock("shared").try_acquire().await.unwrap().is_none());
 
     let waiter = {
         let client = client.clone();
-        tokio::spawn(async move { client.lock("shared").wait(Duration::from_secs(20)).acquire().await })
+        tokio::spawn(async move {
+            client
+                .lock("shared")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
     };
     eventually("our waiter listens on Redisson's channel", WITHIN, || {
         let mut raw = raw.clone();
@@ -311,7 +365,10 @@ async fn a_redisson_holder_excludes_us_and_its_unlock_wakes_us() {
     // lease has a minute left, so only the message can wake the waiter
     // within its 20 s wait.
     let _: () = raw.del("shared").await.unwrap();
-    let _: () = raw.publish("redisson_lock__channel:{shared}", "0").await.unwrap();
+    let _: () = raw
+        .publish("redisson_lock__channel:{shared}", "0")
+        .await
+        .unwrap();
     let guard = waiter.await.unwrap().expect("woken by the unlock message");
     guard.release().await.unwrap();
 }
@@ -331,29 +388,44 @@ async fn many_waiters_share_one_connection_and_one_subscription_per_name() {
     let mut waiters = Vec::new();
     for i in 0..200 {
         let client = client.clone();
-        waiters.push(tokio::spawn(async move { client.lock(format!("hot:{i}")).acquire().await }));
+        waiters.push(tokio::spawn(async move {
+            client.lock(format!("hot:{i}")).acquire().await
+        }));
     }
     for _ in 0..20 {
         let client = client.clone();
-        waiters.push(tokio::spawn(async move { client.lock("hot").acquire().await }));
+        waiters.push(tokio::spawn(
+            async move { client.lock("hot").acquire().await },
+        ));
     }
     eventually("every name has its subscription", WITHIN, || {
         let mut raw = raw.clone();
         async move { numsub(&mut raw, "redisson_lock__channel:{hot:199}").await == 1 }
     })
     .await;
-    eventually("20 local waiters on one name, one subscription", WITHIN, || {
-        let mut raw = raw.clone();
-        async move { numsub(&mut raw, "redisson_lock__channel:{hot}").await == 1 }
-    })
+    eventually(
+        "20 local waiters on one name, one subscription",
+        WITHIN,
+        || {
+            let mut raw = raw.clone();
+            async move { numsub(&mut raw, "redisson_lock__channel:{hot}").await == 1 }
+        },
+    )
     .await;
-    let info: String = redis::cmd("INFO").arg("clients").query_async(&mut raw).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     let connected: usize = info
         .lines()
         .find_map(|l| l.strip_prefix("connected_clients:"))
         .and_then(|n| n.trim().parse().ok())
         .unwrap();
-    assert_eq!(connected, 3, "one connection per lock client, plus ours: {info}");
+    assert_eq!(
+        connected, 3,
+        "one connection per lock client, plus ours: {info}"
+    );
 
     for guard in guards {
         guard.release().await.unwrap();
@@ -369,7 +441,10 @@ async fn bad_input_gives_typed_errors() {
     let client = server.client().await;
     let mut raw = server.raw().await;
 
-    assert!(matches!(client.lock("").acquire().await, Err(LockError::BadName { .. })));
+    assert!(matches!(
+        client.lock("").acquire().await,
+        Err(LockError::BadName { .. })
+    ));
     let _: () = raw.set("plain-string", "x").await.unwrap();
     match client.lock("plain-string").acquire().await {
         Err(LockError::WrongType { name }) => assert_eq!(name, "plain-string"),
@@ -388,10 +463,14 @@ async fn bad_input_gives_typed_errors() {
         listener.local_addr().unwrap().port()
     };
     let unreachable = LockClient::connect(
-        Config::new(format!("redis://127.0.0.1:{closed}")).connect_timeout(Duration::from_millis(500)),
+        Config::new(format!("redis://127.0.0.1:{closed}"))
+            .connect_timeout(Duration::from_millis(500)),
     )
     .await;
-    assert!(matches!(unreachable, Err(LockError::Redis(_))), "{unreachable:?}");
+    assert!(
+        matches!(unreachable, Err(LockError::Redis(_))),
+        "{unreachable:?}"
+    );
 }
 
 #[tokio::test]
@@ -399,9 +478,27 @@ async fn scripts_survive_a_flushed_script_cache() {
     let server = Server::start();
     let client = server.client().await;
     let mut raw = server.raw().await;
-    client.lock("s").acquire().await.unwrap().release().await.unwrap();
-    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut raw).await.unwrap();
-    client.lock("s").acquire().await.unwrap().release().await.unwrap();
+    client
+        .lock("s")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    client
+        .lock("s")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -429,24 +526,37 @@ async fn unlock_is_idempotent_under_retry() {
         }
     };
     assert_eq!(run().await, 1, "released");
-    assert_eq!(run().await, 1, "the retry gets the first answer, not 'not held'");
+    assert_eq!(
+        run().await,
+        1,
+        "the retry gets the first answer, not 'not held'"
+    );
 }
 
 #[tokio::test]
 async fn a_server_restart_loses_the_lease_and_the_client_recovers() {
     let mut server = Server::start();
-    let client = server.client_with(|c| c.watchdog_timeout(Duration::from_millis(600))).await;
+    let client = server
+        .client_with(|c| c.watchdog_timeout(Duration::from_millis(600)))
+        .await;
 
     let guard = client.lock("restart").acquire().await.unwrap();
     server.restart();
-    tokio::time::timeout(WITHIN, guard.lost()).await.expect("the loss is signalled");
+    tokio::time::timeout(WITHIN, guard.lost())
+        .await
+        .expect("the loss is signalled");
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
 
     // New acquisitions work once the client has reconnected (the first
     // calls may still see the old connection's failure).
     let mut taken = None;
     for _ in 0..100 {
-        match client.lock("restart").wait(Duration::from_secs(1)).acquire().await {
+        match client
+            .lock("restart")
+            .wait(Duration::from_secs(1))
+            .acquire()
+            .await
+        {
             Ok(guard) => {
                 taken = Some(guard);
                 break;
@@ -471,10 +581,21 @@ async fn subscriptions_come_back_after_a_reconnect() {
 
     // A fixed lease of a minute: within the waiter's 20 s only an unlock
     // message can wake it.
-    let guard = holder.lock("resub").lease(Duration::from_secs(60)).acquire().await.unwrap();
+    let guard = holder
+        .lock("resub")
+        .lease(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
     let waiter = {
         let client = waiter_client.clone();
-        tokio::spawn(async move { client.lock("resub").wait(Duration::from_secs(20)).acquire().await })
+        tokio::spawn(async move {
+            client
+                .lock("resub")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
     };
     eventually("the waiter subscribed", WITHIN, || {
         let mut raw = raw.clone();
@@ -483,21 +604,38 @@ async fn subscriptions_come_back_after_a_reconnect() {
     .await;
 
     // Cut the waiter's connection (the one with a subscription).
-    let clients: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut raw).await.unwrap();
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     let id = clients
         .lines()
         .find(|l| l.contains(" sub=1 "))
         .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
         .expect("a subscribed connection")
         .to_owned();
-    let _: () = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(&id).query_async(&mut raw).await.unwrap();
-    eventually("the client reconnected and subscribed again", WITHIN, || {
-        let mut raw = raw.clone();
-        async move { numsub(&mut raw, channel).await == 1 }
-    })
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(&id)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    eventually(
+        "the client reconnected and subscribed again",
+        WITHIN,
+        || {
+            let mut raw = raw.clone();
+            async move { numsub(&mut raw, channel).await == 1 }
+        },
+    )
     .await;
 
     guard.release().await.unwrap();
-    let taken = waiter.await.unwrap().expect("woken through the renewed subscription");
+    let taken = waiter
+        .await
+        .unwrap()
+        .expect("woken through the renewed subscription");
     taken.release().await.unwrap();
 }

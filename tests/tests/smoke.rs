@@ -13,7 +13,13 @@ async fn acquire_release_and_wait() {
     assert!(other.lock("smoke").try_acquire().await.unwrap().is_none());
     let waiter = tokio::spawn({
         let other = other.clone();
-        async move { other.lock("smoke").wait(Duration::from_secs(10)).acquire().await }
+        async move {
+            other
+                .lock("smoke")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     guard.release().await.unwrap();

@@ -5,9 +5,9 @@
 //! [`LockGuard`]; the guard registers with the watchdog and, at release,
 //! unregisters and runs the kind's unlock script.
 
+pub(crate) mod fair;
 pub(crate) mod multi;
 pub(crate) mod quorum;
-pub(crate) mod fair;
 pub(crate) mod read_write;
 pub(crate) mod reentrant;
 pub(crate) mod segmented;
@@ -92,7 +92,12 @@ impl Target {
     }
 
     /// One acquire script call.
-    async fn attempt(&self, core: &Core, holder: &str, lease: Duration) -> Result<Attempt, LockError> {
+    async fn attempt(
+        &self,
+        core: &Core,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<Attempt, LockError> {
         match self {
             Target::Reentrant { name } => reentrant::attempt(core, name, holder, lease).await,
             Target::Fair { name } => fair::attempt(core, name, holder, lease).await,
@@ -102,7 +107,12 @@ impl Target {
     }
 
     /// One unlock script call: 1 freed, 0 still held (re-entries), -1 not held.
-    pub(crate) async fn unlock(&self, core: &Core, holder: &str, request: &str) -> Result<i64, LockError> {
+    pub(crate) async fn unlock(
+        &self,
+        core: &Core,
+        holder: &str,
+        request: &str,
+    ) -> Result<i64, LockError> {
         match self {
             Target::Reentrant { name } => reentrant::unlock(core, name, holder, request).await,
             Target::Fair { name } => fair::unlock(core, name, holder, request).await,
@@ -112,7 +122,11 @@ impl Target {
     }
 
     /// Clean-up when a waiter gives up (timeout or cancellation) without the lock.
-    fn give_up(&self, core: &Core, holder: &str) -> Option<impl Future<Output = ()> + Send + 'static> {
+    fn give_up(
+        &self,
+        core: &Core,
+        holder: &str,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
         match self {
             // A fair waiter leaves the queue.
             Target::Fair { name } => Some(fair::give_up(core, name, holder)),
@@ -214,7 +228,9 @@ async fn attempt_once(
             undo_attempt(&core, &target, &holder).await;
         }
     });
-    let result = (&mut answered.answered).await.map_err(|_| LockError::Shutdown)?;
+    let result = (&mut answered.answered)
+        .await
+        .map_err(|_| LockError::Shutdown)?;
     answered.undo = None;
     result
 }
@@ -237,7 +253,9 @@ struct Answered {
 
 impl Drop for Answered {
     fn drop(&mut self) {
-        let Some((core, target, holder)) = self.undo.take() else { return };
+        let Some((core, target, holder)) = self.undo.take() else {
+            return;
+        };
         // After close, a later send fails and the spawned task undoes it.
         self.answered.close();
         if let Ok(Ok(Attempt::Acquired { .. })) = self.answered.try_recv() {
