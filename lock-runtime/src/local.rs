@@ -46,10 +46,10 @@ pub(crate) struct Ticket<'a> {
 impl Ticket<'_> {
     /// Waits until every earlier waiter of this queue has left.
     pub(crate) async fn turn(&mut self) {
-        if self.turn.is_none() {
-            if let Some(queue) = &self.queue {
-                self.turn = Some(queue.clone().lock_owned().await);
-            }
+        if self.turn.is_none()
+            && let Some(queue) = &self.queue
+        {
+            self.turn = Some(queue.clone().lock_owned().await);
         }
     }
 }

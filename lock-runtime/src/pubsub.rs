@@ -28,10 +28,6 @@ enum Request {
     Unsubscribe {
         channel: String,
     },
-    #[cfg(test)]
-    Count {
-        reply: oneshot::Sender<usize>,
-    },
 }
 
 /// The client's handle on its dispatcher.
@@ -63,14 +59,6 @@ impl PubSub {
             messages,
             requests: self.requests.clone(),
         })
-    }
-
-    /// How many channels the dispatcher is subscribed to.
-    #[cfg(test)]
-    pub(crate) async fn channel_count(&self) -> usize {
-        let (reply, answer) = oneshot::channel();
-        let _ = self.requests.send(Request::Count { reply });
-        answer.await.unwrap_or(usize::MAX)
     }
 }
 
@@ -158,8 +146,6 @@ async fn dispatch(
                     }
                 }
                 Some(Request::Unsubscribe { channel }) => leave(&mut conn, &mut channels, channel).await,
-                #[cfg(test)]
-                Some(Request::Count { reply }) => { let _ = reply.send(channels.len()); }
                 None => break,
             },
         }

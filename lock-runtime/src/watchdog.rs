@@ -89,12 +89,12 @@ impl Watchdog {
     /// guards of the same task share it).
     pub(crate) fn unregister(&self, registration: &Registration) {
         let mut entries = self.entries();
-        if let Some(entry) = entries.get_mut(&registration.key) {
-            if entry.epoch == registration.epoch {
-                entry.guards -= 1;
-                if entry.guards == 0 {
-                    entries.remove(&registration.key);
-                }
+        if let Some(entry) = entries.get_mut(&registration.key)
+            && entry.epoch == registration.epoch
+        {
+            entry.guards -= 1;
+            if entry.guards == 0 {
+                entries.remove(&registration.key);
             }
         }
     }

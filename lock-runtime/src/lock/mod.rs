@@ -275,10 +275,10 @@ struct GiveUpOnDrop<'a> {
 
 impl Drop for GiveUpOnDrop<'_> {
     fn drop(&mut self) {
-        if self.armed {
-            if let Some(cleanup) = self.target.give_up(self.core, self.holder) {
-                self.core.runtime.spawn(cleanup);
-            }
+        if self.armed
+            && let Some(cleanup) = self.target.give_up(self.core, self.holder)
+        {
+            self.core.runtime.spawn(cleanup);
         }
     }
 }
