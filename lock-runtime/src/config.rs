@@ -29,7 +29,6 @@ pub struct Config {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) fair_wait_timeout: Duration,
-    pub(crate) unlock_latch_ttl: Duration,
     pub(crate) topology: Topology,
     pub(crate) sharded_pubsub: Option<bool>,
     pub(crate) replica_sync: ReplicaSync,
@@ -87,7 +86,6 @@ impl Config {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
             fair_wait_timeout: Duration::from_millis(300_000),
-            unlock_latch_ttl: Duration::from_secs(30),
             topology: Topology::Standalone,
             sharded_pubsub: None,
             replica_sync: ReplicaSync::Auto,
@@ -256,6 +254,42 @@ impl Config {
             ));
         }
         self.data_node_info(&self.url)
+    }
+
+    /// How long an unlock's answer is kept for its retries (the unlock
+    /// latch): a release makes at most `UNLOCK_TRIES` calls, each bounded by
+    /// the response timeout, so the latch outlives them all with a second to
+    /// spare, and no longer: every release leaves one latch key behind for
+    /// this long.
+    pub(crate) fn unlock_latch_ttl(&self) -> Duration {
+        self.response_timeout * crate::guard::UNLOCK_TRIES + Duration::from_secs(1)
+    }
+
+    /// Which data set this configuration reaches, as a stable text: the
+    /// first sort key of multi locks, and how they recognise one lock named
+    /// twice. Standalone: `host:port/db`; Sentinel: the master's name, its
+    /// sentinels and the db; Cluster: the seed nodes. Two configurations that
+    /// spell the same servers differently (`localhost` and `127.0.0.1`) get
+    /// different identities.
+    pub(crate) fn server_identity(&self) -> String {
+        let sorted = |urls: &[String]| {
+            let mut urls = urls.to_vec();
+            urls.sort();
+            urls.join(",")
+        };
+        match &self.topology {
+            Topology::Standalone => match self.connection_info() {
+                Ok(info) => format!("{}/{}", info.addr(), info.redis_settings().db()),
+                // Cannot happen for a connected client; the URL keeps the order stable.
+                Err(_) => self.url.clone(),
+            },
+            Topology::Sentinel { sentinels, master } => format!(
+                "sentinel:{master}@{}/{}",
+                sorted(sentinels),
+                self.database.unwrap_or(0)
+            ),
+            Topology::Cluster { seeds } => format!("cluster:{}", sorted(seeds)),
+        }
     }
 
     /// Checks the knobs that do not depend on the topology.
@@ -449,6 +483,33 @@ impl fmt::Debug for Config {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn server_identity_tells_topologies_apart() {
+        let one = Config::new("redis://127.0.0.1:7001/2").server_identity();
+        assert_eq!(one, "127.0.0.1:7001/2");
+        let a = Config::cluster(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"]);
+        let b = Config::cluster(["redis://127.0.0.1:7002", "redis://127.0.0.1:7001"]);
+        let c = Config::cluster(["redis://127.0.0.1:8001"]);
+        assert_eq!(
+            a.server_identity(),
+            b.server_identity(),
+            "seed order does not matter"
+        );
+        assert_ne!(
+            a.server_identity(),
+            c.server_identity(),
+            "two clusters differ"
+        );
+        let s1 = Config::sentinel(["redis://127.0.0.1:26379"], "one");
+        let s2 = Config::sentinel(["redis://127.0.0.1:26379"], "two");
+        assert_ne!(
+            s1.server_identity(),
+            s2.server_identity(),
+            "two masters differ"
+        );
+        assert_ne!(s1.server_identity(), "");
+    }
+
     use super::*;
 
     #[test]

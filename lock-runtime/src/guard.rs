@@ -124,9 +124,9 @@ impl Held {
                         });
                     }
                     Ok(_) => return Ok(()),
-                    Err(LockError::Redis(e)) if tries < 3 && retriable(&e) => {
+                    Err(LockError::Redis(e)) if tries < UNLOCK_TRIES && retriable(&e) => {
                         tracing::debug!(error = %e, "unlock failed; retrying");
-                        tokio::time::sleep(Duration::from_millis(50 * tries)).await;
+                        tokio::time::sleep(Duration::from_millis(50 * u64::from(tries))).await;
                     }
                     Err(e) => return Err(e),
                 }
@@ -136,6 +136,9 @@ impl Held {
         crate::lock::on_background(&client, work).await?
     }
 }
+
+/// How many calls one release makes at most (the first and its retries).
+pub(crate) const UNLOCK_TRIES: u32 = 3;
 
 fn retriable(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error()

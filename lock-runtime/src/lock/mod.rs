@@ -91,19 +91,30 @@ impl Target {
         }
     }
 
-    /// One acquire script call.
+    /// One acquire script call, then replica sync when it took the lock.
     async fn attempt(
         &self,
         core: &Core,
         holder: &str,
         lease: Duration,
     ) -> Result<Attempt, LockError> {
-        match self {
+        let attempt = match self {
             Target::Reentrant { name } => reentrant::attempt(core, name, holder, lease).await,
             Target::Fair { name } => fair::attempt(core, name, holder, lease).await,
-            Target::Read { name } => read_write::attempt_read(core, name, holder, lease).await,
-            Target::Write { name } => read_write::attempt_write(core, name, holder, lease).await,
+            Target::Read { name } => read_write::attempt(core, name, holder, lease, false).await,
+            Target::Write { name } => read_write::attempt(core, name, holder, lease, true).await,
+        }?;
+        if let Attempt::Acquired { .. } = attempt
+            && let Err(e) = core.sync_replicas(self.name()).await
+        {
+            // A hold no replica confirmed could vanish in a failover: give it back.
+            let request = uuid::Uuid::new_v4().to_string();
+            if let Err(undo) = self.unlock(core, holder, &request).await {
+                tracing::warn!(lock = self.name(), error = %undo, "could not give back an unreplicated hold");
+            }
+            return Err(e);
         }
+        Ok(attempt)
     }
 
     /// One unlock script call: 1 freed, 0 still held (re-entries), -1 not held.

@@ -236,14 +236,10 @@ fn plan(locks: Vec<(LockClient, Target)>) -> Result<Vec<Planned>, LockError> {
     Ok(kept)
 }
 
-/// The server a client talks to, as `host:port/db`: the first sort key, so
-/// that every caller orders the same locks the same way.
+/// The data set a client reaches (see `Config::server_identity`): the first
+/// sort key, so that every caller orders the same locks the same way.
 pub(crate) fn server_of(client: &LockClient) -> String {
-    match client.config().connection_info() {
-        Ok(info) => format!("{}/{}", info.addr(), info.redis_settings().db()),
-        // Cannot happen for a connected client; any fixed string keeps the order stable.
-        Err(_) => String::new(),
-    }
+    client.config().server_identity()
 }
 
 /// Releases the locks taken in a failed round, waiting for it so that the

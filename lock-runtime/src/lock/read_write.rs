@@ -82,76 +82,34 @@ impl ReadWriteLock {
     }
 }
 
-/// One try at a read hold.
-pub(crate) async fn attempt_read(
+/// One try at a read hold (`write` false) or the write lock (`write` true).
+pub(crate) async fn attempt(
     core: &Core,
     name: &str,
     holder: &str,
     lease: Duration,
-) -> Result<Attempt, LockError> {
-    core.check_slot_name(name)?;
-    let mut conn = core.conn.clone();
-    let answer: (i64, i64) = SCRIPTS
-        .rw_read_acquire
-        .key(name)
-        .key(keys::token_key(name))
-        .key(keys::rw_timeout_prefix(name, holder))
-        .arg(lease.as_millis().max(1) as u64)
-        .arg(holder)
-        .invoke_async(&mut conn)
-        .await
-        .map_err(|e| LockError::from_redis(name, e))?;
-    let attempt = answer_of(name, answer)?;
-    replicated(core, name, holder, attempt, false).await
-}
-
-/// One try at the write lock.
-pub(crate) async fn attempt_write(
-    core: &Core,
-    name: &str,
-    holder: &str,
-    lease: Duration,
-) -> Result<Attempt, LockError> {
-    core.check_slot_name(name)?;
-    let mut conn = core.conn.clone();
-    let answer: (i64, i64) = SCRIPTS
-        .rw_write_acquire
-        .key(name)
-        .key(keys::token_key(name))
-        .key(keys::tagged(name))
-        .arg(lease.as_millis().max(1) as u64)
-        .arg(holder)
-        .invoke_async(&mut conn)
-        .await
-        .map_err(|e| LockError::from_redis(name, e))?;
-    let attempt = answer_of(name, answer)?;
-    replicated(core, name, holder, attempt, true).await
-}
-
-/// Replica sync after an acquisition; a hold no replica confirmed could
-/// vanish in a failover, so it is given back.
-async fn replicated(
-    core: &Core,
-    name: &str,
-    holder: &str,
-    attempt: Attempt,
     write: bool,
 ) -> Result<Attempt, LockError> {
-    if let Attempt::Acquired { .. } = attempt
-        && let Err(e) = core.sync_replicas(name).await
-    {
-        let request = uuid::Uuid::new_v4().to_string();
-        let undone = if write {
-            unlock_write(core, name, holder, &request).await
-        } else {
-            unlock_read(core, name, holder, &request).await
-        };
-        if let Err(undo) = undone {
-            tracing::warn!(lock = name, error = %undo, "could not give back an unreplicated hold");
-        }
-        return Err(e);
-    }
-    Ok(attempt)
+    core.check_slot_name(name)?;
+    let (script, third_key) = if write {
+        (&SCRIPTS.rw_write_acquire, keys::tagged(name))
+    } else {
+        (
+            &SCRIPTS.rw_read_acquire,
+            keys::rw_timeout_prefix(name, holder),
+        )
+    };
+    let mut conn = core.conn.clone();
+    let answer: (i64, i64) = script
+        .key(name)
+        .key(keys::token_key(name))
+        .key(third_key)
+        .arg(lease.as_millis().max(1) as u64)
+        .arg(holder)
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| LockError::from_redis(name, e))?;
+    answer_of(name, answer)
 }
 
 fn answer_of(name: &str, (code, value): (i64, i64)) -> Result<Attempt, LockError> {
@@ -188,7 +146,7 @@ pub(crate) async fn unlock_read(
         .key(keys::tagged(name))
         .key(keys::unlock_latch(name, request))
         .arg(holder)
-        .arg(core.config.unlock_latch_ttl.as_millis() as u64)
+        .arg(core.config.unlock_latch_ttl().as_millis() as u64)
         .arg(core.publish_command())
         .invoke_async(&mut conn)
         .await
@@ -212,7 +170,7 @@ pub(crate) async fn unlock_write(
         .key(keys::tagged(name))
         .key(keys::unlock_latch(name, request))
         .arg(holder)
-        .arg(core.config.unlock_latch_ttl.as_millis() as u64)
+        .arg(core.config.unlock_latch_ttl().as_millis() as u64)
         .arg(core.publish_command())
         .invoke_async(&mut conn)
         .await

@@ -27,19 +27,12 @@ pub(crate) async fn attempt(
         .invoke_async(&mut conn)
         .await
         .map_err(|e| LockError::from_redis(name, e))?;
-    if acquired != 1 {
-        return Ok(Attempt::Busy { ttl_ms: value });
-    }
-    if let Err(e) = core.sync_replicas(name).await {
-        // A hold no replica confirmed could vanish in a failover: give it back.
-        let request = uuid::Uuid::new_v4().to_string();
-        if let Err(undo) = unlock(core, name, holder, &request).await {
-            tracing::warn!(lock = name, error = %undo, "could not give back an unreplicated hold");
+    Ok(if acquired == 1 {
+        Attempt::Acquired {
+            token: value as u64,
         }
-        return Err(e);
-    }
-    Ok(Attempt::Acquired {
-        token: value as u64,
+    } else {
+        Attempt::Busy { ttl_ms: value }
     })
 }
 
@@ -58,7 +51,7 @@ pub(crate) async fn unlock(
         .key(keys::lock_channel(name))
         .key(keys::unlock_latch(name, request))
         .arg(holder)
-        .arg(core.config.unlock_latch_ttl.as_millis() as u64)
+        .arg(core.config.unlock_latch_ttl().as_millis() as u64)
         .arg(core.publish_command())
         .arg("0")
         .invoke_async(&mut conn)
