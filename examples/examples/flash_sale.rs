@@ -23,7 +23,7 @@ use std::fmt;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use examples::{Redis, per_second};
+use examples::{Tally, per_second};
 use lock_runtime::{
     Config, Inventory, InventoryError, LockClient, LockError, RedisSegmentStore, SegmentKey,
     SegmentStore, distributed_lock,
@@ -221,15 +221,11 @@ async fn sell(
             });
         }
     }
-    let (mut sold, mut errors, mut first_error) = (0, 0, None);
-    while let Some(joined) = buyers.join_next().await {
-        let (bought, error) = joined.expect("a buyer task panicked");
-        sold += bought;
-        if let Some(e) = error {
-            errors += 1;
-            first_error.get_or_insert_with(|| e.to_string());
-        }
-    }
+    let Tally {
+        sold,
+        errors,
+        first_error,
+    } = Tally::of(buyers).await;
     let elapsed = started.elapsed();
     let left: Option<i64> = data.get(stock_key(SKU)).await?;
     Ok(Report {
@@ -323,15 +319,11 @@ async fn run_segmented(sale: Sale, segments: usize, url: &str) -> Result<Report,
             });
         }
     }
-    let (mut sold, mut errors, mut first_error) = (0, 0, None);
-    while let Some(joined) = buyers.join_next().await {
-        let (bought, error) = joined.expect("a buyer task panicked");
-        sold += bought;
-        if let Some(e) = error {
-            errors += 1;
-            first_error.get_or_insert_with(|| e.to_string());
-        }
-    }
+    let Tally {
+        sold,
+        errors,
+        first_error,
+    } = Tally::of(buyers).await;
     let elapsed = started.elapsed();
     let mut left = 0;
     for segment in 0..segments {
@@ -436,23 +428,9 @@ fn parse_args() -> Result<Sale, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let sale = match parse_args() {
-        Ok(sale) => sale,
-        Err(e) if e.is_empty() => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("{e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    let redis = match Redis::from_env_or_start() {
-        Ok(redis) => redis,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
+    let (sale, redis) = match examples::start(parse_args, USAGE) {
+        Ok(started) => started,
+        Err(code) => return code,
     };
     println!(
         "flash sale: {} units of {SKU}; {} instances x {} buyers want {} units in all",

@@ -572,23 +572,9 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(e) if e.is_empty() => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("{e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    let redis = match Redis::from_env_or_start() {
-        Ok(redis) => redis,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
+    let (args, redis) = match examples::start(parse_args, USAGE) {
+        Ok(started) => started,
+        Err(code) => return code,
     };
     println!(
         "lock_bench: {}, {} cores",

@@ -3,7 +3,7 @@
 //! for the reports.
 
 use std::fmt;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 /// The Redis server an example runs against. When the example started it
@@ -158,6 +158,64 @@ fn ping(port: u16) -> bool {
         return false;
     };
     redis::cmd("PING").query::<String>(&mut conn).is_ok()
+}
+
+/// The start of an example's `main`: its arguments and the Redis server to
+/// run against. `parse` returns an empty error for `--help`: then the usage
+/// is printed and the example ends successfully; any other error is printed
+/// with the usage, and the example ends with the exit code returned here.
+pub fn start<A>(
+    parse: impl FnOnce() -> Result<A, String>,
+    usage: &str,
+) -> Result<(A, Redis), ExitCode> {
+    let args = match parse() {
+        Ok(args) => args,
+        Err(e) if e.is_empty() => {
+            println!("{usage}");
+            return Err(ExitCode::SUCCESS);
+        }
+        Err(e) => {
+            eprintln!("{e}\n{usage}");
+            return Err(ExitCode::from(2));
+        }
+    };
+    match Redis::from_env_or_start() {
+        Ok(redis) => Ok((args, redis)),
+        Err(e) => {
+            eprintln!("{e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// What a crowd of buyer tasks reported: each returns the units it bought
+/// and the error that stopped it, if any.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Units bought in all.
+    pub sold: u64,
+    /// Buyers stopped by an error.
+    pub errors: u64,
+    /// The first of those errors.
+    pub first_error: Option<String>,
+}
+
+impl Tally {
+    /// Waits for every buyer and adds up their reports.
+    pub async fn of<E: fmt::Display + 'static>(
+        mut buyers: tokio::task::JoinSet<(u64, Option<E>)>,
+    ) -> Tally {
+        let mut tally = Tally::default();
+        while let Some(joined) = buyers.join_next().await {
+            let (bought, error) = joined.expect("a buyer task panicked");
+            tally.sold += bought;
+            if let Some(e) = error {
+                tally.errors += 1;
+                tally.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+        tally
+    }
 }
 
 /// Operations per second for `ops` operations taking `elapsed`.
