@@ -214,3 +214,61 @@ pub async fn numsub(conn: &mut redis::aio::MultiplexedConnection, channel: &str)
         .expect("PUBSUB NUMSUB");
     n
 }
+
+/// Mutual exclusion under load: on each client, `tasks` tasks each make
+/// `rounds` non-atomic read-modify-write increments of the plain key
+/// `counter` (set to 0 first), each under a guard from `lock`. Returns the
+/// final count: clients × tasks × rounds when no increment was lost.
+pub async fn count_under_lock<L, Fut>(
+    server: &Server,
+    clients: &[LockClient],
+    counter: &str,
+    (tasks, rounds): (usize, usize),
+    lock: L,
+) -> i64
+where
+    L: Fn(LockClient) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<lock_runtime::LockGuard, lock_runtime::LockError>> + Send,
+{
+    use redis::AsyncCommands;
+    let mut raw = server.raw().await;
+    let _: () = raw.set(counter, 0).await.expect("SET");
+    let mut handles = Vec::new();
+    for client in clients {
+        for _ in 0..tasks {
+            let (client, lock, counter) = (client.clone(), lock.clone(), counter.to_owned());
+            let mut conn = raw.clone();
+            handles.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let guard = lock(client.clone()).await.expect("acquire");
+                    let n: i64 = conn.get(&counter).await.expect("GET");
+                    tokio::task::yield_now().await;
+                    let _: () = conn.set(&counter, n + 1).await.expect("SET");
+                    guard.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    for handle in handles {
+        handle.await.expect("a counting task panicked");
+    }
+    raw.get(counter).await.expect("GET")
+}
+
+/// Awaits a spawned task (or any future of a nested `Result`) that must end
+/// within `within` (generous: it bounds a wait, it asserts no speed), and
+/// unwraps both layers of its result.
+pub async fn finish<T, E, J>(
+    within: Duration,
+    task: impl Future<Output = Result<Result<T, E>, J>>,
+) -> T
+where
+    E: std::fmt::Debug,
+    J: std::fmt::Debug,
+{
+    tokio::time::timeout(within, task)
+        .await
+        .expect("the task did not finish in time")
+        .expect("the task failed to run")
+        .expect("the task returned an error")
+}

@@ -373,11 +373,7 @@ async fn a_failover_keeps_synced_locks_and_reports_lost_ones() {
     .await;
     assert!(!waiter.is_finished());
     kept.release().await.unwrap();
-    let next = tokio::time::timeout(WITHIN, waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let next = tests::finish(WITHIN, waiter).await;
     next.release().await.unwrap();
 }
 
@@ -429,11 +425,7 @@ async fn a_resharded_lock_keeps_its_holder_and_its_waiters() {
     )
     .await;
     guard.release().await.unwrap();
-    let next = tokio::time::timeout(WITHIN, waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let next = tests::finish(WITHIN, waiter).await;
     next.release().await.unwrap();
 }
 
@@ -478,21 +470,13 @@ async fn fair_locks_on_every_shard_serve_waiters_in_order() {
         // Each unlock wakes the head of the queue only, well before the
         // holder's 30 s lease would have.
         guard.release().await.unwrap();
-        let next = tokio::time::timeout(WITHIN, first_waiter)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        let next = tests::finish(WITHIN, first_waiter).await;
         assert!(
             !second_waiter.is_finished(),
             "{name}: the second waits behind the first"
         );
         next.release().await.unwrap();
-        let last = tokio::time::timeout(WITHIN, second_waiter)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        let last = tests::finish(WITHIN, second_waiter).await;
         last.release().await.unwrap();
     }
 }
@@ -552,11 +536,7 @@ async fn read_write_locks_on_every_shard_share_reads_and_exclude_writes() {
         .await;
         read_a.release().await.unwrap();
         read_b.release().await.unwrap();
-        let write = tokio::time::timeout(WITHIN, waiting)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        let write = tests::finish(WITHIN, waiting).await;
         assert!(
             a.read_write_lock(name.as_str())
                 .read()

@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_runtime::{LockClient, LockError};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
-use tests::{Server, eventually, numsub};
+use tests::{Server, count_under_lock, eventually, numsub};
 
 const WITHIN: Duration = Duration::from_secs(20);
 
@@ -226,30 +226,12 @@ async fn read_modify_write_is_exclusive_across_clients_and_tasks() {
     for _ in 0..3 {
         clients.push(server.client().await);
     }
-    let mut raw = server.raw().await;
-    let _: () = raw.set("counter", 0).await.unwrap();
-
-    let mut tasks = Vec::new();
-    for client in &clients {
-        for _ in 0..8 {
-            let client = client.clone();
-            let mut conn = raw.clone();
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..8 {
-                    let guard = client.fair_lock("counter-lock").acquire().await.unwrap();
-                    let n: i64 = conn.get("counter").await.unwrap();
-                    tokio::task::yield_now().await;
-                    let _: () = conn.set("counter", n + 1).await.unwrap();
-                    guard.release().await.unwrap();
-                }
-            }));
-        }
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let n: i64 = raw.get("counter").await.unwrap();
+    let n = count_under_lock(&server, &clients, "counter", (8, 8), |client| async move {
+        client.fair_lock("counter-lock").acquire().await
+    })
+    .await;
     assert_eq!(n, 3 * 8 * 8, "no increment was lost");
+    let raw = server.raw().await;
     until_queue_empty(&raw, "counter-lock").await;
 }
 

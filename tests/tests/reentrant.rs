@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lock_runtime::{Config, LockClient, LockError};
 use redis::AsyncCommands;
-use tests::{Server, eventually, numsub};
+use tests::{Server, count_under_lock, eventually, numsub};
 
 const WITHIN: Duration = Duration::from_secs(10);
 
@@ -291,29 +291,14 @@ async fn read_modify_write_is_exclusive_across_clients_and_tasks() {
     for _ in 0..3 {
         clients.push(server.client().await);
     }
-    let mut raw = server.raw().await;
-    let _: () = raw.set("counter", 0).await.unwrap();
-
-    let mut tasks = Vec::new();
-    for client in &clients {
-        for _ in 0..10 {
-            let client = client.clone();
-            let mut conn = raw.clone();
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..10 {
-                    let guard = client.lock("counter-lock").acquire().await.unwrap();
-                    let n: i64 = conn.get("counter").await.unwrap();
-                    tokio::task::yield_now().await;
-                    let _: () = conn.set("counter", n + 1).await.unwrap();
-                    guard.release().await.unwrap();
-                }
-            }));
-        }
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let n: i64 = raw.get("counter").await.unwrap();
+    let n = count_under_lock(
+        &server,
+        &clients,
+        "counter",
+        (10, 10),
+        |client| async move { client.lock("counter-lock").acquire().await },
+    )
+    .await;
     assert_eq!(n, 300, "no increment was lost");
 }
 

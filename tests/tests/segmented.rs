@@ -133,11 +133,7 @@ async fn any_takes_a_free_segment_then_waits() {
     for guard in held {
         guard.release().await.unwrap();
     }
-    let got = tokio::time::timeout(NO_DEADLOCK, waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let got = tests::finish(NO_DEADLOCK, waiter).await;
     assert!(got.segment() < 4);
     got.release().await.unwrap();
 }
@@ -209,11 +205,7 @@ async fn all_takes_every_segment_or_none() {
     // A waiting `all` gets every segment once the blocker leaves.
     let waiting = tokio::spawn(async move { lock.all().acquire().await });
     blocker.release().await.unwrap();
-    let all = tokio::time::timeout(NO_DEADLOCK, waiting)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let all = tests::finish(NO_DEADLOCK, waiting).await;
     let segments: Vec<usize> = all.segments().iter().map(|g| g.segment()).collect();
     assert_eq!(segments, vec![0, 1, 2, 3, 4]);
     assert!((0..5).all(|i| all.token(i).is_some_and(|t| t > 0)));

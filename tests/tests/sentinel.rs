@@ -48,11 +48,7 @@ async fn locks_work_through_the_sentinels() {
     })
     .await;
     guard.release().await.unwrap();
-    let next = tokio::time::timeout(WITHIN, waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let next = tests::finish(WITHIN, waiter).await;
     next.release().await.unwrap();
 
     // With replicas attached, an acquisition waits for one of them (Auto),
@@ -172,11 +168,7 @@ async fn a_failover_is_followed_synced_locks_survive_and_lost_ones_are_reported(
     })
     .await;
     kept.release().await.unwrap();
-    let next = tokio::time::timeout(WITHIN, waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let next = tests::finish(WITHIN, waiter).await;
     next.release().await.unwrap();
 
     // New acquisitions work, the lost name included.
