@@ -54,7 +54,9 @@ pub enum LockError {
         name: String,
     },
     /// A quorum lock did not reach a majority of its nodes.
-    #[error("quorum lock `{name}` got {acquired} of {needed} nodes needed: {failures}")]
+    #[error(
+        "quorum lock `{name}` not acquired ({acquired} nodes granted, {needed} needed): {failures}"
+    )]
     NoQuorum {
         /// The lock's name.
         name: String,

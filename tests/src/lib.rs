@@ -272,3 +272,18 @@ where
         .expect("the task failed to run")
         .expect("the task returned an error")
 }
+
+/// Waits until nobody listens on `channel` any more. Unsubscribing follows
+/// the last waiter's exit through the client's pub/sub dispatcher, so it is
+/// an event to await, not a state to sample. Panics after 20 s.
+pub async fn until_unsubscribed(conn: &redis::aio::MultiplexedConnection, channel: &str) {
+    eventually(
+        &format!("no subscriber left on {channel}"),
+        Duration::from_secs(20),
+        || {
+            let mut conn = conn.clone();
+            async move { numsub(&mut conn, channel).await == 0 }
+        },
+    )
+    .await;
+}
