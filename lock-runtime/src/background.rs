@@ -1,7 +1,9 @@
 //! The client's own runtime thread.
 //!
 //! Every connection driver, the pub/sub dispatcher, the watchdog, and every
-//! script call run on a current-thread tokio runtime that the client owns.
+//! script call run on a current-thread tokio runtime that the client owns
+//! (except the acquire and release calls of a caller on a current-thread
+//! runtime with a near connection: see [`finish_on_drop`] and `conn`).
 //! Callers only await join handles and channels, which work from any runtime.
 //! That is what lets one global client serve several runtimes (one per
 //! `#[tokio::test]`, one per thread, or a runtime that was shut down): nothing
@@ -10,6 +12,8 @@
 //! so its effect can always be undone.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -59,4 +63,57 @@ pub(crate) async fn run<T: Send + 'static>(
     fut: impl Future<Output = T> + Send + 'static,
 ) -> Result<T, LockError> {
     handle.spawn(fut).await.map_err(|_| LockError::Shutdown)
+}
+
+/// Runs `fut` in the caller's own task, without a hop to another thread. If
+/// the caller drops this before `fut` is done, the rest of `fut` runs as a
+/// task of its own, and `abandoned` gets its output there.
+///
+/// For calls on a near connection: the request already sent is finished,
+/// and its effect undone, after the caller left. That task runs on the
+/// runtime the caller dropped it on (`fut`'s timers and connection belong
+/// to it), or on `fallback` when dropped outside any runtime. If the
+/// caller's runtime is shutting down, the task and the near connection go
+/// with it: the effect of a request already sent is then left to the
+/// lock's lease.
+pub(crate) async fn finish_on_drop<T, A, U>(
+    fallback: &Handle,
+    fut: impl Future<Output = T> + Send + 'static,
+    abandoned: A,
+) -> T
+where
+    T: Send + 'static,
+    A: FnOnce(T) -> U + Send + 'static,
+    U: Future<Output = ()> + Send + 'static,
+{
+    type Call<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+    type Abandoned<T> = Box<dyn FnOnce(T) -> Call<()> + Send>;
+
+    struct Unfinished<T: Send + 'static> {
+        call: Option<Call<T>>,
+        abandoned: Option<Abandoned<T>>,
+        fallback: Handle,
+    }
+
+    impl<T: Send + 'static> Drop for Unfinished<T> {
+        fn drop(&mut self) {
+            if let (Some(call), Some(abandoned)) = (self.call.take(), self.abandoned.take()) {
+                let runtime = Handle::try_current().unwrap_or_else(|_| self.fallback.clone());
+                runtime.spawn(async move { abandoned(call.await).await });
+            }
+        }
+    }
+
+    let mut unfinished = Unfinished {
+        call: Some(Box::pin(fut) as Call<T>),
+        abandoned: Some(Box::new(move |out: T| Box::pin(abandoned(out)) as Call<()>)),
+        fallback: fallback.clone(),
+    };
+    let out = std::future::poll_fn(|cx| match unfinished.call.as_mut() {
+        Some(call) => call.as_mut().poll(cx),
+        None => Poll::Pending,
+    })
+    .await;
+    unfinished.call = None;
+    out
 }

@@ -21,11 +21,19 @@
 //! reconnect task is spawned on the handle it is given), so the client
 //! outlives the runtimes of its callers.
 //!
+//! On a single server, calls made from a caller's current-thread runtime
+//! can also go through a **near connection**: a plain multiplexed connection
+//! whose driver runs on that caller's runtime, made in the background on the
+//! runtime's first lock call ([`Conn::here`]). A round trip through it wakes no other
+//! thread; the client's own connection stays the path for everything else.
+//! A near connection that fails is forgotten and made again; one whose
+//! runtime shut down is never asked for again (runtime ids are not reused).
+//!
 //! It also owns two topology-dependent decisions: the pub/sub flavour
 //! (sharded `SSUBSCRIBE`/`SPUBLISH` on a cluster of Redis 7 or newer, classic
 //! otherwise) and replica sync (`WAIT` after an acquisition).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -59,7 +67,32 @@ enum Link {
     Standalone(ConnectionManager),
     Sentinel(SentinelLink),
     Cluster(ClusterConnection),
+    /// A near connection on the runtime with this id (standalone only).
+    Near(tokio::runtime::Id, MultiplexedConnection),
 }
+
+/// The near connections of a standalone client, per caller runtime.
+struct Near {
+    client: redis::Client,
+    config: AsyncConnectionConfig,
+    /// The client's own runtime, which needs none.
+    home: tokio::runtime::Id,
+    conns: Mutex<HashMap<tokio::runtime::Id, NearState>>,
+}
+
+enum NearState {
+    /// Being made on that runtime.
+    Connecting,
+    Ready(MultiplexedConnection),
+    /// Could not be made; tried again after [`NEAR_RETRY`].
+    Failed(Instant),
+}
+
+/// How many runtimes' near connections are kept at most.
+const NEAR_MAX: usize = 64;
+
+/// How long after a failed near connection the next one is tried.
+const NEAR_RETRY: Duration = Duration::from_secs(1);
 
 /// Decisions made at connect time, and the replica view.
 struct Shared {
@@ -68,6 +101,8 @@ struct Shared {
     replica_sync_timeout: Duration,
     /// Who has replicas, as last looked up (Auto mode only).
     replicas: tokio::sync::Mutex<Option<ReplicaView>>,
+    /// Standalone only.
+    near: Option<Near>,
 }
 
 /// How old a replica view may be before it is looked up again.
@@ -84,10 +119,19 @@ impl Conn {
         runtime: Handle,
     ) -> Result<Conn, LockError> {
         config.check()?;
+        let mut near = None;
         let link = match &config.topology {
             Topology::Standalone => {
                 let client = redis::Client::open(config.connection_info()?)
                     .map_err(|e| LockError::Config(format!("{e}")))?;
+                near = Some(Near {
+                    client: client.clone(),
+                    config: AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(config.connect_timeout))
+                        .set_response_timeout(Some(config.response_timeout)),
+                    home: runtime.id(),
+                    conns: Mutex::new(HashMap::new()),
+                });
                 let manager_config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(config.connect_timeout))
                     .set_response_timeout(Some(config.response_timeout))
@@ -138,8 +182,73 @@ impl Conn {
                 replica_sync: config.replica_sync,
                 replica_sync_timeout: config.replica_sync_timeout,
                 replicas: tokio::sync::Mutex::new(None),
+                near,
             }),
         })
+    }
+
+    /// The connection to use from the current runtime: its near connection
+    /// when it has one ready, else this one. The first call from a caller
+    /// runtime starts making its near connection there and uses this one.
+    pub(crate) fn here(&self) -> Conn {
+        self.near_here().unwrap_or_else(|| self.clone())
+    }
+
+    /// The current runtime's near connection, when ready (see [`Conn::here`]).
+    pub(crate) fn near_here(&self) -> Option<Conn> {
+        let near = self.shared.near.as_ref()?;
+        let runtime = Handle::try_current().ok()?;
+        let id = runtime.id();
+        // Only current-thread runtimes gain: there a hop to the client's
+        // thread is two extra thread wake-ups per call. Measured on a
+        // multi-thread runtime, the client's own hot thread does better than
+        // a driver task that moves between workers (BENCHMARKS.md).
+        if id == near.home
+            || runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::CurrentThread
+        {
+            return None;
+        }
+        let mut conns = near.conns.lock().unwrap_or_else(|p| p.into_inner());
+        match conns.get(&id) {
+            Some(NearState::Ready(conn)) => {
+                return Some(Conn {
+                    link: Link::Near(id, conn.clone()),
+                    shared: self.shared.clone(),
+                });
+            }
+            Some(NearState::Connecting) => return None,
+            Some(NearState::Failed(at)) if at.elapsed() < NEAR_RETRY => return None,
+            Some(NearState::Failed(_)) | None => {}
+        }
+        // Runtimes that shut down leave their entries behind (their ids are
+        // never asked for again): past a bound, start over. A live runtime
+        // whose entry goes makes a new connection at its next call; calls in
+        // flight keep the old one until they finish.
+        if conns.len() >= NEAR_MAX {
+            conns.clear();
+        }
+        conns.insert(id, NearState::Connecting);
+        drop(conns);
+        let shared = Arc::downgrade(&self.shared);
+        runtime.spawn(async move {
+            let Some(made) = shared.upgrade() else { return };
+            let Some(near) = made.near.as_ref() else {
+                return;
+            };
+            let connecting = near
+                .client
+                .get_multiplexed_async_connection_with_config(&near.config);
+            let state = match connecting.await {
+                Ok(conn) => NearState::Ready(conn),
+                Err(e) => {
+                    tracing::debug!(error = %e, "no near connection; using the client's own");
+                    NearState::Failed(Instant::now())
+                }
+            };
+            let mut conns = near.conns.lock().unwrap_or_else(|p| p.into_inner());
+            conns.insert(id, state);
+        });
+        None
     }
 
     /// The command unlock scripts announce a release with: `spublish` when
@@ -164,6 +273,8 @@ impl Conn {
             Link::Sentinel(sentinel) => sentinel.subscribe(channel).await,
             Link::Cluster(cluster) if self.shared.sharded => cluster.ssubscribe(channel).await,
             Link::Cluster(cluster) => cluster.subscribe(channel).await,
+            // The dispatcher uses the client's own connection, never a near one.
+            Link::Near(_, near) => near.subscribe(channel).await,
         }
     }
 
@@ -174,6 +285,7 @@ impl Conn {
             Link::Sentinel(sentinel) => sentinel.unsubscribe(channel).await,
             Link::Cluster(cluster) if self.shared.sharded => cluster.sunsubscribe(channel).await,
             Link::Cluster(cluster) => cluster.unsubscribe(channel).await,
+            Link::Near(_, near) => near.unsubscribe(channel).await,
         }
     }
 
@@ -293,12 +405,6 @@ impl Core {
         }
         Ok(())
     }
-
-    /// Replica sync after an acquisition of `name` (see [`Conn::sync_replicas`]).
-    /// On `Err`, the caller gives the hold back.
-    pub(crate) async fn sync_replicas(&self, name: &str) -> Result<(), LockError> {
-        self.conn.sync_replicas(name).await
-    }
 }
 
 impl ConnectionLike for Conn {
@@ -307,6 +413,19 @@ impl ConnectionLike for Conn {
             Link::Standalone(manager) => manager.req_packed_command(cmd),
             Link::Sentinel(sentinel) => sentinel.req_packed_command(cmd),
             Link::Cluster(cluster) => cluster.req_packed_command(cmd),
+            Link::Near(id, near) => {
+                let (id, shared) = (*id, self.shared.clone());
+                let call = near.req_packed_command(cmd);
+                Box::pin(async move {
+                    let answer = call.await;
+                    if let Err(e) = &answer
+                        && broken(e)
+                    {
+                        shared.forget_near(id);
+                    }
+                    answer
+                })
+            }
         }
     }
 
@@ -320,6 +439,7 @@ impl ConnectionLike for Conn {
             Link::Standalone(manager) => manager.req_packed_commands(pipeline, offset, count),
             Link::Sentinel(sentinel) => sentinel.req_packed_commands(pipeline, offset, count),
             Link::Cluster(cluster) => cluster.req_packed_commands(pipeline, offset, count),
+            Link::Near(_, near) => near.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -328,8 +448,25 @@ impl ConnectionLike for Conn {
             Link::Standalone(manager) => manager.get_db(),
             Link::Sentinel(sentinel) => sentinel.get_db(),
             Link::Cluster(cluster) => cluster.get_db(),
+            Link::Near(_, near) => near.get_db(),
         }
     }
+}
+
+impl Shared {
+    /// Forgets the near connection of runtime `id` after it failed: the next
+    /// call from that runtime makes a new one.
+    fn forget_near(&self, id: tokio::runtime::Id) {
+        if let Some(near) = &self.near {
+            let mut conns = near.conns.lock().unwrap_or_else(|p| p.into_inner());
+            conns.remove(&id);
+        }
+    }
+}
+
+/// Whether a call failed because its connection is gone (not a script error).
+fn broken(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() || e.is_timeout()
 }
 
 /// Whether `key` has a non-empty hash tag: text between its first `{` and

@@ -95,8 +95,9 @@ impl Held {
         }
     }
 
-    /// Gives the hold back. Runs on the client's background runtime, so it
-    /// completes even if the caller stops waiting. Retries a failed call with
+    /// Gives the hold back. Completes even if the caller stops waiting: on a
+    /// near connection the caller's task runs it and the background runtime
+    /// finishes it if the caller leaves; otherwise it runs there throughout. Retries a failed call with
     /// the same request id: the unlock latch makes that idempotent.
     pub(crate) async fn release(self) -> Result<(), LockError> {
         let Held {
@@ -133,6 +134,13 @@ impl Held {
             }
         }
         .instrument(span);
+        let core = client.core();
+        if core.conn.near_here().is_some() {
+            // The caller's task runs it; if the caller leaves, the rest (the
+            // same request id, so retries stay idempotent) runs in the background.
+            let runtime = core.runtime.clone();
+            return crate::background::finish_on_drop(&runtime, work, |_| async {}).await;
+        }
         crate::lock::on_background(&client, work).await?
     }
 }

@@ -158,9 +158,15 @@
 //!   guard is released on the client's background thread; at process exit,
 //!   a release still under way is abandoned and the lease expires on its own.
 //! - **Cancellation.** Every Redis call runs on the client's own runtime
-//!   thread, so dropping an acquire future never strands a half-taken lock:
-//!   a hold that arrives for a caller who left is given back at once, and the
-//!   local queue place and pub/sub interest go with the dropped future.
+//!   thread, or, from a current-thread runtime on a single server, on that
+//!   runtime's near connection (one per runtime, made on its first lock call:
+//!   a round trip then wakes no other thread). Either way a call whose caller
+//!   left is finished without it, so dropping an acquire future never strands
+//!   a half-taken lock: a hold that arrives for a caller who left is given
+//!   back at once, and the local queue place and pub/sub interest go with the
+//!   dropped future. One exception: when a runtime shuts down while a call
+//!   on its near connection is in flight, the connection goes with it and
+//!   the call's effect is left to the lock's lease (as at process exit).
 //! - **The attribute.** The function's error type takes a [`LockError`]
 //!   (`E: From<LockError>`). When the body succeeded but the release reports a
 //!   lost lease, the call returns `Err(LockError::Lost)`: the body ran without

@@ -15,6 +15,7 @@
 
 use crate::LockError;
 use crate::client::Core;
+use crate::conn::Conn;
 use crate::keys;
 use crate::lock::Attempt;
 use crate::scripts::SCRIPTS;
@@ -24,12 +25,13 @@ use std::time::Duration;
 /// holder (first time) or keeps its place (later).
 pub(crate) async fn attempt(
     core: &Core,
+    conn: &Conn,
     name: &str,
     holder: &str,
     lease: Duration,
 ) -> Result<Attempt, LockError> {
     core.check_slot_name(name)?;
-    let mut conn = core.conn.clone();
+    let mut conn = conn.clone();
     let (acquired, value): (i64, i64) = SCRIPTS
         .fair_acquire
         .key(name)
@@ -62,7 +64,7 @@ pub(crate) async fn unlock(
     holder: &str,
     request: &str,
 ) -> Result<i64, LockError> {
-    let mut conn = core.conn.clone();
+    let mut conn = core.conn.here();
     SCRIPTS
         .fair_unlock
         .key(name)

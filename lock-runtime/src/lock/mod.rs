@@ -98,14 +98,23 @@ impl Target {
         holder: &str,
         lease: Duration,
     ) -> Result<Attempt, LockError> {
+        // Replica sync must ask on the connection that wrote: `WAIT` counts
+        // that connection's writes.
+        let conn = core.conn.here();
         let attempt = match self {
-            Target::Reentrant { name } => reentrant::attempt(core, name, holder, lease).await,
-            Target::Fair { name } => fair::attempt(core, name, holder, lease).await,
-            Target::Read { name } => read_write::attempt(core, name, holder, lease, false).await,
-            Target::Write { name } => read_write::attempt(core, name, holder, lease, true).await,
+            Target::Reentrant { name } => {
+                reentrant::attempt(core, &conn, name, holder, lease).await
+            }
+            Target::Fair { name } => fair::attempt(core, &conn, name, holder, lease).await,
+            Target::Read { name } => {
+                read_write::attempt(core, &conn, name, holder, lease, false).await
+            }
+            Target::Write { name } => {
+                read_write::attempt(core, &conn, name, holder, lease, true).await
+            }
         }?;
         if let Attempt::Acquired { .. } = attempt
-            && let Err(e) = core.sync_replicas(self.name()).await
+            && let Err(e) = conn.sync_replicas(self.name()).await
         {
             // A hold no replica confirmed could vanish in a failover: give it back.
             let request = uuid::Uuid::new_v4().to_string();
@@ -207,36 +216,40 @@ impl LockBuilder {
     }
 }
 
-/// Runs `target`'s acquire script once on the background runtime. If the
-/// caller goes away before the answer arrives, a hold taken for it is given
-/// back there, so a cancelled acquire never leaves a lock behind.
+/// Runs `target`'s acquire script once. If the caller goes away before the
+/// answer arrives, the call is finished without it and a hold taken for it
+/// is given back, so a cancelled acquire never leaves a lock behind.
+///
+/// With a near connection on the caller's runtime the call runs in the
+/// caller's task (see [`background::finish_on_drop`]); otherwise as a task on
+/// the client's background runtime.
 async fn attempt_once(
     client: &LockClient,
     target: &Target,
     holder: &str,
     lease: Duration,
 ) -> Result<Attempt, LockError> {
-    let (answer, answered) = oneshot::channel();
     let core = client.core().clone();
+    let call = {
+        let (core, target, holder) = (core.clone(), target.clone(), holder.to_owned());
+        async move { target.attempt(&core, &holder, lease).await }
+    };
+    let (target, holder) = (target.clone(), holder.to_owned());
+    if core.conn.near_here().is_some() {
+        let runtime = core.runtime.clone();
+        return background::finish_on_drop(&runtime, call, move |left| async move {
+            abandoned(&core, &target, &holder, left).await;
+        })
+        .await;
+    }
+    let (answer, answered) = oneshot::channel();
     let mut answered = Answered {
         answered,
-        undo: Some((core.clone(), target.clone(), holder.to_owned())),
+        undo: Some((core.clone(), target.clone(), holder.clone())),
     };
-    let target = target.clone();
-    let holder = holder.to_owned();
-    client.core().runtime.spawn(async move {
-        let result = target.attempt(&core, &holder, lease).await;
-        let left = answer.send(result);
-        // A place taken in a fair queue for a caller who went away is given
-        // back too: the caller's own give-up may have run before this
-        // attempt (a script reload) and found nothing to remove.
-        if let Err(Ok(Attempt::Busy { .. })) = left
-            && let Some(cleanup) = target.give_up(&core, &holder)
-        {
-            cleanup.await;
-        }
-        if let Err(Ok(Attempt::Acquired { .. })) = left {
-            undo_attempt(&core, &target, &holder).await;
+    core.runtime.clone().spawn(async move {
+        if let Err(left) = answer.send(call.await) {
+            abandoned(&core, &target, &holder, left).await;
         }
     });
     let result = (&mut answered.answered)
@@ -244,6 +257,22 @@ async fn attempt_once(
         .map_err(|_| LockError::Shutdown)?;
     answered.undo = None;
     result
+}
+
+/// Cleans up after an attempt whose caller went away: a hold taken is given
+/// back, and so is a place taken in a fair queue (the caller's own give-up
+/// may have run before this attempt, e.g. during a script reload, and found
+/// nothing to remove).
+async fn abandoned(core: &Core, target: &Target, holder: &str, left: Result<Attempt, LockError>) {
+    match left {
+        Ok(Attempt::Acquired { .. }) => undo_attempt(core, target, holder).await,
+        Ok(Attempt::Busy { .. }) => {
+            if let Some(cleanup) = target.give_up(core, holder) {
+                cleanup.await;
+            }
+        }
+        Err(_) => {}
+    }
 }
 
 /// Gives back a hold that was taken for a caller who went away.

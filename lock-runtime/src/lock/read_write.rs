@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use crate::client::Core;
+use crate::conn::Conn;
 use crate::keys;
 use crate::lock::{Attempt, LockBuilder, Target};
 use crate::scripts::SCRIPTS;
@@ -85,6 +86,7 @@ impl ReadWriteLock {
 /// One try at a read hold (`write` false) or the write lock (`write` true).
 pub(crate) async fn attempt(
     core: &Core,
+    conn: &Conn,
     name: &str,
     holder: &str,
     lease: Duration,
@@ -99,7 +101,7 @@ pub(crate) async fn attempt(
             keys::rw_timeout_prefix(name, holder),
         )
     };
-    let mut conn = core.conn.clone();
+    let mut conn = conn.clone();
     let answer: (i64, i64) = script
         .key(name)
         .key(keys::token_key(name))
@@ -137,7 +139,7 @@ pub(crate) async fn unlock_read(
     holder: &str,
     request: &str,
 ) -> Result<i64, LockError> {
-    let mut conn = core.conn.clone();
+    let mut conn = core.conn.here();
     SCRIPTS
         .rw_read_unlock
         .key(name)
@@ -162,7 +164,7 @@ pub(crate) async fn unlock_write(
     holder: &str,
     request: &str,
 ) -> Result<i64, LockError> {
-    let mut conn = core.conn.clone();
+    let mut conn = core.conn.here();
     SCRIPTS
         .rw_write_unlock
         .key(name)

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::LockError;
 use crate::client::Core;
+use crate::conn::Conn;
 use crate::keys;
 use crate::lock::Attempt;
 use crate::scripts::SCRIPTS;
@@ -12,12 +13,13 @@ use crate::scripts::SCRIPTS;
 /// One try at taking (or re-entering) the lock.
 pub(crate) async fn attempt(
     core: &Core,
+    conn: &Conn,
     name: &str,
     holder: &str,
     lease: Duration,
 ) -> Result<Attempt, LockError> {
     core.check_slot_name(name)?;
-    let mut conn = core.conn.clone();
+    let mut conn = conn.clone();
     let (acquired, value): (i64, i64) = SCRIPTS
         .reentrant_acquire
         .key(name)
@@ -44,7 +46,7 @@ pub(crate) async fn unlock(
     holder: &str,
     request: &str,
 ) -> Result<i64, LockError> {
-    let mut conn = core.conn.clone();
+    let mut conn = core.conn.here();
     SCRIPTS
         .unlock
         .key(name)
