@@ -136,8 +136,10 @@ pub fn keep(server_args: &[String]) -> std::io::Result<Child> {
         .spawn()
 }
 
-fn spawn_on(port: u16, extra: &[String]) -> Option<Child> {
-    let mut args: Vec<String> = [
+/// Arguments every test server shares: `port` on loopback, no persistence,
+/// working directory `dir`, logging to `logfile` (`""`: none).
+pub fn server_args(port: u16, dir: &std::path::Path, logfile: &str) -> Vec<String> {
+    [
         "--port",
         &port.to_string(),
         "--bind",
@@ -147,13 +149,17 @@ fn spawn_on(port: u16, extra: &[String]) -> Option<Child> {
         "--appendonly",
         "no",
         "--dir",
-        &std::env::temp_dir().to_string_lossy(),
+        &dir.to_string_lossy(),
         "--logfile",
-        "",
+        logfile,
     ]
     .iter()
     .map(|a| a.to_string())
-    .collect();
+    .collect()
+}
+
+fn spawn_on(port: u16, extra: &[String]) -> Option<Child> {
+    let mut args = server_args(port, &std::env::temp_dir(), "");
     args.extend(extra.iter().cloned());
     let mut keeper = keep(&args).ok()?;
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -148,27 +148,17 @@ fn scratch_dir(what: &str) -> PathBuf {
 /// Arguments every data node shares: loopback, no persistence, replication
 /// that starts at once (diskless, no delay), and a log file for post-mortems.
 fn data_node_args(port: u16, dir: &Path) -> Vec<String> {
-    [
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        &dir.to_string_lossy(),
-        "--logfile",
-        &dir.join(format!("{port}.log")).to_string_lossy(),
+    let log = dir.join(format!("{port}.log"));
+    let mut args = crate::server_args(port, dir, &log.to_string_lossy());
+    for arg in [
         "--repl-diskless-sync",
         "yes",
         "--repl-diskless-sync-delay",
         "0",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect()
+    ] {
+        args.push(arg.to_owned());
+    }
+    args
 }
 
 fn ping(port: u16) -> bool {

@@ -13,6 +13,20 @@ async fn exists(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> bool
     conn.exists(key).await.expect("EXISTS")
 }
 
+/// Drops `fut` at moment `i` of a sweep: every third one right after its
+/// first poll, without yielding (its request handed to the connection but
+/// not yet written), the others after 0-900 µs (often mid-flight).
+async fn abandon_at<F: std::future::Future>(i: u64, fut: F) {
+    if i.is_multiple_of(3) {
+        let mut fut = std::pin::pin!(fut);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let _ = fut.as_mut().poll(&mut cx);
+        return;
+    }
+    let cut = Duration::from_micros((i * 37) % 900);
+    drop(tokio::time::timeout(cut, fut).await);
+}
+
 #[tokio::test]
 async fn layout_is_redissons() {
     let server = Server::start();
@@ -263,13 +277,7 @@ async fn acquires_cancelled_at_any_point_leave_no_lock() {
     // Cut acquisitions short at many different moments, some while the
     // script is in flight; a hold that arrives for nobody must be given back.
     for i in 0..200u64 {
-        if i % 3 == 0 {
-            poll_once_and_drop(client.lock("cut").acquire());
-            continue;
-        }
-        let cut = Duration::from_micros((i * 37) % 900);
-        let attempt = tokio::time::timeout(cut, client.lock("cut").acquire()).await;
-        drop(attempt);
+        abandon_at(i, client.lock("cut").acquire()).await;
     }
     eventually("no hold remains", WITHIN, || {
         let mut raw = raw.clone();
@@ -295,13 +303,7 @@ async fn cancelled_reentries_give_back_only_their_own_hold() {
     // Re-entries cut short at many moments: each one that was granted is
     // given back once, never the outer hold.
     for i in 0..200u64 {
-        if i % 3 == 0 {
-            poll_once_and_drop(client.lock("nest").acquire());
-            continue;
-        }
-        let cut = Duration::from_micros((i * 37) % 900);
-        let attempt = tokio::time::timeout(cut, client.lock("nest").acquire()).await;
-        drop(attempt);
+        abandon_at(i, client.lock("nest").acquire()).await;
     }
     eventually("only the outer hold remains", WITHIN, || {
         let mut raw = raw.clone();
@@ -313,13 +315,6 @@ async fn cancelled_reentries_give_back_only_their_own_hold() {
     assert!(!exists(&mut raw, "nest").await, "released for good");
 }
 
-/// Polls `fut` once, without yielding to the runtime, and drops it.
-fn poll_once_and_drop<F: std::future::Future>(fut: F) {
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    let _ = fut.as_mut().poll(&mut cx);
-}
-
 #[tokio::test]
 async fn releases_dropped_at_any_point_still_complete() {
     let server = Server::start();
@@ -328,17 +323,10 @@ async fn releases_dropped_at_any_point_still_complete() {
 
     // The release future is dropped at many moments, some while its unlock
     // is in flight: the unlock still completes.
-    for i in 0..100u64 {
+    for i in 0..150u64 {
         let name = format!("let-go:{i}");
         let guard = client.lock(name.as_str()).acquire().await.unwrap();
-        if i % 2 == 0 {
-            // Polled once, then dropped: its unlock has been handed to the
-            // connection but not yet written.
-            poll_once_and_drop(guard.release());
-        } else {
-            let cut = Duration::from_micros((i * 37) % 900);
-            drop(tokio::time::timeout(cut, guard.release()).await);
-        }
+        abandon_at(i, guard.release()).await;
     }
     eventually("every lock is free", WITHIN, || {
         let mut raw = raw.clone();
