@@ -293,3 +293,10 @@ pub async fn until_unsubscribed(conn: &redis::aio::MultiplexedConnection, channe
     )
     .await;
 }
+
+/// Takes the lock `builder` describes and releases it, panicking on any
+/// error: a check that the lock is free and works.
+pub async fn take_and_release(builder: lock_runtime::LockBuilder) {
+    let guard = builder.acquire().await.expect("acquire");
+    guard.release().await.expect("release");
+}

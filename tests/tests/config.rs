@@ -47,14 +47,7 @@ async fn password_user_and_database_from_the_url() {
     )
     .await
     .unwrap();
-    alice
-        .lock("acl")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    tests::take_and_release(alice.lock("acl")).await;
 
     // A wrong password is a typed error, not a panic or a hang.
     let wrong = LockClient::connect(

@@ -57,14 +57,7 @@ async fn group_tokens_increase_from_one_acquisition_to_the_next() {
     for round in 0..5 {
         // Other traffic on one of the names moves its counter ahead.
         for _ in 0..round {
-            client
-                .lock("t:b")
-                .acquire()
-                .await
-                .unwrap()
-                .release()
-                .await
-                .unwrap();
+            tests::take_and_release(client.lock("t:b")).await;
         }
         let guard = client.multi_lock(["t:a", "t:b"]).acquire().await.unwrap();
         assert!(guard.token() > last, "{} after {last}", guard.token());

@@ -516,27 +516,13 @@ async fn scripts_survive_a_flushed_script_cache() {
     let server = Server::start();
     let client = server.client().await;
     let mut raw = server.raw().await;
-    client
-        .lock("s")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    tests::take_and_release(client.lock("s")).await;
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut raw)
         .await
         .unwrap();
-    client
-        .lock("s")
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    tests::take_and_release(client.lock("s")).await;
 }
 
 #[tokio::test]
