@@ -47,6 +47,13 @@ pub(crate) fn unlock_latch(name: &str, request: &str) -> String {
     format!("redisson_unlock_latch:{}:{request}", tagged(name))
 }
 
+/// The key that remembers the token of acquire attempt `attempt` (cluster
+/// only: see `scripts/acquire_latch.lua`). Not part of Redisson's layout;
+/// Redisson never reads it.
+pub(crate) fn acquire_latch(name: &str, attempt: &str) -> String {
+    format!("redisson_lock_acquire_latch:{}:{attempt}", tagged(name))
+}
+
 /// The fair lock's waiting queue.
 pub(crate) fn fair_queue(name: &str) -> String {
     format!("redisson_lock_queue:{}", tagged(name))

@@ -190,7 +190,11 @@
 //!   (derived names wrap the name in `{}` unless it has a hash tag; a name
 //!   with a brace but no usable tag is refused with [`LockError::BadName`]).
 //!   Commands follow `MOVED`/`ASK` and are retried through a failover (about
-//!   ten seconds, then an error). The watchdog renews per slot, all slots at
+//!   ten seconds, then an error). Because a command whose answer was lost is
+//!   sent again, each acquisition on a cluster leaves an acquire latch
+//!   (`redisson_lock_acquire_latch:{name}:<attempt id>`, 30 s) holding its
+//!   token: a resent attempt answers the same instead of taking the lock a
+//!   second time (unlocks have Redisson's unlock latch for the same reason). The watchdog renews per slot, all slots at
 //!   once. Waiters use sharded pub/sub (`SSUBSCRIBE`, unlocks `SPUBLISH`) when
 //!   every node runs Redis 7 or newer, classic pub/sub otherwise
 //!   ([`Config::sharded_pubsub`] picks one, so that a fleet mixing Rust and

@@ -595,3 +595,49 @@ async fn fair_and_read_write_holds_are_renewed_per_slot() {
         guard.release().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn every_kind_latches_its_acquisitions_on_a_cluster() {
+    // A cluster connection resends a command whose answer it lost; each
+    // acquisition leaves a latch holding its token, so that a resend answers
+    // the same instead of taking the lock twice.
+    let cluster = Cluster::shared();
+    let client = cluster.client().await;
+    let guards = vec![
+        client.lock("latched:plain").acquire().await.unwrap(),
+        client.fair_lock("latched:fair").acquire().await.unwrap(),
+        client
+            .read_write_lock("latched:read")
+            .read()
+            .acquire()
+            .await
+            .unwrap(),
+        client
+            .read_write_lock("latched:write")
+            .write()
+            .acquire()
+            .await
+            .unwrap(),
+    ];
+    for (name, guard) in [
+        "latched:plain",
+        "latched:fair",
+        "latched:read",
+        "latched:write",
+    ]
+    .into_iter()
+    .zip(&guards)
+    {
+        let mut node = cluster.raw_node(cluster.master_of(name)).await;
+        let latches: Vec<String> = node
+            .keys(format!("redisson_lock_acquire_latch:{{{name}}}:*"))
+            .await
+            .unwrap();
+        assert_eq!(latches.len(), 1, "{name}: one latch per acquisition");
+        let token: u64 = node.get(&latches[0]).await.unwrap();
+        assert_eq!(token, guard.token(), "{name}: the latch keeps the token");
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}

@@ -708,3 +708,41 @@ fn one_client_serves_many_short_lived_runtimes() {
         .await;
     });
 }
+
+#[tokio::test]
+async fn a_resent_acquire_takes_the_lock_once() {
+    // What a cluster connection runs (scripts/mod.rs): the acquire script
+    // wrapped by the acquire latch, so that a command resent after its answer
+    // was lost does not take the lock a second time.
+    const LATCHED: &str = concat!(
+        "local function acquire()\n",
+        include_str!("../../lock-runtime/src/scripts/reentrant_acquire.lua"),
+        "\nend\n",
+        include_str!("../../lock-runtime/src/scripts/acquire_latch.lua"),
+    );
+    let server = Server::start();
+    let mut raw = server.raw().await;
+    let script = redis::Script::new(LATCHED);
+    let attempt = |latch: &'static str| {
+        let mut call = script.key("resent");
+        call.key("redisson_lock_token:{resent}")
+            .arg(30_000)
+            .arg("client:1")
+            .key(latch)
+            .arg(30_000);
+        call
+    };
+    let first: (i64, i64) = attempt("latch:a").invoke_async(&mut raw).await.unwrap();
+    let resent: (i64, i64) = attempt("latch:a").invoke_async(&mut raw).await.unwrap();
+    assert_eq!(first.0, 1, "taken");
+    assert_eq!(resent, first, "the resend gets the first answer");
+    let holds: i64 = raw.hget("resent", "client:1").await.unwrap();
+    assert_eq!(holds, 1, "taken once");
+
+    // A new attempt (a real re-entry) has a new latch and counts.
+    let again: (i64, i64) = attempt("latch:b").invoke_async(&mut raw).await.unwrap();
+    assert_eq!(again.0, 1);
+    assert!(again.1 > first.1, "a new token");
+    let holds: i64 = raw.hget("resent", "client:1").await.unwrap();
+    assert_eq!(holds, 2);
+}

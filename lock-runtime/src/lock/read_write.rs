@@ -12,7 +12,7 @@ use crate::client::Core;
 use crate::conn::Conn;
 use crate::keys;
 use crate::lock::{Attempt, LockBuilder, Target};
-use crate::scripts::SCRIPTS;
+use crate::scripts::{SCRIPTS, acquire_script, add_acquire_latch};
 use crate::{LockClient, LockError};
 
 /// A read-write lock (Redisson's `RReadWriteLock`), from
@@ -94,21 +94,28 @@ pub(crate) async fn attempt(
 ) -> Result<Attempt, LockError> {
     core.check_slot_name(name)?;
     let (script, third_key) = if write {
-        (&SCRIPTS.rw_write_acquire, keys::tagged(name))
+        let script = acquire_script(
+            conn,
+            &SCRIPTS.rw_write_acquire,
+            &SCRIPTS.latched.rw_write_acquire,
+        );
+        (script, keys::tagged(name))
     } else {
-        (
+        let script = acquire_script(
+            conn,
             &SCRIPTS.rw_read_acquire,
-            keys::rw_timeout_prefix(name, holder),
-        )
+            &SCRIPTS.latched.rw_read_acquire,
+        );
+        (script, keys::rw_timeout_prefix(name, holder))
     };
-    let mut conn = conn.clone();
-    let answer: (i64, i64) = script
-        .key(name)
-        .key(keys::token_key(name))
+    let mut call = script.key(name);
+    call.key(keys::token_key(name))
         .key(third_key)
         .arg(lease.as_millis().max(1) as u64)
-        .arg(holder)
-        .invoke_async(&mut conn)
+        .arg(holder);
+    add_acquire_latch(&mut call, conn, name);
+    let answer: (i64, i64) = call
+        .invoke_async(&mut conn.clone())
         .await
         .map_err(|e| LockError::from_redis(name, e))?;
     answer_of(name, answer)

@@ -8,7 +8,7 @@ use crate::client::Core;
 use crate::conn::Conn;
 use crate::keys;
 use crate::lock::Attempt;
-use crate::scripts::SCRIPTS;
+use crate::scripts::{SCRIPTS, acquire_script, add_acquire_latch};
 
 /// One try at taking (or re-entering) the lock.
 pub(crate) async fn attempt(
@@ -19,14 +19,18 @@ pub(crate) async fn attempt(
     lease: Duration,
 ) -> Result<Attempt, LockError> {
     core.check_slot_name(name)?;
-    let mut conn = conn.clone();
-    let (acquired, value): (i64, i64) = SCRIPTS
-        .reentrant_acquire
-        .key(name)
-        .key(keys::token_key(name))
+    let script = acquire_script(
+        conn,
+        &SCRIPTS.reentrant_acquire,
+        &SCRIPTS.latched.reentrant_acquire,
+    );
+    let mut call = script.key(name);
+    call.key(keys::token_key(name))
         .arg(lease.as_millis().max(1) as u64)
-        .arg(holder)
-        .invoke_async(&mut conn)
+        .arg(holder);
+    add_acquire_latch(&mut call, conn, name);
+    let (acquired, value): (i64, i64) = call
+        .invoke_async(&mut conn.clone())
         .await
         .map_err(|e| LockError::from_redis(name, e))?;
     Ok(if acquired == 1 {

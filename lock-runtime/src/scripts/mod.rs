@@ -4,7 +4,9 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{Script, ScriptInvocation};
+
+use crate::conn::Conn;
 
 /// Every script the runtime runs.
 pub(crate) struct Scripts {
@@ -19,6 +21,30 @@ pub(crate) struct Scripts {
     pub(crate) rw_read_unlock: Script,
     pub(crate) rw_write_unlock: Script,
     pub(crate) rw_renew: Script,
+    /// The acquire scripts made idempotent under retry (`acquire_latch.lua`),
+    /// for cluster connections, which resend a command whose answer was lost.
+    pub(crate) latched: LatchedAcquires,
+}
+
+/// Each acquire script wrapped by `acquire_latch.lua`: one more key (the
+/// latch) and one more argument (its lifetime in ms) after its own.
+pub(crate) struct LatchedAcquires {
+    pub(crate) reentrant_acquire: Script,
+    pub(crate) fair_acquire: Script,
+    pub(crate) rw_read_acquire: Script,
+    pub(crate) rw_write_acquire: Script,
+}
+
+/// `acquire_latch.lua` around one acquire script's text.
+macro_rules! latched {
+    ($($file:literal),+) => {
+        Script::new(concat!(
+            "local function acquire()\n",
+            $(include_str!($file),)+
+            "\nend\n",
+            include_str!("acquire_latch.lua")
+        ))
+    };
 }
 
 /// Built once per process: building hashes the source.
@@ -44,4 +70,37 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         include_str!("rw_write_unlock.lua")
     )),
     rw_renew: Script::new(include_str!("rw_renew.lua")),
+    latched: LatchedAcquires {
+        reentrant_acquire: latched!("reentrant_acquire.lua"),
+        fair_acquire: latched!("fair_acquire.lua"),
+        rw_read_acquire: latched!("rw_read_acquire.lua"),
+        // rw_holds.lua's `live_reads` becomes local to the wrapped function.
+        rw_write_acquire: latched!("rw_holds.lua", "rw_write_acquire.lua"),
+    },
 });
+
+/// How long an acquire latch is kept: well past a cluster client's resends
+/// of one command through a failover (about ten seconds in all).
+const ACQUIRE_LATCH_TTL_MS: u64 = 30_000;
+
+/// The acquire script to run on `conn`: on a cluster, which resends a
+/// command whose answer it lost, the `latched` one, so that a resent attempt
+/// cannot take the lock twice; elsewhere `plain`.
+pub(crate) fn acquire_script<'s>(
+    conn: &Conn,
+    plain: &'s Script,
+    latched: &'s Script,
+) -> &'s Script {
+    if conn.is_cluster() { latched } else { plain }
+}
+
+/// Adds the acquire latch of a fresh attempt at lock `name` to `call`, when
+/// [`acquire_script`] picked a latched script. Call it after the script's own
+/// keys and arguments.
+pub(crate) fn add_acquire_latch(call: &mut ScriptInvocation<'_>, conn: &Conn, name: &str) {
+    if conn.is_cluster() {
+        let attempt = uuid::Uuid::new_v4().to_string();
+        call.key(crate::keys::acquire_latch(name, &attempt))
+            .arg(ACQUIRE_LATCH_TTL_MS);
+    }
+}
