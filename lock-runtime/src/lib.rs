@@ -167,6 +167,9 @@
 //!   dropped future. One exception: when a runtime shuts down while a call
 //!   on its near connection is in flight, the connection goes with it and
 //!   the call's effect is left to the lock's lease (as at process exit).
+//!   As with any I/O driven by a current-thread runtime, do not block that
+//!   runtime's thread on a lock call (`futures::executor::block_on` inside
+//!   it): the near connection needs the thread to make progress.
 //! - **The attribute.** The function's error type takes a [`LockError`]
 //!   (`E: From<LockError>`). When the body succeeded but the release reports a
 //!   lost lease, the call returns `Err(LockError::Lost)`: the body ran without
