@@ -60,9 +60,16 @@ async fn password_user_and_database_from_the_url() {
 
 /// A TLS-only redis-server with a throwaway self-signed certificate.
 struct TlsServer {
-    _dir: TempDir,
+    dir: TempDir,
     keeper: std::process::Child,
     port: u16,
+}
+
+impl TlsServer {
+    /// The server's directory: `cert.pem` and `key.pem` are in it.
+    fn dir(&self) -> &std::path::Path {
+        &self.dir.0
+    }
 }
 
 impl Drop for TlsServer {
@@ -139,11 +146,7 @@ fn tls_server() -> TlsServer {
         assert!(Instant::now() < deadline, "the TLS server never listened");
         std::thread::sleep(Duration::from_millis(10));
     }
-    TlsServer {
-        _dir: dir,
-        keeper,
-        port,
-    }
+    TlsServer { dir, keeper, port }
 }
 
 #[tokio::test]
@@ -163,4 +166,67 @@ async fn rediss_urls_connect_over_tls() {
     )
     .await;
     assert!(plain.is_err());
+}
+
+#[tokio::test]
+async fn rediss_sentinel_urls_reach_the_master_over_tls() {
+    let master = tls_server();
+    let (cert, key) = (master.dir().join("cert.pem"), master.dir().join("key.pem"));
+    // One sentinel, speaking TLS to its clients (on `tls_port`) and to the
+    // TLS-only master; its plain port is for this test's checks.
+    let (plain, tls_port) = (tests::free_port(), tests::free_port());
+    let conf = master.dir().join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port {plain}\ntls-port {tls_port}\nbind 127.0.0.1\ndir {dir}\n\
+             tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {cert}\n\
+             tls-auth-clients no\ntls-replication yes\n\
+             sentinel monitor tlsmaster 127.0.0.1 {port} 1\n",
+            dir = master.dir().display(),
+            cert = cert.display(),
+            key = key.display(),
+            port = master.port,
+        ),
+    )
+    .unwrap();
+    let mut sentinel = tests::keep(&[conf.display().to_string(), "--sentinel".into()]).unwrap();
+    let sentinel_client = redis::Client::open(format!("redis://127.0.0.1:{plain}")).unwrap();
+    tests::eventually(
+        "the sentinel sees the master up",
+        Duration::from_secs(20),
+        || {
+            let sentinel_client = sentinel_client.clone();
+            async move {
+                let Ok(mut conn) = sentinel_client.get_multiplexed_async_connection().await else {
+                    return false;
+                };
+                let flags: redis::RedisResult<Vec<String>> = redis::cmd("SENTINEL")
+                    .arg("MASTER")
+                    .arg("tlsmaster")
+                    .query_async(&mut conn)
+                    .await;
+                // A flat list of field, value: `flags` is exactly `master` once
+                // the sentinel reaches it (not `s_down` or `disconnected`).
+                flags.is_ok_and(|fields| {
+                    fields
+                        .chunks(2)
+                        .any(|pair| pair[0] == "flags" && pair[1] == "master")
+                })
+            }
+        },
+    )
+    .await;
+
+    let config = Config::sentinel(
+        [format!("rediss://127.0.0.1:{tls_port}/#insecure")],
+        "tlsmaster",
+    );
+    let client = LockClient::connect(config).await.unwrap();
+    let guard = client.lock("sentinel-tls").acquire().await.unwrap();
+    assert!(guard.token() > 0);
+    guard.release().await.unwrap();
+
+    drop(sentinel.stdin.take());
+    let _ = sentinel.wait();
 }
