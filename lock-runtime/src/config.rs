@@ -483,6 +483,8 @@ impl fmt::Debug for Config {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn server_identity_tells_topologies_apart() {
         let one = Config::new("redis://127.0.0.1:7001/2").server_identity();
@@ -509,8 +511,6 @@ mod tests {
         );
         assert_ne!(s1.server_identity(), "");
     }
-
-    use super::*;
 
     #[test]
     fn debug_hides_passwords() {

@@ -21,11 +21,12 @@
 //! reconnect task is spawned on the handle it is given), so the client
 //! outlives the runtimes of its callers.
 //!
-//! On a single server, calls made from a caller's current-thread runtime
-//! can also go through a **near connection**: a plain multiplexed connection
-//! whose driver runs on that caller's runtime, made in the background on the
-//! runtime's first lock call ([`Conn::here`]). A round trip through it wakes no other
-//! thread; the client's own connection stays the path for everything else.
+//! On a single server, acquire and release calls made from a caller's
+//! current-thread runtime go through a **near connection**: a plain
+//! multiplexed connection whose driver runs on that caller's runtime, made
+//! in the background on the runtime's first lock call
+//! ([`Conn::near_here`]). A round trip through it wakes no other thread; the
+//! client's own connection stays the path for everything else.
 //! A near connection that fails is forgotten and made again; one whose
 //! runtime shut down is never asked for again (runtime ids are not reused).
 //!
@@ -187,14 +188,9 @@ impl Conn {
         })
     }
 
-    /// The connection to use from the current runtime: its near connection
-    /// when it has one ready, else this one. The first call from a caller
-    /// runtime starts making its near connection there and uses this one.
-    pub(crate) fn here(&self) -> Conn {
-        self.near_here().unwrap_or_else(|| self.clone())
-    }
-
-    /// The current runtime's near connection, when ready (see [`Conn::here`]).
+    /// The current runtime's near connection, when it has one ready. The
+    /// first call from a current-thread caller runtime starts making it
+    /// there, and gets `None` (the caller then uses this connection).
     pub(crate) fn near_here(&self) -> Option<Conn> {
         let near = self.shared.near.as_ref()?;
         let runtime = Handle::try_current().ok()?;
@@ -419,7 +415,7 @@ impl ConnectionLike for Conn {
                 Box::pin(async move {
                     let answer = call.await;
                     if let Err(e) = &answer
-                        && broken(e)
+                        && connection_lost(e)
                     {
                         shared.forget_near(id);
                     }
@@ -464,8 +460,9 @@ impl Shared {
     }
 }
 
-/// Whether a call failed because its connection is gone (not a script error).
-fn broken(e: &RedisError) -> bool {
+/// Whether a call failed because its connection is gone or did not answer
+/// (not a script or server error): the call may be retried on another.
+pub(crate) fn connection_lost(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() || e.is_timeout()
 }
 

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::conn::connection_lost;
 use crate::lock::Target;
 use crate::watchdog::{HoldKey, Registration};
 use crate::{LockClient, LockError};
@@ -96,9 +97,11 @@ impl Held {
     }
 
     /// Gives the hold back. Completes even if the caller stops waiting: on a
-    /// near connection the caller's task runs it and the background runtime
-    /// finishes it if the caller leaves; otherwise it runs there throughout. Retries a failed call with
-    /// the same request id: the unlock latch makes that idempotent.
+    /// near connection the caller's task runs it and a task of its own
+    /// finishes it if the caller leaves; otherwise it runs on the client's
+    /// background runtime throughout. Retries a call that lost its connection
+    /// with the same request id (the unlock latch makes that idempotent), on
+    /// the client's own connection, which reconnects.
     pub(crate) async fn release(self) -> Result<(), LockError> {
         let Held {
             client,
@@ -112,33 +115,35 @@ impl Held {
             client.core().watchdog.unregister(registration);
         }
         let core = client.core().clone();
+        let near = core.conn.near_here();
+        let mut conn = near.clone().unwrap_or_else(|| core.conn.clone());
         let span = tracing::debug_span!("release", lock = target.name());
         let work = async move {
             let request = uuid::Uuid::new_v4().to_string();
             let mut tries = 0;
             loop {
                 tries += 1;
-                match target.unlock(&core, &holder, &request).await {
+                match target.unlock(&core, &conn, &holder, &request).await {
                     Ok(-1) => {
                         return Err(LockError::Lost {
                             name: target.name().to_owned(),
                         });
                     }
                     Ok(_) => return Ok(()),
-                    Err(LockError::Redis(e)) if tries < UNLOCK_TRIES && retriable(&e) => {
+                    Err(LockError::Redis(e)) if tries < UNLOCK_TRIES && connection_lost(&e) => {
                         tracing::debug!(error = %e, "unlock failed; retrying");
                         tokio::time::sleep(Duration::from_millis(50 * u64::from(tries))).await;
+                        conn = core.conn.clone();
                     }
                     Err(e) => return Err(e),
                 }
             }
         }
         .instrument(span);
-        let core = client.core();
-        if core.conn.near_here().is_some() {
+        if near.is_some() {
             // The caller's task runs it; if the caller leaves, the rest (the
-            // same request id, so retries stay idempotent) runs in the background.
-            let runtime = core.runtime.clone();
+            // same request id, so retries stay idempotent) runs on its own.
+            let runtime = client.core().runtime.clone();
             return crate::background::finish_on_drop(&runtime, work, |_| async {}).await;
         }
         crate::lock::on_background(&client, work).await?
@@ -147,10 +152,6 @@ impl Held {
 
 /// How many calls one release makes at most (the first and its retries).
 pub(crate) const UNLOCK_TRIES: u32 = 3;
-
-fn retriable(e: &redis::RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error()
-}
 
 /// Proof that the caller holds a lock. Release it with
 /// [`release`](LockGuard::release) to learn whether the lease held to the

@@ -197,8 +197,8 @@
 //!   sent again, each acquisition on a cluster leaves an acquire latch
 //!   (`redisson_lock_acquire_latch:{name}:<attempt id>`, 30 s) holding its
 //!   token: a resent attempt answers the same instead of taking the lock a
-//!   second time (unlocks have Redisson's unlock latch for the same reason). The watchdog renews per slot, all slots at
-//!   once. Waiters use sharded pub/sub (`SSUBSCRIBE`, unlocks `SPUBLISH`) when
+//!   second time (unlocks have Redisson's unlock latch for the same reason).
+//!   The watchdog renews per slot, all slots at once. Waiters use sharded pub/sub (`SSUBSCRIBE`, unlocks `SPUBLISH`) when
 //!   every node runs Redis 7 or newer, classic pub/sub otherwise
 //!   ([`Config::sharded_pubsub`] picks one, so that a fleet mixing Rust and
 //!   Redisson clients agrees). A subscription follows its slot: it is made

@@ -178,7 +178,7 @@ fn query<T: redis::FromRedisValue>(port: u16, args: &[&str]) -> redis::RedisResu
 }
 
 /// `field:value` from an `INFO` text.
-fn info_field(info: &str, field: &str) -> Option<String> {
+pub fn info_field(info: &str, field: &str) -> Option<String> {
     info.lines()
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .map(|v| v.trim().to_owned())

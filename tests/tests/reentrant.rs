@@ -671,9 +671,8 @@ async fn connected_clients(raw: &mut redis::aio::MultiplexedConnection) -> usize
         .query_async(raw)
         .await
         .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .and_then(|n| n.trim().parse().ok())
+    tests::topology::info_field(&info, "connected_clients")
+        .and_then(|n| n.parse().ok())
         .unwrap()
 }
 

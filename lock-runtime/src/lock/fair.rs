@@ -18,7 +18,7 @@ use crate::client::Core;
 use crate::conn::Conn;
 use crate::keys;
 use crate::lock::Attempt;
-use crate::scripts::{SCRIPTS, acquire_script, add_acquire_latch};
+use crate::scripts::SCRIPTS;
 use std::time::Duration;
 
 /// One try at taking (or re-entering) the lock; a failed try queues the
@@ -31,19 +31,19 @@ pub(crate) async fn attempt(
     lease: Duration,
 ) -> Result<Attempt, LockError> {
     core.check_slot_name(name)?;
-    let script = acquire_script(conn, &SCRIPTS.fair_acquire, &SCRIPTS.latched.fair_acquire);
-    let mut call = script.key(name);
-    call.key(keys::fair_queue(name))
-        .key(keys::fair_timeouts(name))
-        .key(keys::token_key(name))
-        .key(keys::lock_channel(name))
-        .arg(lease.as_millis().max(1) as u64)
-        .arg(holder)
-        .arg(wait_ms(core))
-        .arg(core.publish_command());
-    add_acquire_latch(&mut call, conn, name);
-    let (acquired, value): (i64, i64) = call
-        .invoke_async(&mut conn.clone())
+    let (acquired, value): (i64, i64) = SCRIPTS
+        .fair_acquire
+        .invoke(conn, name, |call| {
+            call.key(name)
+                .key(keys::fair_queue(name))
+                .key(keys::fair_timeouts(name))
+                .key(keys::token_key(name))
+                .key(keys::lock_channel(name))
+                .arg(lease.as_millis().max(1) as u64)
+                .arg(holder)
+                .arg(wait_ms(core))
+                .arg(core.publish_command());
+        })
         .await
         .map_err(|e| LockError::from_redis(name, e))?;
     Ok(if acquired == 1 {
@@ -60,11 +60,12 @@ pub(crate) async fn attempt(
 /// holder's other holds, -1 not held.
 pub(crate) async fn unlock(
     core: &Core,
+    conn: &Conn,
     name: &str,
     holder: &str,
     request: &str,
 ) -> Result<i64, LockError> {
-    let mut conn = core.conn.here();
+    let mut conn = conn.clone();
     SCRIPTS
         .fair_unlock
         .key(name)

@@ -20,6 +20,7 @@ use tracing::Instrument;
 
 use crate::background;
 use crate::client::Core;
+use crate::conn::Conn;
 use crate::guard::{Held, LockGuard};
 use crate::keys;
 use crate::watchdog::RenewKind;
@@ -91,26 +92,23 @@ impl Target {
         }
     }
 
-    /// One acquire script call, then replica sync when it took the lock.
+    /// One acquire script call on `conn`, then replica sync when it took the
+    /// lock (on the same connection: `WAIT` counts that connection's writes).
     async fn attempt(
         &self,
         core: &Core,
+        conn: &Conn,
         holder: &str,
         lease: Duration,
     ) -> Result<Attempt, LockError> {
-        // Replica sync must ask on the connection that wrote: `WAIT` counts
-        // that connection's writes.
-        let conn = core.conn.here();
         let attempt = match self {
-            Target::Reentrant { name } => {
-                reentrant::attempt(core, &conn, name, holder, lease).await
-            }
-            Target::Fair { name } => fair::attempt(core, &conn, name, holder, lease).await,
+            Target::Reentrant { name } => reentrant::attempt(core, conn, name, holder, lease).await,
+            Target::Fair { name } => fair::attempt(core, conn, name, holder, lease).await,
             Target::Read { name } => {
-                read_write::attempt(core, &conn, name, holder, lease, false).await
+                read_write::attempt(core, conn, name, holder, lease, false).await
             }
             Target::Write { name } => {
-                read_write::attempt(core, &conn, name, holder, lease, true).await
+                read_write::attempt(core, conn, name, holder, lease, true).await
             }
         }?;
         if let Attempt::Acquired { .. } = attempt
@@ -118,7 +116,7 @@ impl Target {
         {
             // A hold no replica confirmed could vanish in a failover: give it back.
             let request = uuid::Uuid::new_v4().to_string();
-            if let Err(undo) = self.unlock(core, holder, &request).await {
+            if let Err(undo) = self.unlock(core, conn, holder, &request).await {
                 tracing::warn!(lock = self.name(), error = %undo, "could not give back an unreplicated hold");
             }
             return Err(e);
@@ -126,18 +124,26 @@ impl Target {
         Ok(attempt)
     }
 
-    /// One unlock script call: 1 freed, 0 still held (re-entries), -1 not held.
+    /// One unlock script call on `conn`: 1 freed, 0 still held
+    /// (re-entries), -1 not held.
     pub(crate) async fn unlock(
         &self,
         core: &Core,
+        conn: &Conn,
         holder: &str,
         request: &str,
     ) -> Result<i64, LockError> {
         match self {
-            Target::Reentrant { name } => reentrant::unlock(core, name, holder, request).await,
-            Target::Fair { name } => fair::unlock(core, name, holder, request).await,
-            Target::Read { name } => read_write::unlock_read(core, name, holder, request).await,
-            Target::Write { name } => read_write::unlock_write(core, name, holder, request).await,
+            Target::Reentrant { name } => {
+                reentrant::unlock(core, conn, name, holder, request).await
+            }
+            Target::Fair { name } => fair::unlock(core, conn, name, holder, request).await,
+            Target::Read { name } => {
+                read_write::unlock_read(core, conn, name, holder, request).await
+            }
+            Target::Write { name } => {
+                read_write::unlock_write(core, conn, name, holder, request).await
+            }
         }
     }
 
@@ -230,15 +236,18 @@ async fn attempt_once(
     lease: Duration,
 ) -> Result<Attempt, LockError> {
     let core = client.core().clone();
+    let near = core.conn.near_here();
+    let conn = near.clone().unwrap_or_else(|| core.conn.clone());
     let call = {
-        let (core, target, holder) = (core.clone(), target.clone(), holder.to_owned());
-        async move { target.attempt(&core, &holder, lease).await }
+        let (core, conn) = (core.clone(), conn.clone());
+        let (target, holder) = (target.clone(), holder.to_owned());
+        async move { target.attempt(&core, &conn, &holder, lease).await }
     };
     let (target, holder) = (target.clone(), holder.to_owned());
-    if core.conn.near_here().is_some() {
+    if near.is_some() {
         let runtime = core.runtime.clone();
         return background::finish_on_drop(&runtime, call, move |left| async move {
-            abandoned(&core, &target, &holder, left).await;
+            abandoned(&core, &conn, &target, &holder, left).await;
         })
         .await;
     }
@@ -249,7 +258,7 @@ async fn attempt_once(
     };
     core.runtime.clone().spawn(async move {
         if let Err(left) = answer.send(call.await) {
-            abandoned(&core, &target, &holder, left).await;
+            abandoned(&core, &conn, &target, &holder, left).await;
         }
     });
     let result = (&mut answered.answered)
@@ -263,9 +272,15 @@ async fn attempt_once(
 /// back, and so is a place taken in a fair queue (the caller's own give-up
 /// may have run before this attempt, e.g. during a script reload, and found
 /// nothing to remove).
-async fn abandoned(core: &Core, target: &Target, holder: &str, left: Result<Attempt, LockError>) {
+async fn abandoned(
+    core: &Core,
+    conn: &Conn,
+    target: &Target,
+    holder: &str,
+    left: Result<Attempt, LockError>,
+) {
     match left {
-        Ok(Attempt::Acquired { .. }) => undo_attempt(core, target, holder).await,
+        Ok(Attempt::Acquired { .. }) => undo_attempt(core, conn, target, holder).await,
         Ok(Attempt::Busy { .. }) => {
             if let Some(cleanup) = target.give_up(core, holder) {
                 cleanup.await;
@@ -276,9 +291,9 @@ async fn abandoned(core: &Core, target: &Target, holder: &str, left: Result<Atte
 }
 
 /// Gives back a hold that was taken for a caller who went away.
-async fn undo_attempt(core: &Core, target: &Target, holder: &str) {
+async fn undo_attempt(core: &Core, conn: &Conn, target: &Target, holder: &str) {
     let request = uuid::Uuid::new_v4().to_string();
-    if let Err(e) = target.unlock(core, holder, &request).await {
+    if let Err(e) = target.unlock(core, conn, holder, &request).await {
         tracing::warn!(lock = target.name(), error = %e, "could not undo a cancelled acquire");
     }
 }
@@ -300,7 +315,7 @@ impl Drop for Answered {
         self.answered.close();
         if let Ok(Ok(Attempt::Acquired { .. })) = self.answered.try_recv() {
             let runtime = core.runtime.clone();
-            runtime.spawn(async move { undo_attempt(&core, &target, &holder).await });
+            runtime.spawn(async move { undo_attempt(&core, &core.conn, &target, &holder).await });
         }
     }
 }

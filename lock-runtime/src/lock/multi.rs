@@ -210,7 +210,8 @@ fn plan(locks: Vec<(LockClient, Target)>) -> Result<Vec<Planned>, LockError> {
     let mut planned: Vec<Planned> = locks
         .into_iter()
         .map(|(client, target)| Planned {
-            server: server_of(&client),
+            // The first sort key: every caller orders the same locks alike.
+            server: client.config().server_identity(),
             client,
             target,
         })
@@ -234,12 +235,6 @@ fn plan(locks: Vec<(LockClient, Target)>) -> Result<Vec<Planned>, LockError> {
         kept.push(lock);
     }
     Ok(kept)
-}
-
-/// The data set a client reaches (see `Config::server_identity`): the first
-/// sort key, so that every caller orders the same locks the same way.
-pub(crate) fn server_of(client: &LockClient) -> String {
-    client.config().server_identity()
 }
 
 /// Releases the locks taken in a failed round, waiting for it so that the

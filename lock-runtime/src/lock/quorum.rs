@@ -15,7 +15,6 @@ use futures_util::future::join_all;
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
-use crate::lock::multi::server_of;
 use crate::lock::{Options, Target, acquire_hold, on_background};
 use crate::{LockClient, LockError, keys};
 
@@ -231,7 +230,7 @@ impl QuorumLock {
             .clients
             .iter()
             .map(|client| Node {
-                server: server_of(client),
+                server: client.config().server_identity(),
                 client: client.clone(),
             })
             .collect();

@@ -12,7 +12,7 @@ use crate::client::Core;
 use crate::conn::Conn;
 use crate::keys;
 use crate::lock::{Attempt, LockBuilder, Target};
-use crate::scripts::{SCRIPTS, acquire_script, add_acquire_latch};
+use crate::scripts::SCRIPTS;
 use crate::{LockClient, LockError};
 
 /// A read-write lock (Redisson's `RReadWriteLock`), from
@@ -94,28 +94,21 @@ pub(crate) async fn attempt(
 ) -> Result<Attempt, LockError> {
     core.check_slot_name(name)?;
     let (script, third_key) = if write {
-        let script = acquire_script(
-            conn,
-            &SCRIPTS.rw_write_acquire,
-            &SCRIPTS.latched.rw_write_acquire,
-        );
-        (script, keys::tagged(name))
+        (&SCRIPTS.rw_write_acquire, keys::tagged(name))
     } else {
-        let script = acquire_script(
-            conn,
+        (
             &SCRIPTS.rw_read_acquire,
-            &SCRIPTS.latched.rw_read_acquire,
-        );
-        (script, keys::rw_timeout_prefix(name, holder))
+            keys::rw_timeout_prefix(name, holder),
+        )
     };
-    let mut call = script.key(name);
-    call.key(keys::token_key(name))
-        .key(third_key)
-        .arg(lease.as_millis().max(1) as u64)
-        .arg(holder);
-    add_acquire_latch(&mut call, conn, name);
-    let answer: (i64, i64) = call
-        .invoke_async(&mut conn.clone())
+    let answer: (i64, i64) = script
+        .invoke(conn, name, |call| {
+            call.key(name)
+                .key(keys::token_key(name))
+                .key(third_key)
+                .arg(lease.as_millis().max(1) as u64)
+                .arg(holder);
+        })
         .await
         .map_err(|e| LockError::from_redis(name, e))?;
     answer_of(name, answer)
@@ -142,11 +135,12 @@ fn answer_of(name: &str, (code, value): (i64, i64)) -> Result<Attempt, LockError
 /// 0 when it has others, -1 when this hold had already run out.
 pub(crate) async fn unlock_read(
     core: &Core,
+    conn: &Conn,
     name: &str,
     holder: &str,
     request: &str,
 ) -> Result<i64, LockError> {
-    let mut conn = core.conn.here();
+    let mut conn = conn.clone();
     SCRIPTS
         .rw_read_unlock
         .key(name)
@@ -167,11 +161,12 @@ pub(crate) async fn unlock_read(
 /// -1 when it did not hold the write lock.
 pub(crate) async fn unlock_write(
     core: &Core,
+    conn: &Conn,
     name: &str,
     holder: &str,
     request: &str,
 ) -> Result<i64, LockError> {
-    let mut conn = core.conn.here();
+    let mut conn = conn.clone();
     SCRIPTS
         .rw_write_unlock
         .key(name)

@@ -8,7 +8,7 @@ use crate::client::Core;
 use crate::conn::Conn;
 use crate::keys;
 use crate::lock::Attempt;
-use crate::scripts::{SCRIPTS, acquire_script, add_acquire_latch};
+use crate::scripts::SCRIPTS;
 
 /// One try at taking (or re-entering) the lock.
 pub(crate) async fn attempt(
@@ -19,18 +19,14 @@ pub(crate) async fn attempt(
     lease: Duration,
 ) -> Result<Attempt, LockError> {
     core.check_slot_name(name)?;
-    let script = acquire_script(
-        conn,
-        &SCRIPTS.reentrant_acquire,
-        &SCRIPTS.latched.reentrant_acquire,
-    );
-    let mut call = script.key(name);
-    call.key(keys::token_key(name))
-        .arg(lease.as_millis().max(1) as u64)
-        .arg(holder);
-    add_acquire_latch(&mut call, conn, name);
-    let (acquired, value): (i64, i64) = call
-        .invoke_async(&mut conn.clone())
+    let (acquired, value): (i64, i64) = SCRIPTS
+        .reentrant_acquire
+        .invoke(conn, name, |call| {
+            call.key(name)
+                .key(keys::token_key(name))
+                .arg(lease.as_millis().max(1) as u64)
+                .arg(holder);
+        })
         .await
         .map_err(|e| LockError::from_redis(name, e))?;
     Ok(if acquired == 1 {
@@ -46,11 +42,12 @@ pub(crate) async fn attempt(
 /// Returns 1 freed, 0 still held by the holder's other holds, -1 not held.
 pub(crate) async fn unlock(
     core: &Core,
+    conn: &Conn,
     name: &str,
     holder: &str,
     request: &str,
 ) -> Result<i64, LockError> {
-    let mut conn = core.conn.here();
+    let mut conn = conn.clone();
     SCRIPTS
         .unlock
         .key(name)
