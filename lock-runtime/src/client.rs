@@ -46,13 +46,6 @@ pub(crate) struct Core {
     pub(crate) runtime: Handle,
 }
 
-impl Core {
-    /// The holder id of the current task: `<client uuid>:<task number>`.
-    pub(crate) fn holder_id(&self) -> String {
-        format!("{}:{}", self.id, crate::holder::current())
-    }
-}
-
 impl LockClient {
     /// Connects to Redis. Fails with [`LockError::Config`] for a configuration
     /// that cannot work and [`LockError::Redis`] when the server cannot be
@@ -114,19 +107,13 @@ impl LockClient {
         &self.inner.core.config
     }
 
-    /// The holder id the current task writes into locks:
-    /// `<client id>:<task number>`.
-    pub fn holder_id(&self) -> String {
-        self.inner.core.holder_id()
-    }
-
     /// Number of holds the watchdog is keeping alive.
     pub fn renewed_locks(&self) -> usize {
         self.inner.core.watchdog.len()
     }
 
-    /// A reentrant lock (Redisson's `RLock`): one holder task at a time, which
-    /// may take it again while it holds it.
+    /// A reentrant lock (Redisson's `RLock`): one holder at a time, which may
+    /// take it again inside its guard's [`scope`](crate::LockGuard::scope).
     pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
         LockBuilder::new(self.clone(), Target::Reentrant { name: name.into() })
     }

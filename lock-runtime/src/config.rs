@@ -262,7 +262,10 @@ impl Config {
     /// spare, and no longer: every release leaves one latch key behind for
     /// this long.
     pub(crate) fn unlock_latch_ttl(&self) -> Duration {
-        self.response_timeout * crate::guard::UNLOCK_TRIES + Duration::from_secs(1)
+        // Saturating: `check` bounds the timeout, this never panics regardless.
+        self.response_timeout
+            .saturating_mul(crate::guard::UNLOCK_TRIES)
+            .saturating_add(Duration::from_secs(1))
     }
 
     /// Which data set this configuration reaches, as a stable text: the
@@ -294,6 +297,15 @@ impl Config {
 
     /// Checks the knobs that do not depend on the topology.
     pub(crate) fn check(&self) -> Result<(), LockError> {
+        for (knob, value) in [
+            ("watchdog_timeout", self.watchdog_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+            ("fair_wait_timeout", self.fair_wait_timeout),
+            ("replica_sync_timeout", self.replica_sync_timeout),
+        ] {
+            check_duration(knob, value)?;
+        }
         if self.watchdog_timeout < Duration::from_millis(30) {
             return Err(LockError::Config(format!(
                 "watchdog_timeout {:?} is too short; use at least 30ms",
@@ -479,6 +491,29 @@ impl fmt::Debug for Config {
             .field("replica_sync_timeout", &self.replica_sync_timeout)
             .finish()
     }
+}
+
+/// The longest duration accepted for a lease, a wait deadline's arithmetic
+/// or any [`Config`] timeout: 100 years. Redis keeps expiries in
+/// milliseconds and scripts compute with Lua numbers (exact to 2^53), and
+/// `Instant` arithmetic must not overflow; 100 years is far inside all three.
+/// Longer values are refused with [`LockError::Config`], never a panic.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Refuses a duration longer than [`MAX_DURATION`].
+pub(crate) fn check_duration(what: &str, value: Duration) -> Result<(), LockError> {
+    if value > MAX_DURATION {
+        return Err(LockError::Config(format!(
+            "{what} {value:?} is longer than the longest supported duration (100 years)"
+        )));
+    }
+    Ok(())
+}
+
+/// A duration in whole milliseconds, for Redis (at least 1; callers checked
+/// it against [`MAX_DURATION`], so it fits).
+pub(crate) fn millis(value: Duration) -> u64 {
+    u64::try_from(value.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 #[cfg(test)]

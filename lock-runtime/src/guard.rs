@@ -1,14 +1,16 @@
 //! Guards: proof of holding, the loss signal, and release.
 
 use std::fmt;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::conn::connection_lost;
+use crate::holder::ScopedHold;
 use crate::lock::Target;
-use crate::watchdog::{HoldKey, Registration};
+use crate::watchdog::{HoldKey, Registration, Validity, valid_until};
 use crate::{LockClient, LockError};
 
 /// How a hold's lease is kept.
@@ -16,10 +18,11 @@ enum Lease {
     /// Renewed by the client's watchdog until release.
     Watchdog {
         registration: Registration,
-        lost: watch::Receiver<bool>,
+        validity: watch::Receiver<Validity>,
     },
-    /// Fixed: gone at `expires` (measured from before the acquire call).
-    Fixed { expires: Instant },
+    /// Fixed: counts as lost from `until` (the lease, less the safety margin,
+    /// from before the acquire call).
+    Fixed { until: Instant },
 }
 
 /// One hold on one lock by one holder.
@@ -32,24 +35,34 @@ pub(crate) struct Held {
 }
 
 impl Held {
-    /// Wraps a fresh acquisition; `expires` is `None` for watchdog leases,
-    /// which are registered here.
+    /// Wraps a fresh acquisition, confirmed by a call sent at `sent`; a
+    /// watchdog lease (`lease` None) is registered here.
     pub(crate) fn new(
         client: LockClient,
         target: Target,
         holder: String,
         token: u64,
-        expires: Option<Instant>,
+        sent: Instant,
+        lease: Option<Duration>,
     ) -> Held {
-        let lease = match expires {
-            Some(expires) => Lease::Fixed { expires },
+        let lease = match lease {
+            Some(lease) => Lease::Fixed {
+                until: valid_until(sent, lease),
+            },
             None => {
-                let (registration, lost) = client.core().watchdog.register(HoldKey {
-                    kind: target.renew_kind(),
-                    name: target.name().to_owned(),
-                    holder: holder.clone(),
-                });
-                Lease::Watchdog { registration, lost }
+                let (registration, validity) = client.core().watchdog.register(
+                    HoldKey {
+                        kind: target.renew_kind(),
+                        name: target.name().to_owned(),
+                        holder: holder.clone(),
+                    },
+                    sent,
+                    client.core().config.watchdog_timeout,
+                );
+                Lease::Watchdog {
+                    registration,
+                    validity,
+                }
             }
         };
         Held {
@@ -69,30 +82,52 @@ impl Held {
         self.target.name()
     }
 
+    /// This hold as a scope sees it.
+    fn scoped(&self) -> ScopedHold {
+        ScopedHold {
+            client: self.client.core().id.clone(),
+            name: self.target.name().to_owned(),
+            holder: self.holder.clone(),
+        }
+    }
+
     /// Reports a fixed lease lost no later than `at` (a quorum lock's
     /// validity ends before its nodes' keys expire). Watchdog leases keep
     /// their own loss signal.
     pub(crate) fn expire_by(&mut self, at: Instant) {
-        if let Lease::Fixed { expires } = &mut self.lease {
-            *expires = (*expires).min(at);
+        if let Lease::Fixed { until } = &mut self.lease {
+            *until = (*until).min(at);
         }
     }
 
     pub(crate) fn is_lost(&self) -> bool {
         match &self.lease {
-            Lease::Watchdog { lost, .. } => *lost.borrow(),
-            Lease::Fixed { expires } => Instant::now() >= *expires,
+            Lease::Watchdog { validity, .. } => validity.borrow().is_lost(),
+            Lease::Fixed { until } => Instant::now() >= *until,
         }
     }
 
     pub(crate) async fn lost(&self) {
         match &self.lease {
-            Lease::Watchdog { lost, .. } => {
-                let mut lost = lost.clone();
-                // An error means the watchdog forgot the hold: treat as lost.
-                let _ = lost.wait_for(|lost| *lost).await;
+            Lease::Watchdog { validity, .. } => {
+                let mut validity = validity.clone();
+                loop {
+                    let now = *validity.borrow_and_update();
+                    if now.is_lost() {
+                        return;
+                    }
+                    tokio::select! {
+                        changed = validity.changed() => {
+                            // The watchdog forgot the hold: treat as lost.
+                            if changed.is_err() {
+                                return;
+                            }
+                        }
+                        () = tokio::time::sleep_until(now.until.into()) => {}
+                    }
+                }
             }
-            Lease::Fixed { expires } => tokio::time::sleep_until((*expires).into()).await,
+            Lease::Fixed { until } => tokio::time::sleep_until((*until).into()).await,
         }
     }
 
@@ -102,13 +137,19 @@ impl Held {
     /// background runtime throughout. Retries a call that lost its connection
     /// with the same request id (the unlock latch makes that idempotent), on
     /// the client's own connection, which reconnects.
+    ///
+    /// Only this hold is given back (a read hold by its token). A hold that
+    /// already counts as lost by the guard's clock is still given back if
+    /// the server has it (so nothing stays held), but reports
+    /// [`LockError::Lost`]: its body may have run without exclusion.
     pub(crate) async fn release(self) -> Result<(), LockError> {
+        let was_lost = self.is_lost();
         let Held {
             client,
             target,
             holder,
+            token,
             lease,
-            ..
         } = self;
         if let Lease::Watchdog { registration, .. } = &lease {
             // Before the unlock: a released guard is never renewed again.
@@ -123,8 +164,13 @@ impl Held {
             let mut tries = 0;
             loop {
                 tries += 1;
-                match target.unlock(&core, &conn, &holder, &request).await {
+                match target.unlock(&core, &conn, &holder, &request, token).await {
                     Ok(-1) => {
+                        return Err(LockError::Lost {
+                            name: target.name().to_owned(),
+                        });
+                    }
+                    Ok(_) if was_lost => {
                         return Err(LockError::Lost {
                             name: target.name().to_owned(),
                         });
@@ -223,8 +269,49 @@ impl LockGuard {
         &self.name
     }
 
-    /// Whether the lease is known to be lost (the watchdog found the lock
-    /// gone, or a fixed lease ran out).
+    /// The holder id written into Redis for this guard's hold,
+    /// `<client id>:<n>` (Redisson's layout). Every acquisition made outside
+    /// a scope has a new one; a re-entry has its scope's. A multi lock's
+    /// holds on one client share one; for a quorum lock this is the first
+    /// node's.
+    pub fn holder_id(&self) -> &str {
+        self.holds.first().map_or("", |h| h.holder.as_str())
+    }
+
+    /// Runs `fut` in the scope of this guard's holds: an acquisition of the
+    /// same lock on the same client awaited inside `fut` (at any depth)
+    /// re-enters the hold instead of waiting for it. Everything else is
+    /// another holder: other tasks, and other futures of the same task
+    /// (`join!`, `select!`) that are not inside the scope.
+    ///
+    /// Any future works, borrowing allowed, with no `Send` or `'static`
+    /// bound; the result is `Send` when `fut` is. The scope is the holds'
+    /// as they are when `scope` is called; scopes nest. A re-entry inside
+    /// the scope of a hold that is gone (its lease ran out, it was deleted)
+    /// fails with [`LockError::Lost`] rather than take the lock anew.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// let outer = client.lock("stock:42").acquire().await?;
+    /// outer
+    ///     .scope(async {
+    ///         // Re-enters: the hold count is 2 until `inner` is released.
+    ///         let inner = client.lock("stock:42").acquire().await?;
+    ///         inner.release().await
+    ///     })
+    ///     .await?;
+    /// outer.release().await
+    /// # }
+    /// ```
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> + use<F> {
+        let holds = self.holds.iter().map(Held::scoped).collect();
+        crate::holder::scoped(holds, fut)
+    }
+
+    /// Whether the lease counts as lost: the watchdog found the lock gone,
+    /// or, by this client's clock, the lease (less a safety margin of 1% + 2
+    /// ms) has run out since the send time of the last call that confirmed
+    /// it, so the server may expire it at any moment. Once lost, always lost.
     pub fn is_lost(&self) -> bool {
         self.holds.iter().filter(|h| h.is_lost()).count() > self.tolerated
     }

@@ -243,7 +243,7 @@ pub mod __private {
 mod private;
 
 pub use client::LockClient;
-pub use config::{Config, DEFAULT_URL, ReplicaSync};
+pub use config::{Config, DEFAULT_URL, MAX_DURATION, ReplicaSync};
 pub use error::LockError;
 pub use global::{client, init};
 pub use guard::LockGuard;

@@ -90,6 +90,7 @@ async fn acquire(keys: Vec<String>, spec: AttrSpec) -> Result<LockGuard, LockErr
     let options = Options {
         wait: spec.wait,
         lease: spec.lease,
+        number: None,
     };
     match keys.len() {
         0 => Err(LockError::Config(
@@ -136,6 +137,8 @@ where
         Ok(guard) => guard,
         Err(e) => return R::from_lock_error(e),
     };
+    // The body runs in the hold's scope: locked calls awaited inside re-enter.
+    let body = guard.scope(body);
     let result = if spec.cancel_on_lost {
         tokio::select! {
             result = body => result,

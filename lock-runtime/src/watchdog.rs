@@ -5,9 +5,13 @@
 //! batched script calls, one per lock layout (and, on a cluster, per slot). A
 //! hold the server no longer has is dropped from the registry and its guards
 //! are told the lease was lost.
-//! When Redis cannot be reached, holds whose lease has certainly run out since
-//! their last renewal are reported lost as well. Guards unregister before
-//! their unlock script runs, so a released guard is never renewed again.
+//! Each hold also has a validity by the client's own clock: the send time of
+//! its last confirmed acquire or renewal, plus the lease, minus a safety
+//! margin ([`margin`]). Past it the hold counts as lost even if no answer
+//! came back (a stalled link), before the server could expire the key and
+//! give the lock to someone else; a renewal confirmed after that point does
+//! not revive it. Guards unregister before their unlock script runs, so a
+//! released guard is never renewed again.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,13 +41,48 @@ pub(crate) struct HoldKey {
     pub(crate) holder: String,
 }
 
+/// Whether a hold still counts as held, by the client's clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Validity {
+    /// The watchdog found the hold gone (or a renewal came back too late).
+    pub(crate) lost: bool,
+    /// The hold counts as lost from this instant unless renewed first.
+    pub(crate) until: Instant,
+}
+
+impl Validity {
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost || Instant::now() >= self.until
+    }
+}
+
+/// The safety margin taken off a lease by the client's clock: 1% of the lease
+/// plus 2 ms (the clock-drift allowance of the Redlock description). The
+/// lease is counted from before the call that confirmed it, so the server
+/// (which starts counting later) always expires the key after the client
+/// counts the hold lost.
+pub(crate) fn margin(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// When a hold confirmed by a call sent at `sent` for `lease` stops counting.
+pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
+    let left = lease.saturating_sub(margin(lease));
+    sent.checked_add(left).unwrap_or(sent)
+}
+
 struct Entry {
-    /// Guards sharing this hold (re-entries of one task).
+    /// Guards sharing this hold (re-entries in one call chain).
     guards: usize,
     /// Tells a new registration of the same key from an old one.
     epoch: u64,
-    renewed_at: Instant,
-    lost: watch::Sender<bool>,
+    validity: watch::Sender<Validity>,
+}
+
+impl Entry {
+    fn mark_lost(&self) {
+        self.validity.send_modify(|v| v.lost = true);
+    }
 }
 
 /// A guard's registration; give it back with [`Watchdog::unregister`].
@@ -67,22 +106,46 @@ impl Watchdog {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts renewing `key` (just acquired). The receiver turns `true` when
-    /// the hold is lost.
-    pub(crate) fn register(&self, key: HoldKey) -> (Registration, watch::Receiver<bool>) {
+    /// Starts renewing `key`, just acquired (or re-entered) by a call sent at
+    /// `sent` for `lease`. The receiver follows the hold's validity. A
+    /// re-entry joins its holder's entry, unless that entry already counts
+    /// as lost: then the new hold gets an entry of its own, and the old
+    /// guards stay lost.
+    pub(crate) fn register(
+        &self,
+        key: HoldKey,
+        sent: Instant,
+        lease: Duration,
+    ) -> (Registration, watch::Receiver<Validity>) {
+        let until = valid_until(sent, lease);
         let mut entries = self.entries();
-        let entry = entries.entry(key.clone()).or_insert_with(|| Entry {
-            guards: 0,
-            epoch: self.epochs.fetch_add(1, Ordering::Relaxed),
-            renewed_at: Instant::now(),
-            lost: watch::channel(false).0,
-        });
+        let live = entries
+            .get(&key)
+            .is_some_and(|entry| !entry.validity.borrow().is_lost());
+        if !live {
+            entries.insert(
+                key.clone(),
+                Entry {
+                    guards: 0,
+                    epoch: self.epochs.fetch_add(1, Ordering::Relaxed),
+                    validity: watch::channel(Validity { lost: false, until }).0,
+                },
+            );
+        }
+        let Some(entry) = entries.get_mut(&key) else {
+            unreachable!("inserted above")
+        };
         entry.guards += 1;
+        entry.validity.send_if_modified(|v| {
+            let later = until > v.until;
+            v.until = v.until.max(until);
+            later
+        });
         let registration = Registration {
             key,
             epoch: entry.epoch,
         };
-        (registration, entry.lost.subscribe())
+        (registration, entry.validity.subscribe())
     }
 
     /// Stops renewing for this guard (the hold stays renewed while other
@@ -115,8 +178,12 @@ impl Watchdog {
         by_kind
     }
 
-    /// Applies one batch's answers: `renewed[i]` for `batch[i]`.
-    fn settle(&self, batch: &[(HoldKey, u64)], renewed: &[bool], at: Instant) {
+    /// Applies one batch's answers, `renewed[i]` for `batch[i]`, from calls
+    /// sent at `sent`. A renewal that comes back after its hold's validity
+    /// ran out does not revive it: its guards may already have acted on the
+    /// loss.
+    fn settle(&self, batch: &[(HoldKey, u64)], renewed: &[bool], sent: Instant, lease: Duration) {
+        let until = valid_until(sent, lease);
         let mut entries = self.entries();
         for ((key, epoch), &ok) in batch.iter().zip(renewed) {
             let Some(entry) = entries.get_mut(key) else {
@@ -125,28 +192,34 @@ impl Watchdog {
             if entry.epoch != *epoch {
                 continue;
             }
-            if ok {
-                entry.renewed_at = at;
-            } else {
+            if !ok {
                 tracing::warn!(lock = %key.name, holder = %key.holder, "lease lost: the lock is no longer held");
-                entry.lost.send_replace(true);
-                entries.remove(key);
+            } else if entry.validity.borrow().is_lost() {
+                tracing::warn!(lock = %key.name, holder = %key.holder, "lease lost: the renewal was confirmed too late");
+            } else {
+                entry.validity.send_if_modified(|v| {
+                    let later = until > v.until;
+                    v.until = v.until.max(until);
+                    later
+                });
+                continue;
             }
+            entry.mark_lost();
+            entries.remove(key);
         }
     }
 
-    /// After a failed renewal: holds whose lease ran out since their last
-    /// renewal are lost for certain.
-    fn expire(&self, batch: &[(HoldKey, u64)], lease: Duration) {
+    /// After a failed renewal: holds whose validity ran out are lost for
+    /// certain (their guards already count them lost); stop renewing them.
+    fn expire(&self, batch: &[(HoldKey, u64)]) {
         let mut entries = self.entries();
-        let now = Instant::now();
         for (key, epoch) in batch {
             let Some(entry) = entries.get(key) else {
                 continue;
             };
-            if entry.epoch == *epoch && now.duration_since(entry.renewed_at) >= lease {
+            if entry.epoch == *epoch && entry.validity.borrow().is_lost() {
                 tracing::warn!(lock = %key.name, holder = %key.holder, "lease lost: no renewal reached Redis in time");
-                entry.lost.send_replace(true);
+                entry.mark_lost();
                 entries.remove(key);
             }
         }
@@ -187,10 +260,10 @@ async fn tick(core: &Core) {
         // late must not stretch it.
         let sent = Instant::now();
         match renew(core, *kind, batch, lease).await {
-            Ok(renewed) => core.watchdog.settle(batch, &renewed, sent),
+            Ok(renewed) => core.watchdog.settle(batch, &renewed, sent, lease),
             Err(e) => {
                 tracing::warn!(error = %e, locks = batch.len(), "renewal failed");
-                core.watchdog.expire(batch, lease);
+                core.watchdog.expire(batch);
             }
         }
     });
@@ -225,7 +298,7 @@ async fn renew(
     match kind {
         RenewKind::Hash => {
             let mut call = SCRIPTS.renew.prepare_invoke();
-            call.arg(lease.as_millis() as u64);
+            call.arg(crate::config::millis(lease));
             for (key, _) in batch {
                 call.key(&key.name).arg(&key.holder);
             }
@@ -234,7 +307,7 @@ async fn renew(
         }
         RenewKind::ReadWrite => {
             let mut call = SCRIPTS.rw_renew.prepare_invoke();
-            call.arg(lease.as_millis() as u64);
+            call.arg(crate::config::millis(lease));
             for (key, _) in batch {
                 call.key(&key.name)
                     .key(crate::keys::rw_timeout_prefix(&key.name, &key.holder))

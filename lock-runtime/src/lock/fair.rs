@@ -17,9 +17,8 @@ use crate::LockError;
 use crate::client::Core;
 use crate::conn::Conn;
 use crate::keys;
-use crate::lock::Attempt;
+use crate::lock::{Attempt, Try, answer};
 use crate::scripts::SCRIPTS;
-use std::time::Duration;
 
 /// One try at taking (or re-entering) the lock; a failed try queues the
 /// holder (first time) or keeps its place (later).
@@ -27,32 +26,26 @@ pub(crate) async fn attempt(
     core: &Core,
     conn: &Conn,
     name: &str,
-    holder: &str,
-    lease: Duration,
+    how: &Try,
 ) -> Result<Attempt, LockError> {
     core.check_slot_name(name)?;
-    let (acquired, value): (i64, i64) = SCRIPTS
+    let reply = SCRIPTS
         .fair_acquire
-        .invoke(conn, name, |call| {
+        .invoke(conn, &how.latch, how.reenter, |call| {
             call.key(name)
                 .key(keys::fair_queue(name))
                 .key(keys::fair_timeouts(name))
                 .key(keys::token_key(name))
                 .key(keys::lock_channel(name))
-                .arg(lease.as_millis().max(1) as u64)
-                .arg(holder)
+                .arg(how.lease_ms())
+                .arg(&how.holder)
                 .arg(wait_ms(core))
-                .arg(core.publish_command());
+                .arg(core.publish_command())
+                .arg(how.reenter_arg());
         })
         .await
         .map_err(|e| LockError::from_redis(name, e))?;
-    Ok(if acquired == 1 {
-        Attempt::Acquired {
-            token: value as u64,
-        }
-    } else {
-        Attempt::Busy { ttl_ms: value }
-    })
+    answer(name, reply)
 }
 
 /// Gives back one hold; `request` makes a retried call idempotent.
@@ -74,7 +67,7 @@ pub(crate) async fn unlock(
         .key(keys::lock_channel(name))
         .key(keys::unlock_latch(name, request))
         .arg(holder)
-        .arg(core.config.unlock_latch_ttl().as_millis() as u64)
+        .arg(crate::config::millis(core.config.unlock_latch_ttl()))
         .arg(core.publish_command())
         .invoke_async(&mut conn)
         .await
@@ -116,5 +109,5 @@ pub(crate) fn give_up(
 }
 
 fn wait_ms(core: &Core) -> u64 {
-    core.config.fair_wait_timeout.as_millis().max(1) as u64
+    crate::config::millis(core.config.fair_wait_timeout)
 }

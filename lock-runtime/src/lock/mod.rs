@@ -22,6 +22,7 @@ use crate::background;
 use crate::client::Core;
 use crate::conn::Conn;
 use crate::guard::{Held, LockGuard};
+use crate::holder;
 use crate::keys;
 use crate::watchdog::RenewKind;
 use crate::{LockClient, LockError};
@@ -46,6 +47,56 @@ pub(crate) enum Attempt {
     Acquired { token: u64 },
     /// Someone else has it; its remaining lease in ms (-1: none, -2: gone).
     Busy { ttl_ms: i64 },
+    /// A re-entry found the hold of its scope gone: nothing was taken.
+    Gone,
+}
+
+/// What one acquire script call is asked to do.
+#[derive(Debug, Clone)]
+pub(crate) struct Try {
+    /// The holder id written into the lock.
+    pub(crate) holder: String,
+    /// The lease the new hold is promised.
+    pub(crate) lease: Duration,
+    /// Re-entering a hold of the caller's scope: the holder must still hold
+    /// the lock (else [`Attempt::Gone`]), and a taken hold is recorded in
+    /// the latch so that a lost answer can be reconciled.
+    pub(crate) reenter: bool,
+    /// This attempt's latch key (see `scripts/acquire_latch.lua`).
+    pub(crate) latch: String,
+}
+
+impl Try {
+    /// `'1'` / `'0'`, the scripts' re-entry argument.
+    pub(crate) fn reenter_arg(&self) -> &'static str {
+        if self.reenter { "1" } else { "0" }
+    }
+
+    /// The lease in whole milliseconds, for the scripts.
+    pub(crate) fn lease_ms(&self) -> u64 {
+        crate::config::millis(self.lease)
+    }
+}
+
+/// Decodes an acquire script's `{code, value}` answer.
+pub(crate) fn answer(name: &str, (code, value): (i64, i64)) -> Result<Attempt, LockError> {
+    match code {
+        1 => Ok(Attempt::Acquired {
+            token: value as u64,
+        }),
+        0 => Ok(Attempt::Busy { ttl_ms: value }),
+        3 => Ok(Attempt::Gone),
+        // Abandoned before it ran: nothing taken, try again at once.
+        4 => Ok(Attempt::Busy { ttl_ms: -2 }),
+        _ => Err(LockError::NotHeld {
+            name: name.to_owned(),
+            reason: "this call chain holds a read lock and asked for the write lock: upgrading \
+                     a read lock is not supported (two readers upgrading would wait for each \
+                     other for ever); release the read lock first, or take the write lock \
+                     first and read under it"
+                .to_owned(),
+        }),
+    }
 }
 
 impl Target {
@@ -94,29 +145,19 @@ impl Target {
 
     /// One acquire script call on `conn`, then replica sync when it took the
     /// lock (on the same connection: `WAIT` counts that connection's writes).
-    async fn attempt(
-        &self,
-        core: &Core,
-        conn: &Conn,
-        holder: &str,
-        lease: Duration,
-    ) -> Result<Attempt, LockError> {
+    async fn attempt(&self, core: &Core, conn: &Conn, how: &Try) -> Result<Attempt, LockError> {
         let attempt = match self {
-            Target::Reentrant { name } => reentrant::attempt(core, conn, name, holder, lease).await,
-            Target::Fair { name } => fair::attempt(core, conn, name, holder, lease).await,
-            Target::Read { name } => {
-                read_write::attempt(core, conn, name, holder, lease, false).await
-            }
-            Target::Write { name } => {
-                read_write::attempt(core, conn, name, holder, lease, true).await
-            }
+            Target::Reentrant { name } => reentrant::attempt(core, conn, name, how).await,
+            Target::Fair { name } => fair::attempt(core, conn, name, how).await,
+            Target::Read { name } => read_write::attempt(core, conn, name, how, false).await,
+            Target::Write { name } => read_write::attempt(core, conn, name, how, true).await,
         }?;
-        if let Attempt::Acquired { .. } = attempt
+        if let Attempt::Acquired { token } = attempt
             && let Err(e) = conn.sync_replicas(self.name()).await
         {
             // A hold no replica confirmed could vanish in a failover: give it back.
             let request = uuid::Uuid::new_v4().to_string();
-            if let Err(undo) = self.unlock(core, conn, holder, &request).await {
+            if let Err(undo) = self.unlock(core, conn, &how.holder, &request, token).await {
                 tracing::warn!(lock = self.name(), error = %undo, "could not give back an unreplicated hold");
             }
             return Err(e);
@@ -124,14 +165,16 @@ impl Target {
         Ok(attempt)
     }
 
-    /// One unlock script call on `conn`: 1 freed, 0 still held
-    /// (re-entries), -1 not held.
+    /// One unlock script call on `conn` for the hold with fencing `token`
+    /// (a read hold is found by it; 0: any one hold of the holder): 1 freed,
+    /// 0 still held (re-entries), -1 not held.
     pub(crate) async fn unlock(
         &self,
         core: &Core,
         conn: &Conn,
         holder: &str,
         request: &str,
+        token: u64,
     ) -> Result<i64, LockError> {
         match self {
             Target::Reentrant { name } => {
@@ -139,7 +182,7 @@ impl Target {
             }
             Target::Fair { name } => fair::unlock(core, conn, name, holder, request).await,
             Target::Read { name } => {
-                read_write::unlock_read(core, conn, name, holder, request).await
+                read_write::unlock_read(core, conn, name, holder, request, token).await
             }
             Target::Write { name } => {
                 read_write::unlock_write(core, conn, name, holder, request).await
@@ -166,6 +209,9 @@ impl Target {
 pub(crate) struct Options {
     pub(crate) wait: Option<Duration>,
     pub(crate) lease: Option<Duration>,
+    /// The holder number of a new hold (a multi lock's parts share one);
+    /// `None`: a fresh one. Ignored when the scope re-enters.
+    pub(crate) number: Option<u64>,
 }
 
 /// Builds one acquisition of a lock: [`wait`](Self::wait) and
@@ -224,7 +270,9 @@ impl LockBuilder {
 
 /// Runs `target`'s acquire script once. If the caller goes away before the
 /// answer arrives, the call is finished without it and a hold taken for it
-/// is given back, so a cancelled acquire never leaves a lock behind.
+/// is given back, so a cancelled acquire never leaves a lock behind. When
+/// the answer is lost (a timeout, a broken connection), the attempt is
+/// reconciled before the error is returned (see [`reconcile`]).
 ///
 /// With a near connection on the caller's runtime the call runs in the
 /// caller's task (see [`background::finish_on_drop`]); otherwise as a task on
@@ -232,68 +280,167 @@ impl LockBuilder {
 async fn attempt_once(
     client: &LockClient,
     target: &Target,
-    holder: &str,
-    lease: Duration,
+    how: &Try,
 ) -> Result<Attempt, LockError> {
     let core = client.core().clone();
     let near = core.conn.near_here();
     let conn = near.clone().unwrap_or_else(|| core.conn.clone());
+    let how = Try {
+        latch: keys::acquire_latch(target.name(), &uuid::Uuid::new_v4().to_string()),
+        ..how.clone()
+    };
     let call = {
         let (core, conn) = (core.clone(), conn.clone());
-        let (target, holder) = (target.clone(), holder.to_owned());
-        async move { target.attempt(&core, &conn, &holder, lease).await }
+        let (target, how) = (target.clone(), how.clone());
+        async move { target.attempt(&core, &conn, &how).await }
     };
-    let (target, holder) = (target.clone(), holder.to_owned());
-    if near.is_some() {
+    let result = if near.is_some() {
         let runtime = core.runtime.clone();
-        return background::finish_on_drop(&runtime, call, move |left| async move {
-            abandoned(&core, &conn, &target, &holder, left).await;
+        let (core, target, how) = (core.clone(), target.clone(), how.clone());
+        background::finish_on_drop(&runtime, call, move |left| async move {
+            abandoned(&core, &conn, &target, &how, left).await;
         })
-        .await;
-    }
-    let (answer, answered) = oneshot::channel();
-    let mut answered = Answered {
-        answered,
-        undo: Some((core.clone(), target.clone(), holder.clone())),
-    };
-    core.runtime.clone().spawn(async move {
-        if let Err(left) = answer.send(call.await) {
-            abandoned(&core, &conn, &target, &holder, left).await;
-        }
-    });
-    let result = (&mut answered.answered)
         .await
-        .map_err(|_| LockError::Shutdown)?;
-    answered.undo = None;
+    } else {
+        let (answer, answered) = oneshot::channel();
+        let mut answered = Answered {
+            answered,
+            undo: Some((core.clone(), target.clone(), how.clone())),
+        };
+        {
+            let (core, target, how) = (core.clone(), target.clone(), how.clone());
+            core.runtime.clone().spawn(async move {
+                if let Err(left) = answer.send(call.await) {
+                    abandoned(&core, &conn, &target, &how, left).await;
+                }
+            });
+        }
+        let result = (&mut answered.answered)
+            .await
+            .map_err(|_| LockError::Shutdown)?;
+        answered.undo = None;
+        result
+    };
+    if let Err(e) = &result
+        && answer_unknown(e)
+    {
+        // The script may have run: find the hold and give it back, or make
+        // sure the attempt can no longer take it, before reporting.
+        let work = reconcile(core.clone(), target.clone(), how);
+        let settled = core.runtime.spawn(work);
+        let bound = core.config.response_timeout.saturating_mul(2);
+        let _ = tokio::time::timeout(bound, settled).await;
+    }
     result
+}
+
+/// Whether a failed call may still have run on the server.
+fn answer_unknown(e: &LockError) -> bool {
+    matches!(e, LockError::Redis(e) if crate::conn::connection_lost(e))
+}
+
+/// Settles an attempt whose answer was lost, so that it leaves no hold
+/// behind: marks its latch abandoned (`SET NX`), which keeps the attempt from
+/// taking anything if it has not run yet (it may still be on its way). If it
+/// had run, the hold it took is given back: a re-entry recorded its token in
+/// the latch; a new holder's hold shows by itself (the holder id is new, so
+/// any hold under it is this attempt's). Retried with backoff on connection
+/// errors for as long as the latch lasts.
+async fn reconcile(core: std::sync::Arc<Core>, target: Target, how: Try) {
+    let until = Instant::now() + crate::scripts::ACQUIRE_LATCH_TTL;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match reconcile_once(&core, &target, &how).await {
+            Ok(()) => return,
+            Err(e) if Instant::now() < until => {
+                tracing::debug!(lock = target.name(), error = %e, "reconciling a lost acquire answer; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            Err(e) => {
+                tracing::warn!(lock = target.name(), error = %e, "could not reconcile a lost acquire answer; the lease will end it");
+                return;
+            }
+        }
+    }
+}
+
+async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), LockError> {
+    let name = target.name();
+    let mut conn = core.conn.clone();
+    let marked: Option<String> = redis::cmd("SET")
+        .arg(&how.latch)
+        .arg("abandoned")
+        .arg("NX")
+        .arg("PX")
+        .arg(crate::scripts::ACQUIRE_LATCH_TTL.as_millis() as u64)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| LockError::from_redis(name, e))?;
+    let token = if marked.is_some() {
+        if how.reenter {
+            // A re-entry records what it took: nothing recorded, nothing taken.
+            return Ok(());
+        }
+        0
+    } else {
+        let recorded: Option<String> = redis::cmd("GET")
+            .arg(&how.latch)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| LockError::from_redis(name, e))?;
+        match recorded.as_deref().map(str::parse::<u64>) {
+            Some(Ok(token)) => token,
+            // Abandoned already, or expired: nothing to give back.
+            _ => return Ok(()),
+        }
+    };
+    let request = uuid::Uuid::new_v4().to_string();
+    let freed = target
+        .unlock(core, &core.conn, &how.holder, &request, token)
+        .await?;
+    if freed >= 0 {
+        tracing::debug!(lock = name, "gave back a hold whose acquire answer was lost");
+    }
+    if !how.reenter
+        && let Some(cleanup) = target.give_up(core, &how.holder)
+    {
+        cleanup.await;
+    }
+    Ok(())
 }
 
 /// Cleans up after an attempt whose caller went away: a hold taken is given
 /// back, and so is a place taken in a fair queue (the caller's own give-up
 /// may have run before this attempt, e.g. during a script reload, and found
-/// nothing to remove).
+/// nothing to remove). An answer that was lost is reconciled.
 async fn abandoned(
-    core: &Core,
+    core: &std::sync::Arc<Core>,
     conn: &Conn,
     target: &Target,
-    holder: &str,
+    how: &Try,
     left: Result<Attempt, LockError>,
 ) {
     match left {
-        Ok(Attempt::Acquired { .. }) => undo_attempt(core, conn, target, holder).await,
+        Ok(Attempt::Acquired { token }) => undo_attempt(core, conn, target, how, token).await,
         Ok(Attempt::Busy { .. }) => {
-            if let Some(cleanup) = target.give_up(core, holder) {
+            if let Some(cleanup) = target.give_up(core, &how.holder) {
                 cleanup.await;
             }
         }
+        Ok(Attempt::Gone) => {}
+        Err(e) if answer_unknown(&e) => reconcile(core.clone(), target.clone(), how.clone()).await,
         Err(_) => {}
     }
 }
 
 /// Gives back a hold that was taken for a caller who went away.
-async fn undo_attempt(core: &Core, conn: &Conn, target: &Target, holder: &str) {
+async fn undo_attempt(core: &Core, conn: &Conn, target: &Target, how: &Try, token: u64) {
     let request = uuid::Uuid::new_v4().to_string();
-    if let Err(e) = target.unlock(core, conn, holder, &request).await {
+    if let Err(e) = target
+        .unlock(core, conn, &how.holder, &request, token)
+        .await
+    {
         tracing::warn!(lock = target.name(), error = %e, "could not undo a cancelled acquire");
     }
 }
@@ -303,19 +450,22 @@ async fn undo_attempt(core: &Core, conn: &Conn, target: &Target, holder: &str) {
 /// that fired just then): the sender sees no error, so the receiver undoes it.
 struct Answered {
     answered: oneshot::Receiver<Result<Attempt, LockError>>,
-    undo: Option<(std::sync::Arc<Core>, Target, String)>,
+    undo: Option<(std::sync::Arc<Core>, Target, Try)>,
 }
 
 impl Drop for Answered {
     fn drop(&mut self) {
-        let Some((core, target, holder)) = self.undo.take() else {
+        let Some((core, target, how)) = self.undo.take() else {
             return;
         };
         // After close, a later send fails and the spawned task undoes it.
         self.answered.close();
-        if let Ok(Ok(Attempt::Acquired { .. })) = self.answered.try_recv() {
+        if let Ok(left) = self.answered.try_recv() {
             let runtime = core.runtime.clone();
-            runtime.spawn(async move { undo_attempt(&core, &core.conn, &target, &holder).await });
+            runtime.spawn(async move {
+                let conn = core.conn.clone();
+                abandoned(&core, &conn, &target, &how, left).await;
+            });
         }
     }
 }
@@ -349,55 +499,86 @@ fn nap(ttl_ms: i64) -> Duration {
     }
 }
 
+/// Checks a lease asked for: longer than zero, at most [`crate::MAX_DURATION`].
+pub(crate) fn check_lease(lease: Option<Duration>) -> Result<(), LockError> {
+    match lease {
+        Some(lease) if lease.is_zero() => {
+            Err(LockError::Config("a lease must be longer than zero".into()))
+        }
+        Some(lease) => crate::config::check_duration("lease", lease),
+        None => Ok(()),
+    }
+}
+
 /// The acquire loop every single-name kind shares: one script round trip when
 /// the lock is free; otherwise queue locally, subscribe, retry, and sleep until
 /// an unlock message or the holder's lease ends.
+///
+/// The holder is the scope's when the caller runs in the scope of a hold of
+/// this lock on this client (a re-entry), else a new one.
 pub(crate) async fn acquire_hold(
     client: &LockClient,
     target: Target,
     options: Options,
 ) -> Result<Held, LockError> {
     keys::check_name(target.name())?;
-    if options.lease.is_some_and(|l| l.is_zero()) {
-        return Err(LockError::Config("a lease must be longer than zero".into()));
-    }
+    check_lease(options.lease)?;
     let core = client.core();
-    let holder = core.holder_id();
+    let scoped = holder::in_scope(&core.id, target.name());
+    let reenter = scoped.is_some();
+    let holder = scoped.unwrap_or_else(|| {
+        holder::id(
+            &core.id,
+            options.number.unwrap_or_else(holder::fresh_number),
+        )
+    });
     let lease = options.lease.unwrap_or(core.config.watchdog_timeout);
-    let span = tracing::debug_span!("acquire", lock = target.name(), kind = target.kind());
+    let how = Try {
+        holder,
+        lease,
+        reenter,
+        latch: String::new(),
+    };
+    let span = tracing::debug_span!("acquire", lock = target.name(), kind = target.kind(), reenter);
     async {
         let started = Instant::now();
+        // A deadline the clock cannot represent is no deadline.
         let deadline = options.wait.and_then(|w| started.checked_add(w));
         let timeout = || LockError::Timeout {
             name: target.name().to_owned(),
             waited: options.wait.unwrap_or_default(),
         };
+        let gone = || LockError::Lost {
+            name: target.name().to_owned(),
+        };
         let mut give_up = GiveUpOnDrop {
             core,
             target: &target,
-            holder: &holder,
+            holder: &how.holder,
             armed: true,
         };
         let mut sent = Instant::now();
-        let token = match attempt_once(client, &target, &holder, lease).await? {
+        let token = match attempt_once(client, &target, &how).await? {
             Attempt::Acquired { token } => token,
+            Attempt::Gone => return Err(gone()),
             Attempt::Busy { .. } => {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(timeout());
                 }
-                let mut ticket = core.local.ticket(target.local_queue(&holder));
+                let mut ticket = core.local.ticket(target.local_queue(&how.holder));
                 match deadline {
                     Some(d) => tokio::time::timeout_at(d.into(), ticket.turn())
                         .await
                         .map_err(|_| timeout())?,
                     None => ticket.turn().await,
                 }
-                let mut messages = core.pubsub.subscribe(target.channel(&holder)).await?;
+                let mut messages = core.pubsub.subscribe(target.channel(&how.holder)).await?;
                 loop {
                     messages.mark_seen();
                     sent = Instant::now();
-                    let ttl_ms = match attempt_once(client, &target, &holder, lease).await? {
+                    let ttl_ms = match attempt_once(client, &target, &how).await? {
                         Attempt::Acquired { token } => break token,
+                        Attempt::Gone => return Err(gone()),
                         Attempt::Busy { ttl_ms } => ttl_ms,
                     };
                     let now = Instant::now();
@@ -417,9 +598,10 @@ pub(crate) async fn acquire_hold(
         Ok(Held::new(
             client.clone(),
             target.clone(),
-            holder.clone(),
+            how.holder.clone(),
             token,
-            options.lease.map(|l| sent + l),
+            sent,
+            options.lease,
         ))
     }
     .instrument(span)

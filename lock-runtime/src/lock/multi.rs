@@ -112,7 +112,16 @@ impl MultiLock {
             .map(|l| l.target.name())
             .collect::<Vec<_>>()
             .join("+");
-        let options = self.options;
+        // One holder number for every part: a multi lock's holds on one
+        // client share one holder id.
+        let options = Options {
+            number: Some(
+                self.options
+                    .number
+                    .unwrap_or_else(crate::holder::fresh_number),
+            ),
+            ..self.options
+        };
         let timeout = |busy: &Target| LockError::Timeout {
             name: busy.name().to_owned(),
             waited: options.wait.unwrap_or_default(),

@@ -6,12 +6,10 @@
 //! lease; the hash expires with the longest hold. Waiters listen on
 //! `redisson_rwlock:{name}`.
 
-use std::time::Duration;
-
 use crate::client::Core;
 use crate::conn::Conn;
 use crate::keys;
-use crate::lock::{Attempt, LockBuilder, Target};
+use crate::lock::{Attempt, LockBuilder, Target, Try, answer};
 use crate::scripts::SCRIPTS;
 use crate::{LockClient, LockError};
 
@@ -88,8 +86,7 @@ pub(crate) async fn attempt(
     core: &Core,
     conn: &Conn,
     name: &str,
-    holder: &str,
-    lease: Duration,
+    how: &Try,
     write: bool,
 ) -> Result<Attempt, LockError> {
     core.check_slot_name(name)?;
@@ -98,47 +95,33 @@ pub(crate) async fn attempt(
     } else {
         (
             &SCRIPTS.rw_read_acquire,
-            keys::rw_timeout_prefix(name, holder),
+            keys::rw_timeout_prefix(name, &how.holder),
         )
     };
-    let answer: (i64, i64) = script
-        .invoke(conn, name, |call| {
+    let reply = script
+        .invoke(conn, &how.latch, how.reenter, |call| {
             call.key(name)
                 .key(keys::token_key(name))
                 .key(third_key)
-                .arg(lease.as_millis().max(1) as u64)
-                .arg(holder);
+                .arg(how.lease_ms())
+                .arg(&how.holder)
+                .arg(how.reenter_arg());
         })
         .await
         .map_err(|e| LockError::from_redis(name, e))?;
-    answer_of(name, answer)
+    answer(name, reply)
 }
 
-fn answer_of(name: &str, (code, value): (i64, i64)) -> Result<Attempt, LockError> {
-    match code {
-        1 => Ok(Attempt::Acquired {
-            token: value as u64,
-        }),
-        0 => Ok(Attempt::Busy { ttl_ms: value }),
-        _ => Err(LockError::NotHeld {
-            name: name.to_owned(),
-            reason: "this task holds a read lock and asked for the write lock: upgrading a \
-                     read lock is not supported (two readers upgrading would wait for each \
-                     other for ever); release the read lock first, or take the write lock \
-                     first and read under it"
-                .to_owned(),
-        }),
-    }
-}
-
-/// Gives back one read hold. Returns 1 when the holder has no read hold left,
-/// 0 when it has others, -1 when this hold had already run out.
+/// Gives back the read hold with fencing `token` (0: any one of the
+/// holder's). Returns 1 when the holder has no read hold left, 0 when it has
+/// others, -1 when this hold had already run out.
 pub(crate) async fn unlock_read(
     core: &Core,
     conn: &Conn,
     name: &str,
     holder: &str,
     request: &str,
+    token: u64,
 ) -> Result<i64, LockError> {
     let mut conn = conn.clone();
     SCRIPTS
@@ -149,8 +132,9 @@ pub(crate) async fn unlock_read(
         .key(keys::tagged(name))
         .key(keys::unlock_latch(name, request))
         .arg(holder)
-        .arg(core.config.unlock_latch_ttl().as_millis() as u64)
+        .arg(crate::config::millis(core.config.unlock_latch_ttl()))
         .arg(core.publish_command())
+        .arg(token)
         .invoke_async(&mut conn)
         .await
         .map_err(|e| LockError::from_redis(name, e))
@@ -174,7 +158,7 @@ pub(crate) async fn unlock_write(
         .key(keys::tagged(name))
         .key(keys::unlock_latch(name, request))
         .arg(holder)
-        .arg(core.config.unlock_latch_ttl().as_millis() as u64)
+        .arg(crate::config::millis(core.config.unlock_latch_ttl()))
         .arg(core.publish_command())
         .invoke_async(&mut conn)
         .await

@@ -1,13 +1,11 @@
 //! The reentrant lock's scripts (Redisson's `RLock` layout): a HASH of holder
 //! id to hold count, with a PEXPIRE lease.
 
-use std::time::Duration;
-
 use crate::LockError;
 use crate::client::Core;
 use crate::conn::Conn;
 use crate::keys;
-use crate::lock::Attempt;
+use crate::lock::{Attempt, Try, answer};
 use crate::scripts::SCRIPTS;
 
 /// One try at taking (or re-entering) the lock.
@@ -15,27 +13,21 @@ pub(crate) async fn attempt(
     core: &Core,
     conn: &Conn,
     name: &str,
-    holder: &str,
-    lease: Duration,
+    how: &Try,
 ) -> Result<Attempt, LockError> {
     core.check_slot_name(name)?;
-    let (acquired, value): (i64, i64) = SCRIPTS
+    let reply = SCRIPTS
         .reentrant_acquire
-        .invoke(conn, name, |call| {
+        .invoke(conn, &how.latch, how.reenter, |call| {
             call.key(name)
                 .key(keys::token_key(name))
-                .arg(lease.as_millis().max(1) as u64)
-                .arg(holder);
+                .arg(how.lease_ms())
+                .arg(&how.holder)
+                .arg(how.reenter_arg());
         })
         .await
         .map_err(|e| LockError::from_redis(name, e))?;
-    Ok(if acquired == 1 {
-        Attempt::Acquired {
-            token: value as u64,
-        }
-    } else {
-        Attempt::Busy { ttl_ms: value }
-    })
+    answer(name, reply)
 }
 
 /// Gives back one hold; `request` makes a retried call idempotent.
@@ -54,7 +46,7 @@ pub(crate) async fn unlock(
         .key(keys::lock_channel(name))
         .key(keys::unlock_latch(name, request))
         .arg(holder)
-        .arg(core.config.unlock_latch_ttl().as_millis() as u64)
+        .arg(crate::config::millis(core.config.unlock_latch_ttl()))
         .arg(core.publish_command())
         .arg("0")
         .invoke_async(&mut conn)

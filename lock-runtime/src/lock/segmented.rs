@@ -348,10 +348,15 @@ impl SegmentBuilder {
                     wait: rest,
                     ..options
                 };
+                // A segment the caller's scope holds would be re-entered:
+                // never by accident, only when nothing else is left.
+                let held_here = |segment| {
+                    crate::holder::in_scope(client.id(), &lock.segment_name(segment)).is_some()
+                };
                 let shortest = candidates
                     .iter()
                     .copied()
-                    .min_by_key(|&segment| claimed(segment))
+                    .min_by_key(|&segment| (held_here(segment), claimed(segment)))
                     .unwrap_or(start);
                 lock.take(&client, shortest, waiting)
                     .await
@@ -407,7 +412,12 @@ impl AllSegmentsBuilder {
     pub async fn acquire(self) -> Result<SegmentsGuard, LockError> {
         let AllSegmentsBuilder { lock, options } = self;
         let client = lock.resolve().await?;
-        let deadline = options.wait.map(|w| Instant::now() + w);
+        // A deadline the clock cannot represent is no deadline.
+        let deadline = options.wait.and_then(|w| Instant::now().checked_add(w));
+        let options = Options {
+            number: Some(crate::holder::fresh_number()),
+            ..options
+        };
         let mut guards = Vec::with_capacity(lock.segments);
         for segment in 0..lock.segments {
             let wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));

@@ -1,5 +1,5 @@
 -- Acquire or re-enter a fair lock (Redisson RFairLock layout), or take or keep
--- a place in its queue.
+-- a place in its queue. Prepended with counter.lua.
 --
 -- KEYS[1]  the lock: a HASH of holder id -> hold count, with a PEXPIRE lease
 -- KEYS[2]  the queue, redisson_lock_queue:{name}: a LIST of waiting holder ids
@@ -14,10 +14,14 @@
 -- ARGV[3]  the wait time in milliseconds: how long past the lock's lease a
 --          waiter may go without retrying before it counts as gone
 -- ARGV[4]  the publish command: 'publish', or 'spublish' for sharded pub/sub
+-- ARGV[5]  '1' when the caller re-enters a hold of its scope (the holder
+--          must still hold the lock), '0' for a new holder
 --
 -- Returns {1, token} when the lock was taken or re-entered (the token counter
--- after INCR), else {0, ms}: how long the caller may sleep before retrying
--- unless woken on its channel (-1: no lease to go by).
+-- after INCR), {3, 0} when a re-entry finds its hold gone (nothing taken),
+-- else {0, ms}: how long the caller may sleep before retrying unless woken
+-- on its channel (-1: no lease to go by). Every check comes before the first
+-- write; a re-entry never shortens the lock's remaining lease.
 --
 -- Time is the server's (TIME), so clients with skewed clocks agree on every
 -- deadline. A caller that is not taking the lock joins the back of the queue
@@ -27,6 +31,21 @@ local lock, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
 local holder = ARGV[2]
 local lease = tonumber(ARGV[1])
 local wait = tonumber(ARGV[3])
+if not lease or lease < 1 or not wait then
+  return redis.error_reply('ERR lease and wait must be positive numbers of milliseconds')
+end
+local problem = bad_counter(KEYS[4])
+if problem then
+  return redis.error_reply(problem)
+end
+if redis.call('hexists', lock, holder) == 1 then
+  redis.call('hincrby', lock, holder, 1)
+  keep_longest(lock, lease)
+  return {1, redis.call('incr', KEYS[4])}
+end
+if ARGV[5] == '1' then
+  return {3, 0}
+end
 local time = redis.call('time')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
@@ -61,11 +80,6 @@ if free and (not head or head == holder) then
       redis.call('zadd', deadlines, math.max(deadline - wait, math.min(deadline, floor)), waiting[i])
     end
   end
-  return {1, redis.call('incr', KEYS[4])}
-end
-if not free and redis.call('hexists', lock, holder) == 1 then
-  redis.call('hincrby', lock, holder, 1)
-  redis.call('pexpire', lock, lease)
   return {1, redis.call('incr', KEYS[4])}
 end
 

@@ -23,21 +23,21 @@ pub(crate) struct Scripts {
     pub(crate) rw_renew: Script,
 }
 
-/// An acquire script, as it is and wrapped by `acquire_latch.lua` (one more
-/// key, the latch, and one more argument, its lifetime in ms, after its own)
-/// for cluster connections, which resend a command whose answer was lost.
+/// An acquire script wrapped by `acquire_latch.lua`: one more key (the latch
+/// of the attempt) and one more argument (how long to keep a record of a
+/// taken hold) after its own.
 pub(crate) struct AcquireScript {
-    plain: Script,
     latched: Script,
 }
 
-/// The [`AcquireScript`] of one acquire script's text (its files, in order).
+/// The [`AcquireScript`] of one acquire script's text (its files, in order),
+/// headed by `counter.lua`.
 macro_rules! acquire_script {
     ($($file:literal),+) => {
         AcquireScript {
-            plain: Script::new(concat!($(include_str!($file)),+)),
             latched: Script::new(concat!(
                 "local function acquire()\n",
+                include_str!("counter.lua"),
                 $(include_str!($file),)+
                 "\nend\n",
                 include_str!("acquire_latch.lua")
@@ -47,33 +47,32 @@ macro_rules! acquire_script {
 }
 
 /// How long an acquire latch is kept: well past a cluster client's resends
-/// of one command through a failover (about ten seconds in all).
-const ACQUIRE_LATCH_TTL_MS: u64 = 30_000;
+/// of one command through a failover (about ten seconds in all), and past
+/// any time a request whose answer was lost may still reach the server.
+pub(crate) const ACQUIRE_LATCH_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl AcquireScript {
-    /// Runs one attempt at lock `name` on `conn`, with the keys and
-    /// arguments `build` adds. On a cluster the latched script runs, with the
-    /// latch of this attempt, so that a resent attempt cannot take the lock
-    /// twice; elsewhere the plain one.
+    /// Runs one attempt at a lock on `conn`, with the keys and arguments
+    /// `build` adds and the attempt's `latch`. A taken hold is recorded in
+    /// the latch when `record` is set: on a cluster (whose client resends a
+    /// command whose answer was lost, and must not take the lock twice) and
+    /// for re-entries (so that a lost answer can be reconciled: a new
+    /// holder's hold shows by itself).
     pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
         conn: &Conn,
-        name: &str,
+        latch: &str,
+        record: bool,
         build: impl FnOnce(&mut ScriptInvocation<'_>),
     ) -> RedisResult<T> {
-        let latch = conn
-            .is_cluster()
-            .then(|| crate::keys::acquire_latch(name, &uuid::Uuid::new_v4().to_string()));
-        let script = if latch.is_some() {
-            &self.latched
-        } else {
-            &self.plain
-        };
-        let mut call = script.prepare_invoke();
+        let mut call = self.latched.prepare_invoke();
         build(&mut call);
-        if let Some(latch) = latch {
-            call.key(latch).arg(ACQUIRE_LATCH_TTL_MS);
-        }
+        let record = if record || conn.is_cluster() {
+            ACQUIRE_LATCH_TTL.as_millis() as u64
+        } else {
+            0
+        };
+        call.key(latch).arg(record);
         call.invoke_async(&mut conn.clone()).await
     }
 }
@@ -82,7 +81,7 @@ impl AcquireScript {
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     reentrant_acquire: acquire_script!("reentrant_acquire.lua"),
     unlock: Script::new(include_str!("unlock.lua")),
-    renew: Script::new(include_str!("renew.lua")),
+    renew: Script::new(concat!(include_str!("counter.lua"), include_str!("renew.lua"))),
     fair_acquire: acquire_script!("fair_acquire.lua"),
     fair_unlock: Script::new(include_str!("fair_unlock.lua")),
     fair_give_up: Script::new(include_str!("fair_give_up.lua")),
@@ -97,5 +96,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         include_str!("rw_holds.lua"),
         include_str!("rw_write_unlock.lua")
     )),
-    rw_renew: Script::new(include_str!("rw_renew.lua")),
+    rw_renew: Script::new(concat!(
+        include_str!("counter.lua"),
+        include_str!("rw_renew.lua")
+    )),
 });

@@ -1,16 +1,37 @@
--- Acquire or re-enter a reentrant lock (Redisson RLock layout).
+-- Acquire or re-enter a reentrant lock (Redisson RLock layout). Prepended
+-- with counter.lua.
 --
 -- KEYS[1]  the lock: a HASH of holder id -> hold count, with a PEXPIRE lease
 -- KEYS[2]  the fencing token counter, redisson_lock_token:{name}
--- ARGV[1]  lease in milliseconds
--- ARGV[2]  holder id, <client uuid>:<task number>
+-- ARGV[1]  lease in milliseconds (a positive integer)
+-- ARGV[2]  holder id, <client uuid>:<n>
+-- ARGV[3]  '1' when the caller re-enters a hold of its scope (the holder
+--          must still hold the lock), '0' for a new holder
 --
 -- Returns {1, token} when the lock was taken or re-entered (the token is the
--- counter after INCR), or {0, pttl} when another holder has it (pttl is the
--- lock's remaining lease in ms, -1 when it has none).
-if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+-- counter after INCR), {0, pttl} when another holder has it (its remaining
+-- lease in ms, -1 when it has none), or {3, 0} when a re-entry finds its
+-- hold gone: nothing is taken then. Every check comes before the first
+-- write. The key's remaining lease never shrinks.
+local lease = tonumber(ARGV[1])
+if not lease or lease < 1 then
+  return redis.error_reply('ERR lease must be a positive number of milliseconds')
+end
+local problem = bad_counter(KEYS[2])
+if problem then
+  return redis.error_reply(problem)
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
+  keep_longest(KEYS[1], lease)
+  return {1, redis.call('incr', KEYS[2])}
+end
+if ARGV[3] == '1' then
+  return {3, 0}
+end
+if redis.call('exists', KEYS[1]) == 0 then
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], lease)
   return {1, redis.call('incr', KEYS[2])}
 end
 return {0, redis.call('pttl', KEYS[1])}

@@ -9,12 +9,17 @@
 -- ARGV[1]  holder id
 -- ARGV[2]  latch lifetime in milliseconds
 -- ARGV[3]  the publish command: 'publish', or 'spublish' for sharded pub/sub
+-- ARGV[4]  the token of the hold to release (its hold key's value), or '0'
+--          for any one live hold of the holder (giving back an acquisition
+--          whose answer was lost)
 --
 -- Returns 1 when the holder has no read hold left, 0 when it still has some,
 -- -1 when this hold was not held any more (its lease ran out, or it never
--- was). The hash then expires with the longest remaining hold; when no hold
--- remains it is deleted and '0' is published. A retried request (same latch)
--- returns the first answer instead of running again.
+-- was). Holds stay numbered 1..count: the released hold's key is deleted and
+-- the newest key is renamed into its slot. A hold that ran out frees a dead
+-- slot the same way. The hash then expires with the longest remaining hold;
+-- when no hold remains it is deleted and '0' is published. A retried request
+-- (same latch) returns the first answer instead of running again.
 local done = redis.call('get', KEYS[5])
 if done then
   return tonumber(done)
@@ -22,17 +27,33 @@ end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 local result = -1
 if count then
-  -- Holds are numbered 1..count; the last one taken goes first.
-  local alive = redis.call('del', KEYS[3] .. ':' .. count) == 1
-  if count > 1 then
-    redis.call('hincrby', KEYS[1], ARGV[1], -1)
-    result = 0
-  else
-    redis.call('hdel', KEYS[1], ARGV[1])
-    result = 1
+  local mine, dead
+  for k = 1, count do
+    local value = redis.call('get', KEYS[3] .. ':' .. k)
+    if value and (value == ARGV[4] or ARGV[4] == '0') then
+      mine = k
+      break
+    end
+    if not value and not dead then
+      dead = k
+    end
   end
-  if not alive then
-    result = -1
+  local slot = mine or dead
+  if slot then
+    local last = KEYS[3] .. ':' .. count
+    if slot < count and redis.call('exists', last) == 1 then
+      redis.call('rename', last, KEYS[3] .. ':' .. slot)
+    else
+      redis.call('del', KEYS[3] .. ':' .. slot)
+    end
+    if count > 1 then
+      redis.call('hincrby', KEYS[1], ARGV[1], -1)
+    else
+      redis.call('hdel', KEYS[1], ARGV[1])
+    end
+  end
+  if mine then
+    result = (count > 1) and 0 or 1
   end
   local readers, longest = live_reads(KEYS[1], KEYS[4])
   if redis.call('hget', KEYS[1], 'mode') == 'write' then

@@ -1,5 +1,6 @@
 -- Renew many read-write lock holds in one call: the watchdog's tick. Only the
--- given holders' own holds are renewed, never another holder's.
+-- given holders' own holds are renewed, never another holder's. Prepended
+-- with counter.lua (for keep_longest): no key's remaining lease shrinks.
 --
 -- KEYS[2i-1]  a read-write lock HASH
 -- KEYS[2i]    the holder's read-hold key prefix, {name}:<holder id>:rwlock_timeout
@@ -17,16 +18,16 @@ for i = 1, #KEYS / 2 do
     local alive = redis.call('hexists', lock, holder .. ':write') == 1
     local count = tonumber(redis.call('hget', lock, holder)) or 0
     for k = 1, count do
-      if redis.call('pexpire', prefix .. ':' .. k, lease) == 1 then
+      local hold = prefix .. ':' .. k
+      if redis.call('exists', hold) == 1 then
+        keep_longest(hold, lease)
         alive = true
       end
     end
     if not alive then
       return 0
     end
-    if redis.call('pttl', lock) < lease then
-      redis.call('pexpire', lock, lease)
-    end
+    keep_longest(lock, lease)
     return 1
   end)
   out[i] = (ok and renewed) or 0

@@ -1,0 +1,26 @@
+-- Shared by the acquire scripts: prepended to each (scripts/mod.rs).
+--
+-- bad_counter(key): why INCR on the fencing token counter `key` would fail
+-- (a value that is not a non-negative integer below 10^18), or nil when it
+-- will succeed. A key of another type raises WRONGTYPE at the GET. Acquire
+-- scripts call it before their first write, so a corrupt counter costs an
+-- error reply and never a half-taken lock.
+local function bad_counter(key)
+  local value = redis.call('get', key)
+  if value and (not string.match(value, '^%d+$') or #value > 18) then
+    return 'ERR the fencing token counter ' .. key .. ' holds "' .. value
+      .. '", not an integer below 10^18: fix or delete it'
+  end
+  return nil
+end
+
+-- keep_longest(key, lease): gives `key` at least `lease` ms to live, never
+-- less than it has (a key without expiry keeps none). One lease per hold: a
+-- re-entry or a renewal never cuts short what another hold was promised.
+local function keep_longest(key, lease)
+  local ttl = redis.call('pttl', key)
+  if ttl >= 0 and ttl < lease then
+    redis.call('pexpire', key, lease)
+  end
+end
+
