@@ -155,8 +155,10 @@ mod sig;
 /// An `async fn` (free, in an `impl` block, generic or not) returning
 /// `Result<T, E>` where `E: From<LockError>`: a lock that cannot be taken,
 /// or a lease lost, comes back as that error. The signature stays as
-/// written. The lock is reentrant within a task: a locked function may call
-/// another on the same key. It uses the global client
+/// written. The body runs in the scope of its hold, so the lock is reentrant
+/// along the call chain: a locked function awaited inside the body re-enters
+/// the same key, while a call joined beside it (`join!`, `select!`) is
+/// another holder and waits. It uses the global client
 /// (`lock_runtime::client()`).
 ///
 /// Every misuse (unknown placeholder, non-`Display` value, bad option or

@@ -521,6 +521,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn durations_past_the_limit_are_config_errors_not_panics() {
+        let base = || Config::new("redis://a:1").replica_sync(ReplicaSync::Off);
+        let tunes: [fn(Config) -> Config; 5] = [
+            |c| c.watchdog_timeout(Duration::MAX),
+            |c| c.connect_timeout(Duration::MAX),
+            |c| c.response_timeout(Duration::MAX),
+            |c| c.fair_wait_timeout(Duration::MAX),
+            |c| c.replica_sync_timeout(Duration::MAX),
+        ];
+        for tune in tunes {
+            let config = tune(base());
+            assert!(matches!(config.check(), Err(LockError::Config(_))), "{config:?}");
+            // Derived values saturate instead of overflowing.
+            assert!(config.unlock_latch_ttl() >= Duration::from_secs(1));
+        }
+        assert!(base().response_timeout(MAX_DURATION).check().is_ok());
+        assert_eq!(millis(Duration::ZERO), 1);
+        assert_eq!(millis(MAX_DURATION), MAX_DURATION.as_millis() as u64);
+    }
+
+    #[test]
     fn server_identity_tells_topologies_apart() {
         let one = Config::new("redis://127.0.0.1:7001/2").server_identity();
         assert_eq!(one, "127.0.0.1:7001/2");

@@ -72,3 +72,70 @@ pub(crate) fn scoped<F: Future>(holds: Vec<ScopedHold>, fut: F) -> impl Future<O
     all.extend(holds);
     SCOPE.scope(Arc::new(Scope { holds: all }), fut)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(name: &str, holder: &str) -> ScopedHold {
+        ScopedHold {
+            client: "c".into(),
+            name: name.into(),
+            holder: holder.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_scope_follows_its_future_not_the_task() {
+        let inside = scoped(vec![hold("x", "c:1")], async {
+            tokio::task::yield_now().await;
+            in_scope("c", "x")
+        });
+        let beside = async {
+            tokio::task::yield_now().await;
+            in_scope("c", "x")
+        };
+        // Both polled by one task, interleaved: only the scoped one sees it.
+        let (inside, beside) = tokio::join!(inside, beside);
+        assert_eq!(inside.as_deref(), Some("c:1"));
+        assert_eq!(beside, None);
+        assert_eq!(in_scope("c", "x"), None, "gone after the scope");
+    }
+
+    #[tokio::test]
+    async fn scopes_nest_and_match_client_and_name() {
+        let seen = scoped(vec![hold("x", "c:1")], async {
+            scoped(vec![hold("y", "c:2"), hold("x", "c:3")], async {
+                (
+                    in_scope("c", "x"),
+                    in_scope("c", "y"),
+                    in_scope("other", "x"),
+                    in_scope("c", "z"),
+                )
+            })
+            .await
+        })
+        .await;
+        assert_eq!(seen.0.as_deref(), Some("c:3"), "the innermost hold wins");
+        assert_eq!(seen.1.as_deref(), Some("c:2"));
+        assert_eq!(seen.2, None, "another client's lock is another lock");
+        assert_eq!(seen.3, None);
+    }
+
+    #[tokio::test]
+    async fn spawned_tasks_do_not_inherit_a_scope() {
+        let seen = scoped(vec![hold("x", "c:1")], async {
+            tokio::spawn(async { in_scope("c", "x") }).await.unwrap()
+        })
+        .await;
+        assert_eq!(seen, None);
+    }
+
+    #[test]
+    fn fresh_numbers_are_never_reused() {
+        let a = fresh_number();
+        let b = fresh_number();
+        assert_ne!(a, b);
+        assert_eq!(id("c", 7), "c:7");
+    }
+}

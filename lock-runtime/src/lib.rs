@@ -69,10 +69,45 @@
 //!
 //! # Decisions
 //!
-//! - **Who holds a lock.** A holder is a tokio task: nested acquisitions in
-//!   one task re-enter, other tasks wait. Code run by `block_on` (including
-//!   `#[tokio::main]`'s body) counts as one holder per thread. A task spawned
-//!   while holding a lock is another holder: it waits for the lock.
+//! - **Who holds a lock.** Re-entry follows the call chain, not the task. A
+//!   hold belongs to the future run in its guard's
+//!   [`scope`](LockGuard::scope) (and the body of a `#[distributed_lock]`
+//!   function, which runs in its hold's scope): an acquisition of the same
+//!   lock on the same client awaited inside re-enters it. Everything else is
+//!   another holder, with a holder id of its own (`<client id>:<n>`, `n` new
+//!   for each acquisition): other tasks (a spawned task does not inherit a
+//!   scope) and other futures of the same task, so `join!`, `select!` and
+//!   `join_all` of locked calls exclude each other. A re-entry inside the
+//!   scope of a hold that is gone fails with [`LockError::Lost`] instead of
+//!   taking the lock anew, so a stale guard never shares a holder id with a
+//!   newer hold. [`SegmentedLock::any`] never picks a segment its caller's
+//!   scope holds while another is left.
+//! - **One hold, one lease.** Re-entries and watchdog renewals keep the
+//!   longest remaining lease of the key (scripts `PEXPIRE` only to extend), so
+//!   a nested short lease never cuts an outer hold short. Releasing a guard
+//!   gives back that hold only: a count on the hash, or, for a read hold, the
+//!   hold key whose value is the guard's token.
+//! - **Loss by the guard's clock.** A guard counts as lost at the send time
+//!   of the last call that confirmed its lease (the acquire, or the
+//!   watchdog's last renewal) plus the lease, less a safety margin of 1% of
+//!   the lease + 2 ms (Redlock's clock-drift allowance). The server counts
+//!   from when it ran that call, so it expires the key later than the guard
+//!   gives up, even when renewals stall without an error. [`LockGuard::lost`],
+//!   [`LockGuard::is_lost`], release and `on_lost = "cancel"` follow that
+//!   clock; a renewal confirmed too late does not revive the guard.
+//! - **Lost answers.** An acquire whose answer is lost (response timeout,
+//!   broken connection) may have run. Every attempt carries a latch key
+//!   (`redisson_lock_acquire_latch:{name}:<attempt id>`, 30 s); before the
+//!   error is returned the client marks it `abandoned` (`SET NX`), so an
+//!   attempt still on its way takes nothing, and gives back the hold if the
+//!   attempt did run (a new holder's hold shows by its unique holder id; a
+//!   re-entry records its token in the latch). This is retried in the
+//!   background while Redis is unreachable.
+//! - **Scripts check before they write.** A fencing counter that `INCR` would
+//!   refuse is an error reply with nothing written. Leases, and every
+//!   [`Config`] timeout, longer than [`MAX_DURATION`] (100 years) are
+//!   [`LockError::Config`]; a `wait` whose deadline the clock cannot
+//!   represent (`Duration::MAX`) waits without a deadline.
 //! - **Waiting.** `wait` left out waits until acquired; `Duration::ZERO` makes
 //!   one attempt. The first attempt is one script round trip. Waiters then
 //!   subscribe to the lock's unlock channel and sleep until a message or the
@@ -151,10 +186,13 @@
 //! - **Leases.** `lease` left out: the watchdog renews the lock every third of
 //!   [`Config::watchdog_timeout`] (default 30 s) until release. A fixed
 //!   `lease` is never renewed; the guard counts it from before the acquire
-//!   call, so it reports the loss no later than Redis expires the key.
+//!   call, less the safety margin, so it reports the loss before Redis
+//!   expires the key.
 //! - **Release.** Unlock is idempotent (Redisson's unlock latch) and retried on
 //!   a connection error. Releasing a lock whose lease was lost returns
-//!   [`LockError::Lost`] and never touches another holder's lock. A dropped
+//!   [`LockError::Lost`] and never touches another holder's lock (a guard
+//!   that counts as lost by its clock but whose hold the server still has
+//!   gives it back, and still reports [`LockError::Lost`]). A dropped
 //!   guard is released on the client's background thread; at process exit,
 //!   a release still under way is abandoned and the lease expires on its own.
 //! - **Cancellation.** Every Redis call runs on the client's own runtime

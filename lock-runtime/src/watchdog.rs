@@ -318,3 +318,74 @@ async fn renew(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> HoldKey {
+        HoldKey {
+            kind: RenewKind::Hash,
+            name: "x".into(),
+            holder: "c:1".into(),
+        }
+    }
+
+    #[test]
+    fn the_margin_is_one_percent_and_two_milliseconds() {
+        assert_eq!(margin(Duration::from_secs(10)), Duration::from_millis(102));
+        let sent = Instant::now();
+        assert_eq!(
+            valid_until(sent, Duration::from_secs(10)),
+            sent + Duration::from_millis(9_898)
+        );
+        // A lease shorter than the margin is lost at once, never in the past.
+        assert_eq!(valid_until(sent, Duration::from_millis(1)), sent);
+    }
+
+    #[test]
+    fn a_confirmation_after_the_deadline_does_not_revive_a_hold() {
+        let dog = Watchdog::default();
+        let long_ago = Instant::now() - Duration::from_secs(10);
+        let (registration, validity) = dog.register(key(), long_ago, Duration::from_secs(1));
+        assert!(validity.borrow().is_lost(), "lost by the clock");
+        dog.settle(
+            &[(key(), registration.epoch)],
+            &[true],
+            Instant::now(),
+            Duration::from_secs(1),
+        );
+        assert!(validity.borrow().lost, "a late renewal marks it lost for good");
+        assert_eq!(dog.len(), 0, "and stops renewing it");
+    }
+
+    #[test]
+    fn a_renewal_in_time_moves_the_deadline_and_a_reentry_never_shortens_it() {
+        let dog = Watchdog::default();
+        let now = Instant::now();
+        let (registration, validity) = dog.register(key(), now, Duration::from_secs(30));
+        let first = validity.borrow().until;
+        // A re-entry confirmed earlier (a shorter promise) keeps the later deadline.
+        let (again, _) = dog.register(key(), now - Duration::from_secs(5), Duration::from_secs(30));
+        assert_eq!(again.epoch, registration.epoch, "one entry per holder");
+        assert_eq!(validity.borrow().until, first);
+        let later = now + Duration::from_secs(1);
+        dog.settle(&[(key(), registration.epoch)], &[true], later, Duration::from_secs(30));
+        assert!(validity.borrow().until > first);
+        assert!(!validity.borrow().is_lost());
+    }
+
+    #[test]
+    fn a_new_hold_never_joins_an_entry_that_counts_as_lost() {
+        let dog = Watchdog::default();
+        let long_ago = Instant::now() - Duration::from_secs(10);
+        let (old, old_validity) = dog.register(key(), long_ago, Duration::from_secs(1));
+        let (new, new_validity) = dog.register(key(), Instant::now(), Duration::from_secs(30));
+        assert_ne!(old.epoch, new.epoch);
+        assert!(old_validity.borrow().is_lost());
+        assert!(!new_validity.borrow().is_lost());
+        // The old guard's unregistering leaves the new entry alone.
+        dog.unregister(&old);
+        assert_eq!(dog.len(), 1);
+    }
+}

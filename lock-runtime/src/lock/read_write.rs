@@ -20,16 +20,18 @@ use crate::{LockClient, LockError};
 /// - Readers share the lock; a writer waits for every reader, and readers
 ///   wait for a writer. Releasing the write lock wakes every waiting reader
 ///   at once.
-/// - The task holding the write lock may take read holds too (downgrade):
-///   after it releases the write lock it keeps reading, and writers keep
-///   waiting.
-/// - A task holding only read holds never upgrades: asking for the write
-///   lock fails at once with [`LockError::NotHeld`] instead of waiting for
-///   ever (two readers upgrading would wait for each other).
+/// - Inside the write guard's [`scope`](crate::LockGuard::scope), read holds
+///   may be taken too (downgrade): after the write lock is released they
+///   keep reading, and writers keep waiting.
+/// - Inside a read guard's scope, asking for the write lock fails at once
+///   with [`LockError::NotHeld`] instead of waiting for ever (two readers
+///   upgrading would wait for each other). Outside any scope a write is
+///   another holder and simply waits for the readers.
 /// - Each read hold has its own lease: one that runs out (a fixed `lease`,
 ///   or a client that died) stops counting, and the next writer gets in.
-/// - Both sides are reentrant per task and take fencing tokens from the
-///   lock's one counter.
+/// - Both sides are reentrant along the call chain (inside a guard's scope)
+///   and take fencing tokens from the lock's one counter. Releasing a read
+///   hold gives back that hold, found by its token, never a newer one.
 /// - Readers do not queue behind a waiting writer (as in Redisson): under a
 ///   steady stream of readers a writer may wait long.
 ///
