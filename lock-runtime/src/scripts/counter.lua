@@ -1,4 +1,4 @@
--- Shared by the acquire scripts: prepended to each (scripts/mod.rs).
+-- Shared by the acquire and renew scripts: prepended to each (scripts/mod.rs).
 --
 -- bad_counter(key): why INCR on the fencing token counter `key` would fail
 -- (a value that is not a non-negative integer below 10^18), or nil when it
@@ -12,6 +12,15 @@ local function bad_counter(key)
       .. '", not an integer below 10^18: fix or delete it'
   end
   return nil
+end
+
+-- refusal(counter, lease): why an acquisition with this fencing token
+-- counter and lease (ms, from ARGV) must not start, or nil.
+local function refusal(counter, lease)
+  if not lease or lease < 1 then
+    return 'ERR lease must be a positive number of milliseconds'
+  end
+  return bad_counter(counter)
 end
 
 -- keep_longest(key, lease): gives `key` at least `lease` ms to live, never

@@ -31,12 +31,9 @@ local lock, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
 local holder = ARGV[2]
 local lease = tonumber(ARGV[1])
 local wait = tonumber(ARGV[3])
-if not lease or lease < 1 or not wait then
-  return redis.error_reply('ERR lease and wait must be positive numbers of milliseconds')
-end
-local problem = bad_counter(KEYS[4])
-if problem then
-  return redis.error_reply(problem)
+local refused = refusal(KEYS[4], lease)
+if refused or not wait then
+  return redis.error_reply(refused or 'ERR wait must be a number of milliseconds')
 end
 if redis.call('hexists', lock, holder) == 1 then
   redis.call('hincrby', lock, holder, 1)

@@ -14,12 +14,9 @@
 -- hold gone: nothing is taken then. Every check comes before the first
 -- write. The key's remaining lease never shrinks.
 local lease = tonumber(ARGV[1])
-if not lease or lease < 1 then
-  return redis.error_reply('ERR lease must be a positive number of milliseconds')
-end
-local problem = bad_counter(KEYS[2])
-if problem then
-  return redis.error_reply(problem)
+local refused = refusal(KEYS[2], lease)
+if refused then
+  return redis.error_reply(refused)
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)

@@ -20,12 +20,9 @@
 -- {3, 0} when a re-entry finds its holds gone (nothing taken). Every check
 -- comes before the first write; the hash's remaining lease never shrinks.
 local lease = tonumber(ARGV[1])
-if not lease or lease < 1 then
-  return redis.error_reply('ERR lease must be a positive number of milliseconds')
-end
-local problem = bad_counter(KEYS[2])
-if problem then
-  return redis.error_reply(problem)
+local refused = refusal(KEYS[2], lease)
+if refused then
+  return redis.error_reply(refused)
 end
 local writes = redis.call('hexists', KEYS[1], ARGV[2] .. ':write') == 1
 if ARGV[3] == '1' and not writes then

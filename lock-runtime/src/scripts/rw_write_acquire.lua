@@ -16,12 +16,9 @@
 -- re-entry finds its hold gone. Every check comes before the first write; a
 -- re-entry never shortens the hash's remaining lease.
 local lease = tonumber(ARGV[1])
-if not lease or lease < 1 then
-  return redis.error_reply('ERR lease must be a positive number of milliseconds')
-end
-local problem = bad_counter(KEYS[2])
-if problem then
-  return redis.error_reply(problem)
+local refused = refusal(KEYS[2], lease)
+if refused then
+  return redis.error_reply(refused)
 end
 local writer = ARGV[2] .. ':write'
 local mode = redis.call('hget', KEYS[1], 'mode')
