@@ -532,7 +532,10 @@ mod tests {
         ];
         for tune in tunes {
             let config = tune(base());
-            assert!(matches!(config.check(), Err(LockError::Config(_))), "{config:?}");
+            assert!(
+                matches!(config.check(), Err(LockError::Config(_))),
+                "{config:?}"
+            );
             // Derived values saturate instead of overflowing.
             assert!(config.unlock_latch_ttl() >= Duration::from_secs(1));
         }

@@ -355,7 +355,10 @@ mod tests {
             Instant::now(),
             Duration::from_secs(1),
         );
-        assert!(validity.borrow().lost, "a late renewal marks it lost for good");
+        assert!(
+            validity.borrow().lost,
+            "a late renewal marks it lost for good"
+        );
         assert_eq!(dog.len(), 0, "and stops renewing it");
     }
 
@@ -370,7 +373,12 @@ mod tests {
         assert_eq!(again.epoch, registration.epoch, "one entry per holder");
         assert_eq!(validity.borrow().until, first);
         let later = now + Duration::from_secs(1);
-        dog.settle(&[(key(), registration.epoch)], &[true], later, Duration::from_secs(30));
+        dog.settle(
+            &[(key(), registration.epoch)],
+            &[true],
+            later,
+            Duration::from_secs(30),
+        );
         assert!(validity.borrow().until > first);
         assert!(!validity.borrow().is_lost());
     }

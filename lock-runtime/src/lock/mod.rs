@@ -391,7 +391,13 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
             .map_err(|e| LockError::from_redis(name, e))?;
         match recorded.as_deref().map(str::parse::<u64>) {
             Some(Ok(token)) => token,
-            // Abandoned already, or expired: nothing to give back.
+            // A new holder's hold shows by itself, whatever the latch says:
+            // `abandoned` may be our own earlier `SET` whose answer was lost,
+            // sent after the attempt had run.
+            _ if !how.reenter => 0,
+            // A re-entry that ran recorded its token before any `SET NX` of
+            // ours could land: `abandoned` (or an expired latch) means it
+            // took nothing.
             _ => return Ok(()),
         }
     };
@@ -400,7 +406,10 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
         .unlock(core, &core.conn, &how.holder, &request, token)
         .await?;
     if freed >= 0 {
-        tracing::debug!(lock = name, "gave back a hold whose acquire answer was lost");
+        tracing::debug!(
+            lock = name,
+            "gave back a hold whose acquire answer was lost"
+        );
     }
     if !how.reenter
         && let Some(cleanup) = target.give_up(core, &how.holder)
@@ -539,7 +548,12 @@ pub(crate) async fn acquire_hold(
         reenter,
         latch: String::new(),
     };
-    let span = tracing::debug_span!("acquire", lock = target.name(), kind = target.kind(), reenter);
+    let span = tracing::debug_span!(
+        "acquire",
+        lock = target.name(),
+        kind = target.kind(),
+        reenter
+    );
     async {
         let started = Instant::now();
         // A deadline the clock cannot represent is no deadline.

@@ -81,7 +81,10 @@ impl AcquireScript {
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     reentrant_acquire: acquire_script!("reentrant_acquire.lua"),
     unlock: Script::new(include_str!("unlock.lua")),
-    renew: Script::new(concat!(include_str!("counter.lua"), include_str!("renew.lua"))),
+    renew: Script::new(concat!(
+        include_str!("counter.lua"),
+        include_str!("renew.lua")
+    )),
     fair_acquire: acquire_script!("fair_acquire.lua"),
     fair_unlock: Script::new(include_str!("fair_unlock.lua")),
     fair_give_up: Script::new(include_str!("fair_give_up.lua")),

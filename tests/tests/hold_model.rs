@@ -1,0 +1,652 @@
+//! The hold model through the builder API: re-entry follows the call chain
+//! (a guard's `scope`), not the tokio task; one hold, one owner, one lease;
+//! a guard knows its loss by its own clock; an acquire whose answer is
+//! unknown leaves no hold behind; bad input is a typed error.
+//!
+//! Each test names what the old per-task model (holder = tokio task, or the
+//! thread under `block_on`) did wrong there.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lock_runtime::{
+    Config, Inventory, LockClient, LockError, RedisSegmentStore, ReplicaSync, SegmentKey,
+    SegmentStore,
+};
+use redis::AsyncCommands;
+use redis::aio::MultiplexedConnection;
+use tests::proxy::Proxy;
+use tests::{Server, eventually, finish, numsub};
+use tokio::sync::watch;
+use tokio::time::timeout;
+
+/// Generous bound on one wait for an event: it asserts no speed.
+const WITHIN: Duration = Duration::from_secs(10);
+
+/// Generous bound on whole scenarios: a deadlock fails the test instead of
+/// hanging it.
+const NO_DEADLOCK: Duration = Duration::from_secs(60);
+
+/// How long the first future inside a critical section stays there waiting
+/// for a second one to come in: far longer than the Redis round trip a
+/// second holder would need to get in, were the lock to let it.
+const OVERLAP_WINDOW: Duration = Duration::from_secs(2);
+
+/// Counts the futures inside a critical section at once. The first to enter
+/// waits inside (up to [`OVERLAP_WINDOW`]) for another one to enter too: an
+/// await point at which a second holder, polled by the same task, would get
+/// in if the lock let it. `max` is then 2.
+struct Section {
+    inside: watch::Sender<usize>,
+    entries: AtomicUsize,
+    max: AtomicUsize,
+}
+
+impl Section {
+    fn new() -> Section {
+        Section {
+            inside: watch::channel(0).0,
+            entries: AtomicUsize::new(0),
+            max: AtomicUsize::new(0),
+        }
+    }
+
+    async fn enter(&self) {
+        self.inside.send_modify(|n| *n += 1);
+        self.max.fetch_max(*self.inside.borrow(), Ordering::SeqCst);
+        if self.entries.fetch_add(1, Ordering::SeqCst) == 0 {
+            let mut inside = self.inside.subscribe();
+            let _ = timeout(OVERLAP_WINDOW, inside.wait_for(|n| *n >= 2)).await;
+            self.max.fetch_max(*self.inside.borrow(), Ordering::SeqCst);
+        }
+        self.inside.send_modify(|n| *n -= 1);
+    }
+
+    fn max(&self) -> usize {
+        self.max.load(Ordering::SeqCst)
+    }
+}
+
+/// Takes `name` as a new holder (no scope), runs `section` under it, releases.
+async fn exclusive(client: &LockClient, name: &str, section: &Section) -> Result<(), LockError> {
+    let guard = client.lock(name).wait(NO_DEADLOCK).acquire().await?;
+    section.enter().await;
+    guard.release().await
+}
+
+async fn pttl(raw: &mut MultiplexedConnection, key: &str) -> i64 {
+    raw.pttl(key).await.expect("PTTL")
+}
+
+async fn keys(raw: &mut MultiplexedConnection, pattern: &str) -> Vec<String> {
+    let mut keys: Vec<String> = raw.keys(pattern).await.expect("KEYS");
+    keys.sort();
+    keys
+}
+
+/// Waits (bounded by `within`, without failing) until `channel` has a
+/// subscriber: a waiter of this process is waiting in Redis. `false` when
+/// none came.
+async fn someone_waits_on(raw: &MultiplexedConnection, channel: &str, within: Duration) -> bool {
+    timeout(within, async {
+        let mut raw = raw.clone();
+        while numsub(&mut raw, channel).await < 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// Old model: both futures ran in one task, so both were the same holder and
+/// the second re-entered the first's hold: both inside at once.
+#[tokio::test]
+async fn acquisitions_joined_in_one_task_exclude_each_other() {
+    let server = Server::start();
+    let client = server.client().await;
+    let task = tokio::spawn(async move {
+        let section = Section::new();
+        let (a, b) = tokio::join!(
+            exclusive(&client, "j", &section),
+            exclusive(&client, "j", &section)
+        );
+        a.expect("first joined acquisition");
+        b.expect("second joined acquisition");
+        section.max()
+    });
+    let max = timeout(NO_DEADLOCK, task)
+        .await
+        .expect("the joined acquisitions finished")
+        .expect("the task ran");
+    assert_eq!(max, 1, "two joined futures were inside the lock at once");
+}
+
+/// Old model: code run by `block_on` (as in `#[tokio::main]`) was one holder
+/// per thread, so the joined futures re-entered each other's hold.
+#[test]
+fn acquisitions_joined_in_a_block_on_body_exclude_each_other() {
+    let server = Server::start();
+    let url = server.url();
+    let max = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        runtime.block_on(async {
+            let client = LockClient::connect(Config::new(url))
+                .await
+                .expect("connect");
+            let section = Section::new();
+            let (a, b) = timeout(NO_DEADLOCK, async {
+                tokio::join!(
+                    exclusive(&client, "jb", &section),
+                    exclusive(&client, "jb", &section)
+                )
+            })
+            .await
+            .expect("the joined acquisitions finished");
+            a.expect("first joined acquisition");
+            b.expect("second joined acquisition");
+            section.max()
+        })
+    })
+    .join()
+    .expect("the block_on thread panicked");
+    assert_eq!(max, 1, "two joined futures were inside the lock at once");
+}
+
+/// Old model: re-entry was decided by the task, so there was no way to say
+/// which hold an acquisition re-enters, and the holder id came from the
+/// client (`LockClient::holder_id`), not the guard. Here the inner
+/// acquisition re-enters through the scope (one attempt suffices), while a
+/// task that was already waiting keeps waiting until both holds are gone.
+#[tokio::test]
+async fn an_acquisition_awaited_in_a_guards_scope_reenters_its_hold() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+
+    let outer = client.lock("b").acquire().await.unwrap();
+    let sibling = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let guard = client.lock("b").wait(NO_DEADLOCK).acquire().await?;
+            let holder = guard.holder_id().to_owned();
+            guard.release().await?;
+            Ok::<_, LockError>(holder)
+        }
+    });
+    let waiting = raw.clone();
+    eventually("the sibling task waits for the lock", WITHIN, || {
+        let mut raw = waiting.clone();
+        async move { numsub(&mut raw, "redisson_lock__channel:{b}").await >= 1 }
+    })
+    .await;
+
+    outer
+        .scope(async {
+            let inner = client
+                .lock("b")
+                .wait(Duration::ZERO)
+                .acquire()
+                .await
+                .expect("an acquisition in the guard's scope re-enters at once");
+            assert_eq!(inner.holder_id(), outer.holder_id());
+            assert!(inner.token() > outer.token(), "re-entry takes a new token");
+            let count: i64 = raw.hget("b", outer.holder_id()).await.unwrap();
+            assert_eq!(count, 2, "one holder, held twice");
+            inner.release().await.expect("inner release");
+        })
+        .await;
+    let fields: Vec<(String, i64)> = raw.hgetall("b").await.unwrap();
+    assert_eq!(fields, vec![(outer.holder_id().to_owned(), 1)]);
+    assert!(
+        !sibling.is_finished(),
+        "the sibling got in beside the outer hold"
+    );
+
+    let outer_holder = outer.holder_id().to_owned();
+    outer.release().await.unwrap();
+    let sibling_holder = finish(WITHIN, sibling).await;
+    assert_ne!(
+        sibling_holder, outer_holder,
+        "the sibling is another holder"
+    );
+}
+
+/// Old model: the re-entry set the key's expiry to its own 300 ms lease, so
+/// after the inner release the outer hold had about 300 ms left instead of
+/// the watchdog's 2 s, and another client got in before the next renewal.
+#[tokio::test]
+async fn a_nested_short_lease_never_shortens_the_outer_hold() {
+    let server = Server::start();
+    let client = server
+        .client_with(|c| c.watchdog_timeout(Duration::from_secs(2)))
+        .await;
+    let other = server.client().await;
+    let mut raw = server.raw().await;
+
+    let outer = client.lock("c").acquire().await.unwrap();
+    outer
+        .scope(async {
+            let inner = client
+                .lock("c")
+                .lease(Duration::from_millis(300))
+                .acquire()
+                .await
+                .unwrap();
+            let left = pttl(&mut raw, "c").await;
+            assert!(left > 1000, "the re-entry cut the lease to {left} ms");
+            inner.release().await.unwrap();
+        })
+        .await;
+
+    let intruder = other
+        .lock("c")
+        .wait(Duration::from_millis(1500))
+        .acquire()
+        .await;
+    assert!(
+        matches!(intruder, Err(LockError::Timeout { .. })),
+        "another client got in while the outer hold lasted: {intruder:?}"
+    );
+    assert!(!outer.is_lost());
+    outer.release().await.expect("the outer hold lasted");
+}
+
+/// Old model: the nested watchdog hold set the key's expiry to the 1 s
+/// watchdog lease (and its renewals kept it there), so once it was released
+/// the outer 5 s lease had at most 1 s left.
+#[tokio::test]
+async fn a_nested_watchdog_hold_never_shortens_an_outer_fixed_lease() {
+    let server = Server::start();
+    let client = server
+        .client_with(|c| c.watchdog_timeout(Duration::from_secs(1)))
+        .await;
+    let other = server.client().await;
+    let mut raw = server.raw().await;
+
+    let outer = client
+        .lock("d")
+        .lease(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    outer
+        .scope(async {
+            let inner = client.lock("d").acquire().await.unwrap();
+            let left = pttl(&mut raw, "d").await;
+            assert!(left > 1000, "the re-entry cut the lease to {left} ms");
+            // Spans several renewals of the inner hold (every 333 ms).
+            let intruder = other.lock("d").wait(Duration::from_secs(1)).acquire().await;
+            assert!(
+                matches!(intruder, Err(LockError::Timeout { .. })),
+                "another client got in beside two holds: {intruder:?}"
+            );
+            inner.release().await.unwrap();
+        })
+        .await;
+
+    let intruder = other.lock("d").wait(Duration::from_secs(2)).acquire().await;
+    assert!(
+        matches!(intruder, Err(LockError::Timeout { .. })),
+        "another client got in while the outer 5 s lease lasted: {intruder:?}"
+    );
+    assert!(!outer.is_lost());
+    outer.release().await.expect("the outer lease lasted");
+}
+
+/// Old model: releasing a read hold deleted the holder's newest timeout key
+/// (`:2`, the 20 s hold's) and left the 400 ms one, so the hash expired with
+/// the short lease and a writer got in while the 20 s read hold was live.
+#[tokio::test]
+async fn releasing_a_read_hold_leaves_the_other_read_holds_lease() {
+    let server = Server::start();
+    let client = server.client().await;
+    let other = server.client().await;
+    let mut raw = server.raw().await;
+    let rw = client.read_write_lock("e");
+
+    let r1 = rw
+        .read()
+        .lease(Duration::from_millis(400))
+        .acquire()
+        .await
+        .unwrap();
+    let holder = r1.holder_id().to_owned();
+    let r2 = r1
+        .scope(rw.read().lease(Duration::from_secs(20)).acquire())
+        .await
+        .unwrap();
+    assert_eq!(r2.holder_id(), holder, "the scope re-enters the read hold");
+    let count: i64 = raw.hget("e", &holder).await.unwrap();
+    assert_eq!(count, 2);
+
+    r1.release().await.expect("the first read hold was live");
+    let left = keys(&mut raw, &format!("{{e}}:{holder}:rwlock_timeout:*")).await;
+    assert_eq!(
+        left.len(),
+        1,
+        "one read hold left, one timeout key: {left:?}"
+    );
+    let ttl = pttl(&mut raw, &left[0]).await;
+    assert!(
+        ttl > 1500,
+        "the key left is the 20 s hold's ({ttl} ms left)"
+    );
+
+    let writer = other
+        .read_write_lock("e")
+        .write()
+        .wait(Duration::from_millis(1500))
+        .acquire()
+        .await;
+    assert!(
+        matches!(writer, Err(LockError::Timeout { .. })),
+        "a writer got in beside a live read hold: {writer:?}"
+    );
+    assert!(!r2.is_lost());
+    r2.release().await.expect("the second read hold was live");
+    let writer = other
+        .read_write_lock("e")
+        .write()
+        .wait(WITHIN)
+        .acquire()
+        .await
+        .expect("the writer gets in once every read hold is gone");
+    writer.release().await.unwrap();
+}
+
+/// Old model: the task that held the lapsed lease re-entered as the same
+/// holder, and a stale guard's release ran the unlock with the task's holder
+/// id, which could free a newer hold of that task.
+#[tokio::test]
+async fn a_guard_whose_lease_lapsed_neither_reenters_nor_releases_another_hold() {
+    let server = Server::start();
+    let client = server.client().await;
+    let other = server.client().await;
+    let mut raw = server.raw().await;
+
+    let stale = client
+        .lock("f")
+        .lease(Duration::from_millis(300))
+        .acquire()
+        .await
+        .unwrap();
+    timeout(WITHIN, stale.lost())
+        .await
+        .expect("a fixed lease is reported lost once it lapses");
+    let gone = raw.clone();
+    eventually("the lapsed lease's key expired", WITHIN, || {
+        let mut raw = gone.clone();
+        async move { !raw.exists::<_, bool>("f").await.unwrap() }
+    })
+    .await;
+    let newer = other.lock("f").wait(WITHIN).acquire().await.unwrap();
+
+    let again = timeout(WITHIN, stale.scope(client.lock("f").acquire()))
+        .await
+        .expect("an acquisition in a lost hold's scope fails at once");
+    assert!(
+        matches!(&again, Err(LockError::Lost { name }) if name == "f"),
+        "{again:?}"
+    );
+    assert!(matches!(stale.release().await, Err(LockError::Lost { .. })));
+
+    let fields: Vec<(String, i64)> = raw.hgetall("f").await.unwrap();
+    assert_eq!(
+        fields,
+        vec![(newer.holder_id().to_owned(), 1)],
+        "the newer hold is untouched and no hold was added"
+    );
+    newer.release().await.expect("the newer hold was untouched");
+}
+
+/// Old model: the guard learned of the loss only when the renewal call timed
+/// out (the 5 s response timeout), long after the lease lapsed in Redis and
+/// another client got the lock.
+#[tokio::test]
+async fn a_stalled_link_is_reported_lost_before_another_client_gets_the_lock() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let a = LockClient::connect(Config::new(proxy.url()).watchdog_timeout(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let b = server.client().await;
+    let mut raw = server.raw().await;
+
+    let a_guard = Arc::new(a.lock("g").acquire().await.unwrap());
+    proxy.stall();
+    let b_task = tokio::spawn({
+        let a_guard = a_guard.clone();
+        async move {
+            let guard = b.lock("g").wait(Duration::from_secs(10)).acquire().await?;
+            // Read right when the acquire returns.
+            let a_knew = a_guard.is_lost();
+            Ok::<_, LockError>((guard, a_knew))
+        }
+    });
+    timeout(WITHIN, a_guard.lost())
+        .await
+        .expect("the stalled holder's guard reports its lease lost");
+    let (b_guard, a_knew) = finish(Duration::from_secs(20), b_task).await;
+    assert!(
+        a_knew,
+        "another client got the lock before the stalled guard knew it was lost"
+    );
+
+    proxy.resume();
+    let a_guard = Arc::try_unwrap(a_guard).expect("the only guard handle left");
+    let released = timeout(WITHIN, a_guard.release())
+        .await
+        .expect("the release finished");
+    assert!(
+        matches!(released, Err(LockError::Lost { .. })),
+        "{released:?}"
+    );
+    let fields: Vec<(String, i64)> = raw.hgetall("g").await.unwrap();
+    assert_eq!(fields, vec![(b_guard.holder_id().to_owned(), 1)]);
+    b_guard
+        .release()
+        .await
+        .expect("the new holder was untouched");
+}
+
+/// Old model: the acquire script wrote the hash, then failed on `INCR` of the
+/// corrupt counter; Lua does not roll back, so a hold nobody owned stayed.
+#[tokio::test]
+async fn a_corrupt_token_counter_fails_the_acquire_without_writing_a_hold() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+    let _: () = raw.set("redisson_lock_token:{c}", "abc").await.unwrap();
+
+    let taken = timeout(WITHIN, client.lock("c").acquire())
+        .await
+        .expect("the acquire failed at once");
+    assert!(matches!(taken, Err(LockError::Redis(_))), "{taken:?}");
+    assert!(
+        !raw.exists::<_, bool>("c").await.unwrap(),
+        "no hold written"
+    );
+    assert_eq!(
+        keys(&mut raw, "*").await,
+        vec!["redisson_lock_token:{c}".to_owned()],
+        "nothing but the corrupt counter"
+    );
+}
+
+#[tokio::test]
+async fn a_lease_beyond_the_maximum_is_a_config_error_that_writes_nothing() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+    let taken = client.lock("i").lease(Duration::MAX).acquire().await;
+    assert!(matches!(taken, Err(LockError::Config(_))), "{taken:?}");
+    assert_eq!(keys(&mut raw, "*").await, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_unbounded_wait_acquires_a_free_lock_and_a_released_one() {
+    let server = Server::start();
+    let client = server.client().await;
+    let raw = server.raw().await;
+
+    let holder = timeout(WITHIN, client.lock("w").wait(Duration::MAX).acquire())
+        .await
+        .expect("a free lock is taken at once")
+        .unwrap();
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let guard = client.lock("w").wait(Duration::MAX).acquire().await?;
+            guard.release().await
+        }
+    });
+    assert!(
+        someone_waits_on(&raw, "redisson_lock__channel:{w}", WITHIN).await,
+        "the unbounded waiter waits"
+    );
+    holder.release().await.unwrap();
+    finish(WITHIN, waiter).await;
+}
+
+#[tokio::test]
+async fn all_segments_with_an_unbounded_wait_are_acquired() {
+    let server = Server::start();
+    let client = server.client().await;
+    let all = timeout(
+        WITHIN,
+        client
+            .segmented_lock("s", 2)
+            .all()
+            .wait(Duration::MAX)
+            .acquire(),
+    )
+    .await
+    .expect("free segments are taken at once")
+    .unwrap();
+    assert_eq!(all.segments().len(), 2);
+    all.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unbounded_response_timeout_is_a_config_error() {
+    let server = Server::start();
+    let connected =
+        LockClient::connect(Config::new(server.url()).response_timeout(Duration::MAX)).await;
+    assert!(
+        matches!(connected, Err(LockError::Config(_))),
+        "{connected:?}"
+    );
+}
+
+/// Old model: both futures were the same holder, and a holder of a read
+/// lock asking for the write lock is refused at once (no upgrade), so the
+/// writer failed with `NotHeld`. Here the reader keeps its hold until the
+/// writer waits in Redis, then lets it in.
+#[tokio::test]
+async fn a_reader_and_a_writer_joined_in_one_task_both_get_the_lock() {
+    let server = Server::start();
+    let client = server.client().await;
+    let raw = server.raw().await;
+    let rw = client.read_write_lock("rwj");
+
+    let reading = async {
+        let guard = rw.read().acquire().await?;
+        // Bounded, not asserted: what matters is that the writer gets in.
+        let _ = someone_waits_on(&raw, "redisson_rwlock:{rwj}", WITHIN).await;
+        guard.release().await
+    };
+    let writing = async {
+        let guard = rw.write().wait(NO_DEADLOCK).acquire().await?;
+        guard.release().await
+    };
+    let (read, write) = timeout(NO_DEADLOCK, async { tokio::join!(reading, writing) })
+        .await
+        .expect("the joined reader and writer finished");
+    read.expect("the reader");
+    write.expect("the writer waits for the reader, then writes");
+}
+
+/// Old model: the deductions all ran in one task, so they all re-entered the
+/// same segment lock and their read-modify-writes of the count overlapped:
+/// units were sold twice.
+#[tokio::test]
+async fn deductions_joined_in_one_task_never_oversell() {
+    let server = Server::start();
+    let client = server.client().await;
+    let stock = Inventory::new(
+        client.segmented_lock("sku:joined", 2),
+        RedisSegmentStore::new(&client),
+    );
+    stock.restock(100).await.unwrap();
+
+    let sales = timeout(
+        NO_DEADLOCK,
+        futures_util::future::join_all((0..20).map(|_| stock.deduct(1))),
+    )
+    .await
+    .expect("the joined deductions finished");
+    for sale in sales {
+        sale.expect("100 units cover 20 sales of 1");
+    }
+
+    let store = RedisSegmentStore::new(&client);
+    let mut left = 0;
+    for segment in 0..2 {
+        let key = SegmentKey {
+            inventory: "sku:joined",
+            segment,
+        };
+        left += store.get(key, None).await.unwrap();
+    }
+    assert_eq!(left, 80, "exactly 20 units sold");
+}
+
+/// Old model: the acquire whose answer timed out still reached Redis when
+/// the link came back and took the lock for a holder nobody tracked; it
+/// stayed for the whole 20 s watchdog lease.
+#[tokio::test]
+async fn an_acquire_with_an_unknown_answer_leaves_no_hold() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let a = LockClient::connect(
+        Config::new(proxy.url())
+            .response_timeout(Duration::from_millis(300))
+            .watchdog_timeout(Duration::from_secs(20))
+            // No replicas here; the replica wait must fit in the response timeout.
+            .replica_sync(ReplicaSync::Off),
+    )
+    .await
+    .unwrap();
+    let b = server.client().await;
+    let raw = server.raw().await;
+    // The client's connections exist before the fault.
+    tests::take_and_release(a.lock("warm")).await;
+
+    proxy.stall();
+    let taken = timeout(WITHIN, a.lock("amb").acquire())
+        .await
+        .expect("the acquire gave up after its response timeout");
+    assert!(taken.is_err(), "acquired over a stalled link: {taken:?}");
+    assert!(
+        proxy.held_back() > 0,
+        "the request was held in the link, its outcome unknown"
+    );
+
+    proxy.resume();
+    timeout(WITHIN, proxy.flushed())
+        .await
+        .expect("the held request reached the server");
+    eventually("the lock is free", WITHIN, || {
+        let mut raw = raw.clone();
+        async move { !raw.exists::<_, bool>("amb").await.unwrap() }
+    })
+    .await;
+    let guard = b
+        .lock("amb")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("no orphan hold blocks the lock");
+    guard.release().await.unwrap();
+}
