@@ -49,7 +49,7 @@ async fn reentrant_locks_on_every_shard_are_held_renewed_and_released() {
         guards.push(client.lock(name.as_str()).acquire().await.unwrap());
     }
     for (name, guard) in names.iter().zip(&guards) {
-        let count: Option<i64> = raw.hget(name, client.holder_id()).await.unwrap();
+        let count: Option<i64> = raw.hget(name, guard.holder_id()).await.unwrap();
         assert_eq!(count, Some(1), "{name} is a Redisson hash on its shard");
         let token: u64 = raw
             .get(format!("redisson_lock_token:{{{name}}}"))
@@ -94,13 +94,23 @@ async fn reentry_and_exclusion_work_per_name() {
     let names = spread_names(cluster, "reenter", 12);
     for name in &names {
         let outer = client.lock(name.as_str()).acquire().await.unwrap();
-        let inner = client
-            .lock(name.as_str())
-            .try_acquire()
+        // Re-entry is in the outer guard's scope; outside it the same task
+        // is another holder.
+        assert!(
+            client
+                .lock(name.as_str())
+                .try_acquire()
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let inner = outer
+            .scope(client.lock(name.as_str()).try_acquire())
             .await
             .unwrap()
             .expect("re-entry");
         assert!(inner.token() > outer.token());
+        assert_eq!(inner.holder_id(), outer.holder_id());
         assert!(
             other
                 .lock(name.as_str())
@@ -227,6 +237,8 @@ async fn the_attribute_works_with_a_cluster_global_client() {
         .map(|id| cluster.master_of(&format!("attr:{id}")))
         .collect();
     assert_eq!(shards.len(), 3);
+    // Two calls per id in one task: siblings, not nested, so they are two
+    // holders and take turns.
     let calls = ids
         .iter()
         .flat_map(|&id| [locked_body(id, raw.clone()), locked_body(id, raw.clone())]);
@@ -343,7 +355,7 @@ async fn a_failover_keeps_synced_locks_and_reports_lost_ones() {
     })
     .await;
     assert!(!kept.is_lost());
-    let holder: Option<i64> = promoted.hget(&kept_name, client.holder_id()).await.unwrap();
+    let holder: Option<i64> = promoted.hget(&kept_name, kept.holder_id()).await.unwrap();
     assert_eq!(holder, Some(1));
     assert!(
         other
@@ -412,7 +424,7 @@ async fn a_resharded_lock_keeps_its_holder_and_its_waiters() {
     tokio::time::sleep(lease * 5).await;
     assert!(!guard.is_lost(), "renewed on the slot's new owner");
     let mut owner = cluster.raw_node(to).await;
-    let count: Option<i64> = owner.hget(name, client.holder_id()).await.unwrap();
+    let count: Option<i64> = owner.hget(name, guard.holder_id()).await.unwrap();
     assert_eq!(count, Some(1));
     assert!(other.lock(name).try_acquire().await.unwrap().is_none());
 

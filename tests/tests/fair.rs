@@ -36,6 +36,13 @@ async fn server_ms(raw: &mut MultiplexedConnection) -> u64 {
     secs * 1000 + micros / 1000
 }
 
+/// Whether `id` is a holder id of `client`: `<client id>:<n>`.
+fn is_holder_of(client: &LockClient, id: &str) -> bool {
+    id.strip_prefix(client.id())
+        .and_then(|rest| rest.strip_prefix(':'))
+        .is_some_and(|n| n.parse::<u64>().is_ok())
+}
+
 /// Waits until the queue holds exactly `n` waiters.
 async fn until_queued(raw: &MultiplexedConnection, name: &str, n: usize) {
     eventually(&format!("{n} waiters queued on {name}"), WITHIN, || {
@@ -90,7 +97,7 @@ async fn layout_is_redissons() {
 
     let guard = client.fair_lock("report").acquire().await.unwrap();
     let fields: Vec<(String, i64)> = raw.hgetall("report").await.unwrap();
-    assert_eq!(fields, vec![(client.holder_id(), 1)]);
+    assert_eq!(fields, vec![(guard.holder_id().to_owned(), 1)]);
     let pttl: i64 = raw.pttl("report").await.unwrap();
     assert!(pttl > 0 && pttl <= 30_000, "watchdog lease: {pttl}");
     let token: u64 = raw.get("redisson_lock_token:{report}").await.unwrap();
@@ -98,18 +105,21 @@ async fn layout_is_redissons() {
 
     // A waiter: its holder id in the queue, its deadline in the ZSET (epoch
     // ms, one wait time past the lease), listening on its own channel.
-    let (id_tx, id_rx) = tokio::sync::oneshot::channel();
     let waiting = {
         let other = other.clone();
         tokio::spawn(async move {
-            let _ = id_tx.send(other.holder_id());
             let guard = other.fair_lock("report").wait(WITHIN).acquire().await?;
-            guard.release().await
+            let id = guard.holder_id().to_owned();
+            guard.release().await.map(|()| id)
         })
     };
-    let waiter_id = id_rx.await.unwrap();
+    // A waiter's holder id is known once it has joined the queue.
     until_queued(&raw, "report", 1).await;
-    assert_eq!(queued(&mut raw, "report").await, vec![waiter_id.clone()]);
+    let waiter_id = queued(&mut raw, "report").await.remove(0);
+    assert!(
+        is_holder_of(&other, &waiter_id),
+        "the queued waiter is the other client's: {waiter_id}"
+    );
     let now = server_ms(&mut raw).await as f64;
     let scores = deadlines(&mut raw, "report").await;
     assert_eq!(scores.len(), 1);
@@ -128,7 +138,11 @@ async fn layout_is_redissons() {
     .await;
 
     guard.release().await.unwrap();
-    waiting.await.unwrap().unwrap();
+    assert_eq!(
+        waiting.await.unwrap().unwrap(),
+        waiter_id,
+        "the waiter acquired as the holder it queued as"
+    );
     until_queue_empty(&raw, "report").await;
     assert!(!raw.exists::<_, bool>("report").await.unwrap());
     until_unsubscribed(&raw, &channel).await;
@@ -141,14 +155,24 @@ async fn reentrant_with_increasing_tokens() {
     let mut raw = server.raw().await;
 
     let outer = client.fair_lock("re").acquire().await.unwrap();
-    let inner = client
-        .fair_lock("re")
-        .try_acquire()
+    // Outside the outer guard's scope, the same task is another holder.
+    assert!(
+        client
+            .fair_lock("re")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    until_queue_empty(&raw, "re").await;
+    let inner = outer
+        .scope(client.fair_lock("re").try_acquire())
         .await
         .unwrap()
-        .expect("re-entry");
+        .expect("re-entry in the outer guard's scope");
     assert!(inner.token() > outer.token());
-    let count: i64 = raw.hget("re", client.holder_id()).await.unwrap();
+    assert_eq!(inner.holder_id(), outer.holder_id());
+    let count: i64 = raw.hget("re", outer.holder_id()).await.unwrap();
     assert_eq!(count, 2);
     inner.release().await.unwrap();
     outer.release().await.unwrap();
@@ -407,22 +431,26 @@ async fn a_head_past_its_deadline_is_evicted_by_the_next_attempt() {
     let _: () = raw.zadd(timeouts("stale"), dead, now - 1).await.unwrap();
     let _: () = raw.rpush(queue("stale"), dead).await.unwrap();
 
-    let (id_tx, id_rx) = tokio::sync::oneshot::channel();
     let next = {
         let client = client.clone();
         tokio::spawn(async move {
-            let _ = id_tx.send(client.holder_id());
             let guard = client.fair_lock("stale").wait(WITHIN).acquire().await?;
-            guard.release().await
+            let id = guard.holder_id().to_owned();
+            guard.release().await.map(|()| id)
         })
     };
-    let next_id = id_rx.await.unwrap();
+    // The live waiter's holder id is learnt from the queue: a holder id of
+    // this client other than the holder's.
+    let live = |id: &str| is_holder_of(&client, id) && id != holder.holder_id();
     eventually("the live waiter replaced the dead head", WITHIN, || {
         let mut raw = raw.clone();
-        let next_id = next_id.clone();
-        async move { queued(&mut raw, "stale").await == vec![next_id] }
+        async move {
+            let ids = queued(&mut raw, "stale").await;
+            ids.len() == 1 && live(&ids[0])
+        }
     })
     .await;
+    let next_id = queued(&mut raw, "stale").await.remove(0);
     let scores = deadlines(&mut raw, "stale").await;
     assert_eq!(
         scores.len(),
@@ -430,6 +458,6 @@ async fn a_head_past_its_deadline_is_evicted_by_the_next_attempt() {
         "the dead waiter's deadline is gone too: {scores:?}"
     );
     holder.release().await.unwrap();
-    next.await.unwrap().unwrap();
+    assert_eq!(next.await.unwrap().unwrap(), next_id);
     until_queue_empty(&raw, "stale").await;
 }

@@ -54,12 +54,26 @@ async fn a_majority_is_enough() {
         held_on(&cluster, "q:ok").await,
         vec![Some(true), None, Some(true), None, Some(true)]
     );
-    let mut raw = cluster.servers[0].raw().await;
-    let holder: Option<i64> = raw
-        .hget("q:ok", cluster.clients[0].holder_id())
-        .await
-        .unwrap();
-    assert_eq!(holder, Some(1), "Redisson's reentrant layout on each node");
+    // Redisson's reentrant layout on each node: one field, a holder id of
+    // that node's client, count 1.
+    let mut holders = Vec::new();
+    for i in [0, 2, 4] {
+        let mut raw = cluster.servers[i].raw().await;
+        let fields: Vec<(String, i64)> = raw.hgetall("q:ok").await.unwrap();
+        assert_eq!(fields.len(), 1, "node {i}: one holder: {fields:?}");
+        let (holder, count) = fields.into_iter().next().unwrap();
+        assert!(
+            holder.starts_with(&format!("{}:", cluster.clients[i].id())),
+            "node {i}: held by its client: {holder}"
+        );
+        assert_eq!(count, 1, "node {i}: held once");
+        holders.push(holder);
+    }
+    assert!(
+        holders.iter().any(|h| h == guard.holder_id()),
+        "the guard's holder id is one of its holds': {} in {holders:?}",
+        guard.holder_id()
+    );
 
     // Held: another task's quorum attempt is refused as busy.
     let contender = {

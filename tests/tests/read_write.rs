@@ -54,9 +54,9 @@ async fn until_listening(raw: &MultiplexedConnection, name: &str, n: i64) {
     .await;
 }
 
-/// A reader in a task of its own (its own holder): `held` answers once it
-/// holds the read lock, `release` tells it to let go, `task` ends with the
-/// release's result.
+/// A reader in a task of its own (another holder, as every acquisition
+/// outside a guard's scope is): `held` answers once it holds the read lock,
+/// `release` tells it to let go, `task` ends with the release's result.
 struct Reader {
     release: tokio::sync::oneshot::Sender<()>,
     held: tokio::sync::oneshot::Receiver<Result<(), String>>,
@@ -100,34 +100,42 @@ async fn layout_is_redissons() {
     let server = Server::start();
     let client = server.client().await;
     let mut raw = server.raw().await;
-    let me = client.holder_id();
     let doc = client.read_write_lock("doc");
 
     let read = doc.read().acquire().await.unwrap();
-    let read_again = doc.read().acquire().await.unwrap();
+    let me = read.holder_id().to_owned();
+    // Re-entered in the first read's scope: the same holder, a second hold.
+    let read_again = read.scope(doc.read().acquire()).await.unwrap();
+    assert_eq!(read_again.holder_id(), me);
     assert!(read_again.token() > read.token());
     assert_eq!(
         fields(&mut raw, "doc").await,
         vec![(me.clone(), "2".into()), ("mode".into(), "read".into())]
     );
-    for k in [1, 2] {
-        let ttl = pttl(&mut raw, &hold_key("doc", &me, k)).await;
+    for (k, hold) in [(1, &read), (2, &read_again)] {
+        let key = hold_key("doc", &me, k);
+        let ttl = pttl(&mut raw, &key).await;
         assert!(
             ttl > 0 && ttl <= 30_000,
             "read hold {k} has its own lease: {ttl}"
         );
+        let token: u64 = raw.get(&key).await.unwrap();
+        assert_eq!(token, hold.token(), "read hold {k} keeps its token");
     }
     let token: u64 = raw.get("redisson_lock_token:{doc}").await.unwrap();
     assert_eq!(token, read_again.token());
     let last_token = read_again.token();
     read_again.release().await.unwrap();
     assert_eq!(pttl(&mut raw, &hold_key("doc", &me, 2)).await, -2);
+    let token: u64 = raw.get(hold_key("doc", &me, 1)).await.unwrap();
+    assert_eq!(token, read.token(), "the first read hold is untouched");
     read.release().await.unwrap();
     assert!(!raw.exists::<_, bool>("doc").await.unwrap());
     assert_eq!(pttl(&mut raw, &hold_key("doc", &me, 1)).await, -2);
 
     let write = doc.write().acquire().await.unwrap();
     assert!(write.token() > last_token);
+    let me = write.holder_id();
     assert_eq!(
         fields(&mut raw, "doc").await,
         vec![
@@ -290,16 +298,19 @@ async fn the_writer_may_read_and_downgrade() {
     let client = server.client().await;
     let other = server.client().await;
     let mut raw = server.raw().await;
-    let me = client.holder_id();
     let lock = client.read_write_lock("cfg");
 
     let write = lock.write().acquire().await.unwrap();
-    let read = lock
-        .read()
-        .try_acquire()
+    let me = write.holder_id().to_owned();
+    // Outside the write guard's scope, the same task is another holder.
+    assert!(lock.read().try_acquire().await.unwrap().is_none());
+    // In its scope, a read is the writer's own.
+    let read = write
+        .scope(lock.read().try_acquire())
         .await
         .unwrap()
         .expect("the writer may read");
+    assert_eq!(read.holder_id(), me);
     assert_eq!(
         fields(&mut raw, "cfg").await,
         vec![
@@ -368,8 +379,9 @@ async fn a_reader_asking_to_write_gets_an_error_not_a_deadlock() {
     let lock = client.read_write_lock("up");
 
     let read = lock.read().acquire().await.unwrap();
-    // No wait given: would wait for ever if the upgrade were waited for.
-    let upgrade = tokio::time::timeout(WITHIN, lock.write().acquire())
+    // In the read guard's scope a write is an upgrade. No wait given: would
+    // wait for ever if the upgrade were waited for.
+    let upgrade = tokio::time::timeout(WITHIN, read.scope(lock.write().acquire()))
         .await
         .expect("the upgrade attempt answers instead of waiting");
     match upgrade {
@@ -387,9 +399,12 @@ async fn a_reader_asking_to_write_gets_an_error_not_a_deadlock() {
     } = reader(&other, "up");
     held.await.unwrap().unwrap();
     assert!(matches!(
-        lock.write().try_acquire().await,
+        read.scope(lock.write().try_acquire()).await,
         Err(LockError::NotHeld { .. })
     ));
+    // Outside the read guard's scope the same task is another holder: a
+    // write is busy, not an upgrade.
+    assert!(lock.write().try_acquire().await.unwrap().is_none());
     stop.send(()).unwrap();
     other_reader.await.unwrap().unwrap();
     // The read hold is untouched by the refusals.
@@ -465,7 +480,6 @@ async fn an_expired_read_hold_stops_counting() {
     let long = server.client().await;
     let writer = server.client().await;
     let mut raw = server.raw().await;
-    let short_holder = short.holder_id();
 
     // A reader whose fixed lease runs out without release (as if it died)...
     let expiring = short
@@ -475,6 +489,7 @@ async fn an_expired_read_hold_stops_counting() {
         .acquire()
         .await
         .unwrap();
+    let short_holder = expiring.holder_id().to_owned();
     // ...and one renewed by its watchdog.
     let Reader {
         release: stop,
@@ -539,7 +554,7 @@ async fn a_writer_clears_expired_read_holds() {
         .await
         .unwrap();
     let writing = writing.expect("the dead reader's expired hold does not count");
-    let me = client.holder_id();
+    let me = writing.holder_id();
     assert_eq!(
         fields(&mut raw, "stale").await,
         vec![
@@ -597,8 +612,6 @@ async fn the_watchdog_renews_only_its_own_clients_holds() {
         .await;
     let fixed = server.client().await;
     let mut raw = server.raw().await;
-    let renewing_holder = renewing.holder_id();
-    let fixed_holder = fixed.holder_id();
 
     let kept = renewing
         .read_write_lock("shared-doc")
@@ -613,11 +626,11 @@ async fn the_watchdog_renews_only_its_own_clients_holds() {
         .acquire()
         .await
         .unwrap();
-    let kept_key = hold_key("shared-doc", &renewing_holder, 1);
+    let kept_key = hold_key("shared-doc", kept.holder_id(), 1);
     // Renewals happen...
     until_renewed(&raw, &kept_key).await;
     // ...but the other client's fixed lease still runs out.
-    let expiring_key = hold_key("shared-doc", &fixed_holder, 1);
+    let expiring_key = hold_key("shared-doc", expiring.holder_id(), 1);
     eventually("the other client's hold expired", WITHIN, || {
         let mut raw = raw.clone();
         let expiring_key = expiring_key.clone();

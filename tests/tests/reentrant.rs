@@ -1,5 +1,6 @@
-//! The reentrant lock against a real redis-server: layout, reentrancy,
-//! exclusion, timeouts, leases, the watchdog, release, cancellation, faults.
+//! The reentrant lock against a real redis-server: layout, re-entry in a
+//! guard's scope, exclusion, timeouts, leases, the watchdog, release,
+//! cancellation, faults.
 
 use std::time::Duration;
 
@@ -35,17 +36,10 @@ async fn layout_is_redissons() {
 
     let guard = client.lock("stock:42").acquire().await.unwrap();
     let fields: Vec<(String, i64)> = raw.hgetall("stock:42").await.unwrap();
-    assert_eq!(fields, vec![(client.holder_id(), 1)]);
-    let (uuid, task) = client
-        .holder_id()
-        .rsplit_once(':')
-        .map(|(a, b)| (a.to_owned(), b.to_owned()))
-        .unwrap();
+    assert_eq!(fields, vec![(guard.holder_id().to_owned(), 1)]);
+    let (uuid, n) = guard.holder_id().rsplit_once(':').unwrap();
     assert_eq!(uuid, client.id());
-    assert!(
-        task.parse::<u64>().is_ok(),
-        "holder id ends in a task number: {task}"
-    );
+    assert!(n.parse::<u64>().is_ok(), "holder id ends in a number: {n}");
     let pttl: i64 = raw.pttl("stock:42").await.unwrap();
     assert!(pttl > 0 && pttl <= 30_000, "watchdog lease is 30 s: {pttl}");
     let token: u64 = raw.get("redisson_lock_token:{stock:42}").await.unwrap();
@@ -61,24 +55,26 @@ async fn layout_is_redissons() {
 }
 
 #[tokio::test]
-async fn reentry_in_one_task_counts_holds() {
+async fn reentry_in_a_scope_counts_holds() {
     let server = Server::start();
     let client = server.client().await;
     let mut raw = server.raw().await;
 
     let outer = client.lock("r").acquire().await.unwrap();
-    let inner = client
-        .lock("r")
-        .wait(Duration::ZERO)
-        .acquire()
+    let holder = outer.holder_id().to_owned();
+    // Re-entry follows the call chain: an acquisition awaited inside the
+    // outer guard's scope is the same holder.
+    let inner = outer
+        .scope(client.lock("r").wait(Duration::ZERO).acquire())
         .await
         .unwrap();
     assert!(inner.token() > outer.token(), "re-entry takes a new token");
-    let count: i64 = raw.hget("r", client.holder_id()).await.unwrap();
+    assert_eq!(inner.holder_id(), holder, "the re-entry is the same holder");
+    let count: i64 = raw.hget("r", &holder).await.unwrap();
     assert_eq!(count, 2);
 
     inner.release().await.unwrap();
-    let count: i64 = raw.hget("r", client.holder_id()).await.unwrap();
+    let count: i64 = raw.hget("r", &holder).await.unwrap();
     assert_eq!(count, 1, "the outer hold remains");
     assert_eq!(
         client.renewed_locks(),
@@ -98,6 +94,8 @@ async fn other_tasks_and_clients_are_excluded() {
     let other = server.client().await;
     let guard = client.lock("x").acquire().await.unwrap();
 
+    // Outside the guard's scope, the same task is another holder.
+    assert!(client.lock("x").try_acquire().await.unwrap().is_none());
     let same_client_other_task = {
         let client = client.clone();
         tokio::spawn(async move { client.lock("x").try_acquire().await.map(|g| g.is_some()) })
@@ -156,7 +154,7 @@ async fn a_fixed_lease_expires_and_late_release_errors() {
         Err(LockError::Lost { name }) => assert_eq!(name, "leased"),
         other => panic!("expected Lost, got {other:?}"),
     }
-    let holder: Option<i64> = raw.hget("leased", other.holder_id()).await.unwrap();
+    let holder: Option<i64> = raw.hget("leased", next.holder_id()).await.unwrap();
     assert_eq!(
         holder,
         Some(1),
@@ -298,13 +296,20 @@ async fn cancelled_reentries_give_back_only_their_own_hold() {
     let client = server.client().await;
     let mut raw = server.raw().await;
     let outer = client.lock("nest").acquire().await.unwrap();
-    let field = client.holder_id();
+    let field = outer.holder_id().to_owned();
 
-    // Re-entries cut short at many moments: each one that was granted is
-    // given back once, never the outer hold.
-    for i in 0..200u64 {
-        abandon_at(i, client.lock("nest").acquire()).await;
-    }
+    // Re-entries (in the outer guard's scope) cut short at many moments:
+    // each one that was granted is given back once, never the outer hold.
+    outer
+        .scope(async {
+            for i in 0..200u64 {
+                abandon_at(i, client.lock("nest").acquire()).await;
+            }
+            // The scope still re-enters after all that.
+            let again = client.lock("nest").wait(Duration::ZERO).acquire().await;
+            again.unwrap().release().await.unwrap();
+        })
+        .await;
     eventually("only the outer hold remains", WITHIN, || {
         let mut raw = raw.clone();
         let field = field.clone();
@@ -710,11 +715,13 @@ fn one_client_serves_many_short_lived_runtimes() {
 
 #[tokio::test]
 async fn a_resent_acquire_takes_the_lock_once() {
-    // What a cluster connection runs (scripts/mod.rs): the acquire script
-    // wrapped by the acquire latch, so that a command resent after its answer
-    // was lost does not take the lock a second time.
+    // What an acquisition runs (scripts/mod.rs): the acquire script wrapped
+    // by the acquire latch, so that a command resent after its answer was
+    // lost (as a cluster connection does) does not take the lock a second
+    // time.
     const LATCHED: &str = concat!(
         "local function acquire()\n",
+        include_str!("../../lock-runtime/src/scripts/counter.lua"),
         include_str!("../../lock-runtime/src/scripts/reentrant_acquire.lua"),
         "\nend\n",
         include_str!("../../lock-runtime/src/scripts/acquire_latch.lua"),
@@ -722,24 +729,35 @@ async fn a_resent_acquire_takes_the_lock_once() {
     let server = Server::start();
     let mut raw = server.raw().await;
     let script = redis::Script::new(LATCHED);
-    let attempt = |latch: &'static str| {
+    // `reentry`: '1' when the caller re-enters a hold of its scope.
+    let attempt = |latch: &'static str, reentry: &'static str| {
         let mut call = script.key("resent");
         call.key("redisson_lock_token:{resent}")
             .arg(30_000)
             .arg("client:1")
+            .arg(reentry)
             .key(latch)
             .arg(30_000);
         call
     };
-    let first: (i64, i64) = attempt("latch:a").invoke_async(&mut raw).await.unwrap();
-    let resent: (i64, i64) = attempt("latch:a").invoke_async(&mut raw).await.unwrap();
+    let first: (i64, i64) = attempt("latch:a", "0")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    let resent: (i64, i64) = attempt("latch:a", "0")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
     assert_eq!(first.0, 1, "taken");
     assert_eq!(resent, first, "the resend gets the first answer");
     let holds: i64 = raw.hget("resent", "client:1").await.unwrap();
     assert_eq!(holds, 1, "taken once");
 
     // A new attempt (a real re-entry) has a new latch and counts.
-    let again: (i64, i64) = attempt("latch:b").invoke_async(&mut raw).await.unwrap();
+    let again: (i64, i64) = attempt("latch:b", "1")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
     assert_eq!(again.0, 1);
     assert!(again.1 > first.1, "a new token");
     let holds: i64 = raw.hget("resent", "client:1").await.unwrap();

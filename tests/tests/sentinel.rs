@@ -21,7 +21,7 @@ async fn locks_work_through_the_sentinels() {
 
     let guard = client.lock("sentinel:basic").acquire().await.unwrap();
     let count: Option<i64> = master
-        .hget("sentinel:basic", client.holder_id())
+        .hget("sentinel:basic", guard.holder_id())
         .await
         .unwrap();
     assert_eq!(
@@ -142,7 +142,7 @@ async fn a_failover_is_followed_synced_locks_survive_and_lost_ones_are_reported(
 
     // The kept lock: on the new master, renewed there, still exclusive.
     let count: Option<i64> = promoted
-        .hget("failover:kept", client.holder_id())
+        .hget("failover:kept", kept.holder_id())
         .await
         .unwrap();
     assert_eq!(count, Some(1), "the synced lock survived the failover");

@@ -21,7 +21,13 @@ async fn acquire_release_and_wait() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Released once the waiter listens, so that it is woken by the unlock.
+    let raw = server.raw().await;
+    tests::eventually("the waiter listens", Duration::from_secs(10), || {
+        let mut raw = raw.clone();
+        async move { tests::numsub(&mut raw, "redisson_lock__channel:{smoke}").await == 1 }
+    })
+    .await;
     guard.release().await.unwrap();
     let g2 = waiter.await.unwrap().unwrap();
     g2.release().await.unwrap();
