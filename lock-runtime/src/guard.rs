@@ -285,8 +285,9 @@ impl LockGuard {
     /// (`join!`, `select!`) that are not inside the scope.
     ///
     /// Any future works, borrowing allowed, with no `Send` or `'static`
-    /// bound; the result is `Send` when `fut` is. The scope is the holds'
-    /// as they are when `scope` is called; scopes nest. A re-entry inside
+    /// bound; the result is `Send` when `fut` is. Scopes nest: the
+    /// enclosing scope is the one the returned future runs in (a spawned
+    /// task starts with none). A re-entry inside
     /// the scope of a hold that is gone (its lease ran out, it was deleted)
     /// fails with [`LockError::Lost`] rather than take the lock anew.
     ///

@@ -64,13 +64,18 @@ pub(crate) fn in_scope(client: &str, name: &str) -> Option<String> {
         .flatten()
 }
 
-/// Runs `fut` with `holds` added to the current scope.
+/// Runs `fut` with `holds` added to the scope it runs in. The outer scope is
+/// read when the returned future is first polled, where it runs: a scoped
+/// future spawned as a task carries only its own holds, and one built
+/// before it is awaited in another scope sees that scope too.
 pub(crate) fn scoped<F: Future>(holds: Vec<ScopedHold>, fut: F) -> impl Future<Output = F::Output> {
-    let mut all = SCOPE
-        .try_with(|scope| scope.holds.clone())
-        .unwrap_or_default();
-    all.extend(holds);
-    SCOPE.scope(Arc::new(Scope { holds: all }), fut)
+    async move {
+        let mut all = SCOPE
+            .try_with(|scope| scope.holds.clone())
+            .unwrap_or_default();
+        all.extend(holds);
+        SCOPE.scope(Arc::new(Scope { holds: all }), fut).await
+    }
 }
 
 #[cfg(test)]
@@ -125,10 +130,26 @@ mod tests {
     #[tokio::test]
     async fn spawned_tasks_do_not_inherit_a_scope() {
         let seen = scoped(vec![hold("x", "c:1")], async {
-            tokio::spawn(async { in_scope("c", "x") }).await.unwrap()
+            let plain = tokio::spawn(async { in_scope("c", "x") }).await.unwrap();
+            // A scoped future spawned from inside a scope carries its own
+            // holds only: the outer one is read where it runs.
+            let nested = tokio::spawn(scoped(vec![hold("y", "c:2")], async {
+                (in_scope("c", "x"), in_scope("c", "y"))
+            }))
+            .await
+            .unwrap();
+            (plain, nested)
         })
         .await;
-        assert_eq!(seen, None);
+        assert_eq!(seen.0, None);
+        assert_eq!(seen.1, (None, Some("c:2".to_owned())));
+    }
+
+    #[tokio::test]
+    async fn a_scoped_future_sees_the_scope_it_is_awaited_in() {
+        let built = scoped(vec![hold("y", "c:2")], async { in_scope("c", "x") });
+        let seen = scoped(vec![hold("x", "c:1")], built).await;
+        assert_eq!(seen.as_deref(), Some("c:1"));
     }
 
     #[test]

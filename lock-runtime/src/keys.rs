@@ -47,8 +47,9 @@ pub(crate) fn unlock_latch(name: &str, request: &str) -> String {
     format!("redisson_unlock_latch:{}:{request}", tagged(name))
 }
 
-/// The key that remembers the token of acquire attempt `attempt` (cluster
-/// only: see `scripts/acquire_latch.lua`). Not part of Redisson's layout;
+/// The latch of acquire attempt `attempt` (see `scripts/acquire_latch.lua`):
+/// the token it took, on a cluster and for re-entries, or `abandoned` once
+/// its caller gave up on a lost answer. Not part of Redisson's layout;
 /// Redisson never reads it.
 pub(crate) fn acquire_latch(name: &str, attempt: &str) -> String {
     format!("redisson_lock_acquire_latch:{}:{attempt}", tagged(name))

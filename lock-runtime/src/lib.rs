@@ -101,10 +101,18 @@
 //!   error is returned the client marks it `abandoned` (`SET NX`), so an
 //!   attempt still on its way takes nothing, and gives back the hold if the
 //!   attempt did run (a new holder's hold shows by its unique holder id; a
-//!   re-entry records its token in the latch). This is retried in the
-//!   background while Redis is unreachable.
+//!   re-entry records its token in the latch). Every give-back of one
+//!   attempt uses one unlock request id, so it counts once. The error waits
+//!   for the first try (at most twice the response timeout); while Redis is
+//!   unreachable the rest goes on in the background for 16 minutes (past
+//!   TCP's retransmission limit; the `abandoned` mark lasts as long). One
+//!   case is left to the lease: a re-entry whose answer was lost in a
+//!   partition longer than its 30 s record keeps its count until the lease
+//!   ends.
 //! - **Scripts check before they write.** A fencing counter that `INCR` would
-//!   refuse is an error reply with nothing written. Leases, and every
+//!   refuse, or one at 2^53 − 1 or more (Lua numbers are exact below 2^53,
+//!   and tokens must stay exact), is an error reply with nothing written.
+//!   Leases, and every
 //!   [`Config`] timeout, longer than [`MAX_DURATION`] (100 years) are
 //!   [`LockError::Config`]; a `wait` whose deadline the clock cannot
 //!   represent (`Duration::MAX`) waits without a deadline.
@@ -133,8 +141,9 @@
 //!   (the next writer clears it) and the hash lives as long as its longest
 //!   hold. Releasing the write lock wakes every waiting reader; a client's
 //!   readers take turns only to try, never to hold. The watchdog renews only
-//!   its own client's holds. A task's holds on one read-write lock share
-//!   their renewal: while one is renewed, its other holds are too.
+//!   its own client's holds. A holder's holds on one read-write lock (a hold
+//!   and its re-entries) share their renewal: while one is renewed, its
+//!   other holds are too.
 //! - **Multi locks.** [`LockClient::multi_lock`] (names on one client) and
 //!   [`MultiLock`] (locks of any kind on any clients) take all or none. The
 //!   locks are taken in a fixed order (server address, then name; repeats

@@ -149,7 +149,7 @@ impl Watchdog {
     }
 
     /// Stops renewing for this guard (the hold stays renewed while other
-    /// guards of the same task share it).
+    /// re-entries of the same holder share it).
     pub(crate) fn unregister(&self, registration: &Registration) {
         let mut entries = self.entries();
         if let Some(entry) = entries.get_mut(&registration.key)

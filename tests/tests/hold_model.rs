@@ -650,3 +650,93 @@ async fn an_acquire_with_an_unknown_answer_leaves_no_hold() {
         .expect("no orphan hold blocks the lock");
     guard.release().await.unwrap();
 }
+
+/// A re-entry whose hold no replica confirmed is given back once, never
+/// twice: the client gives it back at once and reconciles the failure
+/// again, under one unlock request id. Counted twice, the second give-back
+/// would free the outer hold while its guard still says it holds.
+#[tokio::test]
+async fn an_unreplicated_reentry_is_given_back_once_and_the_outer_hold_stays() {
+    let master = Server::start();
+    let replica = Server::start();
+    let mut replica_raw = replica.raw().await;
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port())
+        .query_async(&mut replica_raw)
+        .await
+        .expect("REPLICAOF");
+    eventually("the replica is in sync", WITHIN, || {
+        let mut replica_raw = replica_raw.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut replica_raw)
+                .await
+                .expect("INFO");
+            info.contains("master_link_status:up")
+        }
+    })
+    .await;
+    let client = master
+        .client_with(|c| {
+            c.replica_sync(ReplicaSync::Always)
+                .replica_sync_timeout(Duration::from_millis(200))
+        })
+        .await;
+    let mut raw = master.raw().await;
+    let outer = client
+        .lock("unsynced")
+        .acquire()
+        .await
+        .expect("outer, replicated");
+
+    // The replica stops acknowledging while it is stopped (SIGSTOP).
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut replica_raw)
+        .await
+        .expect("INFO");
+    let pid = tests::topology::info_field(&info, "process_id").expect("the replica's pid");
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, pid.as_str()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {name} {pid}");
+    };
+    /// Lets the replica run again however the test ends.
+    struct Continue<'a>(&'a str);
+    impl Drop for Continue<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", self.0])
+                .status();
+        }
+    }
+    signal("-STOP");
+    let stopped = Continue(&pid);
+    // A write the replica read before it stopped may still be acknowledged:
+    // such a re-entry is given back and tried again.
+    let refused = timeout(WITHIN, async {
+        loop {
+            match outer.scope(client.lock("unsynced").acquire()).await {
+                Ok(inner) => inner.release().await.expect("inner release"),
+                Err(e) => break e,
+            }
+        }
+    })
+    .await
+    .expect("a re-entry went unreplicated");
+    assert!(
+        matches!(refused, LockError::NotReplicated { .. }),
+        "{refused:?}"
+    );
+    let count: Option<i64> = raw.hget("unsynced", outer.holder_id()).await.unwrap();
+    assert_eq!(count, Some(1), "only the re-entry was given back");
+    assert!(!outer.is_lost());
+    drop(stopped);
+    outer.release().await.expect("the outer hold was kept");
+    let left: bool = raw.exists("unsynced").await.unwrap();
+    assert!(!left, "released for good");
+}

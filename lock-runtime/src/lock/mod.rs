@@ -62,6 +62,11 @@ pub(crate) struct Try {
     /// the lock (else [`Attempt::Gone`]), and a taken hold is recorded in
     /// the latch so that a lost answer can be reconciled.
     pub(crate) reenter: bool,
+    /// This attempt's id: names its latch, and is the request id of every
+    /// give-back of what it took, so that the unlock latch lets only one of
+    /// them count (an unreplicated hold given back at once and again by
+    /// [`reconcile`] is given back once).
+    pub(crate) attempt: String,
     /// This attempt's latch key (see `scripts/acquire_latch.lua`).
     pub(crate) latch: String,
 }
@@ -155,10 +160,14 @@ impl Target {
         if let Attempt::Acquired { token } = attempt
             && let Err(e) = conn.sync_replicas(self.name()).await
         {
-            // A hold no replica confirmed could vanish in a failover: give it back.
-            let request = uuid::Uuid::new_v4().to_string();
-            if let Err(undo) = self.unlock(core, conn, &how.holder, &request, token).await {
-                tracing::warn!(lock = self.name(), error = %undo, "could not give back an unreplicated hold");
+            // A hold no replica confirmed could vanish in a failover: give it
+            // back (if this fails, the caller's reconcile retries it, under
+            // the same request id).
+            if let Err(undo) = self
+                .unlock(core, conn, &how.holder, &how.attempt, token)
+                .await
+            {
+                tracing::debug!(lock = self.name(), error = %undo, "could not give back an unreplicated hold yet");
             }
             return Err(e);
         }
@@ -285,8 +294,10 @@ async fn attempt_once(
     let core = client.core().clone();
     let near = core.conn.near_here();
     let conn = near.clone().unwrap_or_else(|| core.conn.clone());
+    let attempt = uuid::Uuid::new_v4().to_string();
     let how = Try {
-        latch: keys::acquire_latch(target.name(), &uuid::Uuid::new_v4().to_string()),
+        latch: keys::acquire_latch(target.name(), &attempt),
+        attempt,
         ..how.clone()
     };
     let call = {
@@ -322,7 +333,7 @@ async fn attempt_once(
         result
     };
     if let Err(e) = &result
-        && answer_unknown(e)
+        && needs_reconcile(e)
     {
         // The script may have run: find the hold and give it back, or make
         // sure the attempt can no longer take it, before reporting.
@@ -334,10 +345,21 @@ async fn attempt_once(
     result
 }
 
-/// Whether a failed call may still have run on the server.
-fn answer_unknown(e: &LockError) -> bool {
-    matches!(e, LockError::Redis(e) if crate::conn::connection_lost(e))
+/// Whether a failed attempt may have left a hold: its answer was lost (it
+/// may still run on the server), or it took the lock but no replica
+/// confirmed it (its give-back may have failed).
+fn needs_reconcile(e: &LockError) -> bool {
+    match e {
+        LockError::Redis(e) => crate::conn::connection_lost(e),
+        LockError::NotReplicated { .. } => true,
+        _ => false,
+    }
 }
+
+/// How long [`reconcile`] keeps trying, and how long its `abandoned` mark
+/// lasts: past TCP's retransmission limit (about 15 minutes with Linux's
+/// defaults), so a request held up in a partition cannot arrive after both.
+const RECONCILE_FOR: Duration = Duration::from_secs(16 * 60);
 
 /// Settles an attempt whose answer was lost, so that it leaves no hold
 /// behind: marks its latch abandoned (`SET NX`), which keeps the attempt from
@@ -345,9 +367,13 @@ fn answer_unknown(e: &LockError) -> bool {
 /// had run, the hold it took is given back: a re-entry recorded its token in
 /// the latch; a new holder's hold shows by itself (the holder id is new, so
 /// any hold under it is this attempt's). Retried with backoff on connection
-/// errors for as long as the latch lasts.
+/// errors for [`RECONCILE_FOR`].
+///
+/// One case is left to the lease: a re-entry whose record in the latch
+/// (30 s) expired before the reconcile reached Redis (a partition longer
+/// than that, after the re-entry ran) keeps its count until the lease ends.
 async fn reconcile(core: std::sync::Arc<Core>, target: Target, how: Try) {
-    let until = Instant::now() + crate::scripts::ACQUIRE_LATCH_TTL;
+    let until = Instant::now() + RECONCILE_FOR;
     let mut pause = Duration::from_millis(50);
     loop {
         match reconcile_once(&core, &target, &how).await {
@@ -373,7 +399,7 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
         .arg("abandoned")
         .arg("NX")
         .arg("PX")
-        .arg(crate::scripts::ACQUIRE_LATCH_TTL.as_millis() as u64)
+        .arg(RECONCILE_FOR.as_millis() as u64)
         .query_async(&mut conn)
         .await
         .map_err(|e| LockError::from_redis(name, e))?;
@@ -401,9 +427,8 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
             _ => return Ok(()),
         }
     };
-    let request = uuid::Uuid::new_v4().to_string();
     let freed = target
-        .unlock(core, &core.conn, &how.holder, &request, token)
+        .unlock(core, &core.conn, &how.holder, &how.attempt, token)
         .await?;
     if freed >= 0 {
         tracing::debug!(
@@ -438,16 +463,15 @@ async fn abandoned(
             }
         }
         Ok(Attempt::Gone) => {}
-        Err(e) if answer_unknown(&e) => reconcile(core.clone(), target.clone(), how.clone()).await,
+        Err(e) if needs_reconcile(&e) => reconcile(core.clone(), target.clone(), how.clone()).await,
         Err(_) => {}
     }
 }
 
 /// Gives back a hold that was taken for a caller who went away.
 async fn undo_attempt(core: &Core, conn: &Conn, target: &Target, how: &Try, token: u64) {
-    let request = uuid::Uuid::new_v4().to_string();
     if let Err(e) = target
-        .unlock(core, conn, &how.holder, &request, token)
+        .unlock(core, conn, &how.holder, &how.attempt, token)
         .await
     {
         tracing::warn!(lock = target.name(), error = %e, "could not undo a cancelled acquire");
@@ -546,6 +570,7 @@ pub(crate) async fn acquire_hold(
         holder,
         lease,
         reenter,
+        attempt: String::new(),
         latch: String::new(),
     };
     let span = tracing::debug_span!(

@@ -112,16 +112,7 @@ impl MultiLock {
             .map(|l| l.target.name())
             .collect::<Vec<_>>()
             .join("+");
-        // One holder number for every part: a multi lock's holds on one
-        // client share one holder id.
-        let options = Options {
-            number: Some(
-                self.options
-                    .number
-                    .unwrap_or_else(crate::holder::fresh_number),
-            ),
-            ..self.options
-        };
+        let options = self.options;
         let timeout = |busy: &Target| LockError::Timeout {
             name: busy.name().to_owned(),
             waited: options.wait.unwrap_or_default(),
@@ -133,6 +124,14 @@ impl MultiLock {
             let mut lead = 0;
             loop {
                 let wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                // One holder number for every part of this round (a multi
+                // lock's holds on one client share one holder id), new each
+                // round: a give-back of an earlier round that failed or is
+                // late can never meet this round's holds.
+                let options = Options {
+                    number: Some(crate::holder::fresh_number()),
+                    ..options
+                };
                 let mut taken = LockGuard::group(name.clone(), 0, Vec::new());
                 let first = &locks[lead];
                 let options_first = Options { wait, ..options };

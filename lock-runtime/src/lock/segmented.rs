@@ -101,9 +101,12 @@ enum Source {
 ///
 /// Taking every segment always goes in ascending order, so two holders that
 /// both want all of them never deadlock. Do not call [`all`](Self::all) while
-/// the same task holds a single segment: release it first (as
-/// [`Inventory`](crate::Inventory) does before it merges), else two such
-/// tasks can each hold the segment the other waits for.
+/// holding a single segment outside that segment's
+/// [`scope`](crate::LockGuard::scope): release it first (as
+/// [`Inventory`](crate::Inventory) does before it merges), else the call
+/// waits for the caller's own segment (and two such callers can each hold
+/// the segment the other waits for). Inside the segment guard's scope,
+/// `all` re-enters that segment.
 #[derive(Debug, Clone)]
 pub struct SegmentedLock {
     source: Source,

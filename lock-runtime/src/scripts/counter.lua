@@ -1,15 +1,16 @@
 -- Shared by the acquire and renew scripts: prepended to each (scripts/mod.rs).
 --
--- bad_counter(key): why INCR on the fencing token counter `key` would fail
--- (a value that is not a non-negative integer below 10^18), or nil when it
--- will succeed. A key of another type raises WRONGTYPE at the GET. Acquire
+-- bad_counter(key): why INCR on the fencing token counter `key` would fail,
+-- or give a token Lua cannot carry exactly (numbers are doubles: exact below
+-- 2^53), or nil when it will succeed. A key of another type raises WRONGTYPE at the GET. Acquire
 -- scripts call it before their first write, so a corrupt counter costs an
 -- error reply and never a half-taken lock.
 local function bad_counter(key)
   local value = redis.call('get', key)
-  if value and (not string.match(value, '^%d+$') or #value > 18) then
+  if value and (not string.match(value, '^%d+$') or #value > 16
+      or tonumber(value) >= 9007199254740991) then
     return 'ERR the fencing token counter ' .. key .. ' holds "' .. value
-      .. '", not an integer below 10^18: fix or delete it'
+      .. '", not an integer below 2^53 - 1: fix or delete it'
   end
   return nil
 end

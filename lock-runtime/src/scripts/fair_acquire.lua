@@ -10,7 +10,7 @@
 -- KEYS[5]  the unlock channel, redisson_lock__channel:{name}; waiter w listens
 --          on KEYS[5] .. ':' .. w
 -- ARGV[1]  lease in milliseconds
--- ARGV[2]  holder id, <client uuid>:<task number>
+-- ARGV[2]  holder id, <client uuid>:<n>
 -- ARGV[3]  the wait time in milliseconds: how long past the lock's lease a
 --          waiter may go without retrying before it counts as gone
 -- ARGV[4]  the publish command: 'publish', or 'spublish' for sharded pub/sub
