@@ -68,14 +68,12 @@ pub(crate) fn in_scope(client: &str, name: &str) -> Option<String> {
 /// read when the returned future is first polled, where it runs: a scoped
 /// future spawned as a task carries only its own holds, and one built
 /// before it is awaited in another scope sees that scope too.
-pub(crate) fn scoped<F: Future>(holds: Vec<ScopedHold>, fut: F) -> impl Future<Output = F::Output> {
-    async move {
-        let mut all = SCOPE
-            .try_with(|scope| scope.holds.clone())
-            .unwrap_or_default();
-        all.extend(holds);
-        SCOPE.scope(Arc::new(Scope { holds: all }), fut).await
-    }
+pub(crate) async fn scoped<F: Future>(holds: Vec<ScopedHold>, fut: F) -> F::Output {
+    let mut all = SCOPE
+        .try_with(|scope| scope.holds.clone())
+        .unwrap_or_default();
+    all.extend(holds);
+    SCOPE.scope(Arc::new(Scope { holds: all }), fut).await
 }
 
 #[cfg(test)]
