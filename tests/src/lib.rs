@@ -301,3 +301,55 @@ pub async fn take_and_release(builder: lock_runtime::LockBuilder) {
     let guard = builder.acquire().await.expect("acquire");
     guard.release().await.expect("release");
 }
+
+/// How long the first future inside a [`Section`] stays there waiting for a
+/// second one to come in: far longer than the Redis round trip a second
+/// holder would need to get in, were the lock to let it.
+pub const OVERLAP_WINDOW: Duration = Duration::from_secs(2);
+
+/// Counts the futures inside a critical section at once. The first to enter
+/// waits inside (up to [`OVERLAP_WINDOW`]) for another one to enter too: an
+/// await point at which a second holder, polled by the same task, would get
+/// in if the lock let it. `max` is then 2.
+pub struct Section {
+    inside: tokio::sync::watch::Sender<usize>,
+    entries: std::sync::atomic::AtomicUsize,
+    max: std::sync::atomic::AtomicUsize,
+}
+
+impl Default for Section {
+    fn default() -> Self {
+        Section::new()
+    }
+}
+
+impl Section {
+    /// Nobody inside yet.
+    pub fn new() -> Section {
+        Section {
+            inside: tokio::sync::watch::channel(0).0,
+            entries: Default::default(),
+            max: Default::default(),
+        }
+    }
+
+    /// Enters, runs `work`, waits for company if first, leaves.
+    pub async fn enter<T>(&self, work: impl Future<Output = T>) -> T {
+        use std::sync::atomic::Ordering;
+        self.inside.send_modify(|n| *n += 1);
+        self.max.fetch_max(*self.inside.borrow(), Ordering::SeqCst);
+        let out = work.await;
+        if self.entries.fetch_add(1, Ordering::SeqCst) == 0 {
+            let mut inside = self.inside.subscribe();
+            let _ = tokio::time::timeout(OVERLAP_WINDOW, inside.wait_for(|n| *n >= 2)).await;
+            self.max.fetch_max(*self.inside.borrow(), Ordering::SeqCst);
+        }
+        self.inside.send_modify(|n| *n -= 1);
+        out
+    }
+
+    /// The most futures that were inside at once.
+    pub fn max(&self) -> usize {
+        self.max.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}

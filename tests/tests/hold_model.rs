@@ -7,7 +7,6 @@
 //! thread under `block_on`) did wrong there.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_runtime::{
@@ -17,8 +16,7 @@ use lock_runtime::{
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use tests::proxy::Proxy;
-use tests::{Server, eventually, finish, numsub};
-use tokio::sync::watch;
+use tests::{Section, Server, eventually, finish, numsub};
 use tokio::time::timeout;
 
 /// Generous bound on one wait for an event: it asserts no speed.
@@ -28,50 +26,10 @@ const WITHIN: Duration = Duration::from_secs(10);
 /// hanging it.
 const NO_DEADLOCK: Duration = Duration::from_secs(60);
 
-/// How long the first future inside a critical section stays there waiting
-/// for a second one to come in: far longer than the Redis round trip a
-/// second holder would need to get in, were the lock to let it.
-const OVERLAP_WINDOW: Duration = Duration::from_secs(2);
-
-/// Counts the futures inside a critical section at once. The first to enter
-/// waits inside (up to [`OVERLAP_WINDOW`]) for another one to enter too: an
-/// await point at which a second holder, polled by the same task, would get
-/// in if the lock let it. `max` is then 2.
-struct Section {
-    inside: watch::Sender<usize>,
-    entries: AtomicUsize,
-    max: AtomicUsize,
-}
-
-impl Section {
-    fn new() -> Section {
-        Section {
-            inside: watch::channel(0).0,
-            entries: AtomicUsize::new(0),
-            max: AtomicUsize::new(0),
-        }
-    }
-
-    async fn enter(&self) {
-        self.inside.send_modify(|n| *n += 1);
-        self.max.fetch_max(*self.inside.borrow(), Ordering::SeqCst);
-        if self.entries.fetch_add(1, Ordering::SeqCst) == 0 {
-            let mut inside = self.inside.subscribe();
-            let _ = timeout(OVERLAP_WINDOW, inside.wait_for(|n| *n >= 2)).await;
-            self.max.fetch_max(*self.inside.borrow(), Ordering::SeqCst);
-        }
-        self.inside.send_modify(|n| *n -= 1);
-    }
-
-    fn max(&self) -> usize {
-        self.max.load(Ordering::SeqCst)
-    }
-}
-
 /// Takes `name` as a new holder (no scope), runs `section` under it, releases.
 async fn exclusive(client: &LockClient, name: &str, section: &Section) -> Result<(), LockError> {
     let guard = client.lock(name).wait(NO_DEADLOCK).acquire().await?;
-    section.enter().await;
+    section.enter(async {}).await;
     guard.release().await
 }
 

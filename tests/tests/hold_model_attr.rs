@@ -6,23 +6,16 @@
 //! `init` (see [`global`]), each on its own lock names.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_runtime::{Config, LockError, distributed_lock};
 use redis::AsyncCommands;
-use tests::Server;
-use tokio::sync::watch;
+use tests::{Section, Server};
 use tokio::time::timeout;
 
 /// Generous bound on whole scenarios: a deadlock fails the test instead of
 /// hanging it.
 const NO_DEADLOCK: Duration = Duration::from_secs(60);
-
-/// How long the first body inside a critical section stays there waiting
-/// for a second one to come in: far longer than the Redis round trip a
-/// second holder would need to get in, were the lock to let it.
-const OVERLAP_WINDOW: Duration = Duration::from_secs(2);
 
 static SERVER: OnceLock<Server> = OnceLock::new();
 
@@ -37,44 +30,6 @@ async fn global() {
         // `Config`: another test initialised it first.
         Ok(()) | Err(LockError::Config(_)) => {}
         Err(e) => panic!("init: {e}"),
-    }
-}
-
-/// Counts the bodies inside a critical section at once. The first to enter
-/// waits inside (up to [`OVERLAP_WINDOW`]) for another one to enter too: an
-/// await point at which a second holder, polled by the same task, would get
-/// in if the lock let it. `max` is then 2.
-struct Section {
-    inside: watch::Sender<usize>,
-    entries: AtomicUsize,
-    max: AtomicUsize,
-}
-
-impl Section {
-    fn new() -> Section {
-        Section {
-            inside: watch::channel(0).0,
-            entries: AtomicUsize::new(0),
-            max: AtomicUsize::new(0),
-        }
-    }
-
-    /// Enters, runs `work`, waits for company if first, leaves.
-    async fn enter<T>(&self, work: impl Future<Output = T>) -> T {
-        self.inside.send_modify(|n| *n += 1);
-        self.max.fetch_max(*self.inside.borrow(), Ordering::SeqCst);
-        let out = work.await;
-        if self.entries.fetch_add(1, Ordering::SeqCst) == 0 {
-            let mut inside = self.inside.subscribe();
-            let _ = timeout(OVERLAP_WINDOW, inside.wait_for(|n| *n >= 2)).await;
-            self.max.fetch_max(*self.inside.borrow(), Ordering::SeqCst);
-        }
-        self.inside.send_modify(|n| *n -= 1);
-        out
-    }
-
-    fn max(&self) -> usize {
-        self.max.load(Ordering::SeqCst)
     }
 }
 
