@@ -117,23 +117,21 @@ impl Watchdog {
         sent: Instant,
         lease: Duration,
     ) -> (Registration, watch::Receiver<Validity>) {
+        use std::collections::hash_map::Entry as Slot;
         let until = valid_until(sent, lease);
+        let fresh = || Entry {
+            guards: 0,
+            epoch: self.epochs.fetch_add(1, Ordering::Relaxed),
+            validity: watch::channel(Validity { lost: false, until }).0,
+        };
         let mut entries = self.entries();
-        let live = entries
-            .get(&key)
-            .is_some_and(|entry| !entry.validity.borrow().is_lost());
-        if !live {
-            entries.insert(
-                key.clone(),
-                Entry {
-                    guards: 0,
-                    epoch: self.epochs.fetch_add(1, Ordering::Relaxed),
-                    validity: watch::channel(Validity { lost: false, until }).0,
-                },
-            );
-        }
-        let Some(entry) = entries.get_mut(&key) else {
-            unreachable!("inserted above")
+        let entry = match entries.entry(key.clone()) {
+            Slot::Occupied(slot) if !slot.get().validity.borrow().is_lost() => slot.into_mut(),
+            Slot::Occupied(mut slot) => {
+                slot.insert(fresh());
+                slot.into_mut()
+            }
+            Slot::Vacant(slot) => slot.insert(fresh()),
         };
         entry.guards += 1;
         entry.validity.send_if_modified(|v| {

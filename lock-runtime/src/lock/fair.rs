@@ -31,7 +31,7 @@ pub(crate) async fn attempt(
     core.check_slot_name(name)?;
     let reply = SCRIPTS
         .fair_acquire
-        .invoke(conn, &how.latch, how.reenter, |call| {
+        .invoke(conn, &how.latch(name), how.reenter, |call| {
             call.key(name)
                 .key(keys::fair_queue(name))
                 .key(keys::fair_timeouts(name))

@@ -64,17 +64,20 @@ pub(crate) struct Try {
     pub(crate) reenter: bool,
     /// This attempt's id: names its latch, and is the request id of every
     /// give-back of what it took, so that the unlock latch lets only one of
-    /// them count (an unreplicated hold given back at once and again by
-    /// [`reconcile`] is given back once).
+    /// them count (a give-back retried by [`reconcile`] counts once).
     pub(crate) attempt: String,
-    /// This attempt's latch key (see `scripts/acquire_latch.lua`).
-    pub(crate) latch: String,
 }
 
 impl Try {
     /// `'1'` / `'0'`, the scripts' re-entry argument.
     pub(crate) fn reenter_arg(&self) -> &'static str {
         if self.reenter { "1" } else { "0" }
+    }
+
+    /// This attempt's latch key on lock `name` (see
+    /// `scripts/acquire_latch.lua`).
+    pub(crate) fn latch(&self, name: &str) -> String {
+        keys::acquire_latch(name, &self.attempt)
     }
 
     /// The lease in whole milliseconds, for the scripts.
@@ -157,19 +160,11 @@ impl Target {
             Target::Read { name } => read_write::attempt(core, conn, name, how, false).await,
             Target::Write { name } => read_write::attempt(core, conn, name, how, true).await,
         }?;
-        if let Attempt::Acquired { token } = attempt
-            && let Err(e) = conn.sync_replicas(self.name()).await
-        {
-            // A hold no replica confirmed could vanish in a failover: give it
-            // back (if this fails, the caller's reconcile retries it, under
-            // the same request id).
-            if let Err(undo) = self
-                .unlock(core, conn, &how.holder, &how.attempt, token)
-                .await
-            {
-                tracing::debug!(lock = self.name(), error = %undo, "could not give back an unreplicated hold yet");
-            }
-            return Err(e);
+        if let Attempt::Acquired { .. } = attempt {
+            // A hold no replica confirmed could vanish in a failover: the
+            // error makes the caller reconcile the attempt, which gives the
+            // hold back (see [`needs_reconcile`]).
+            conn.sync_replicas(self.name()).await?;
         }
         Ok(attempt)
     }
@@ -294,10 +289,8 @@ async fn attempt_once(
     let core = client.core().clone();
     let near = core.conn.near_here();
     let conn = near.clone().unwrap_or_else(|| core.conn.clone());
-    let attempt = uuid::Uuid::new_v4().to_string();
     let how = Try {
-        latch: keys::acquire_latch(target.name(), &attempt),
-        attempt,
+        attempt: uuid::Uuid::new_v4().to_string(),
         ..how.clone()
     };
     let call = {
@@ -347,7 +340,7 @@ async fn attempt_once(
 
 /// Whether a failed attempt may have left a hold: its answer was lost (it
 /// may still run on the server), or it took the lock but no replica
-/// confirmed it (its give-back may have failed).
+/// confirmed it.
 fn needs_reconcile(e: &LockError) -> bool {
     match e {
         LockError::Redis(e) => crate::conn::connection_lost(e),
@@ -393,9 +386,10 @@ async fn reconcile(core: std::sync::Arc<Core>, target: Target, how: Try) {
 
 async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), LockError> {
     let name = target.name();
+    let latch = how.latch(name);
     let mut conn = core.conn.clone();
     let marked: Option<String> = redis::cmd("SET")
-        .arg(&how.latch)
+        .arg(&latch)
         .arg("abandoned")
         .arg("NX")
         .arg("PX")
@@ -411,7 +405,7 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
         0
     } else {
         let recorded: Option<String> = redis::cmd("GET")
-            .arg(&how.latch)
+            .arg(&latch)
             .query_async(&mut conn)
             .await
             .map_err(|e| LockError::from_redis(name, e))?;
@@ -571,7 +565,6 @@ pub(crate) async fn acquire_hold(
         lease,
         reenter,
         attempt: String::new(),
-        latch: String::new(),
     };
     let span = tracing::debug_span!(
         "acquire",

@@ -101,7 +101,7 @@ pub(crate) async fn attempt(
         )
     };
     let reply = script
-        .invoke(conn, &how.latch, how.reenter, |call| {
+        .invoke(conn, &how.latch(name), how.reenter, |call| {
             call.key(name)
                 .key(keys::token_key(name))
                 .key(third_key)

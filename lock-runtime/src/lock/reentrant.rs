@@ -18,7 +18,7 @@ pub(crate) async fn attempt(
     core.check_slot_name(name)?;
     let reply = SCRIPTS
         .reentrant_acquire
-        .invoke(conn, &how.latch, how.reenter, |call| {
+        .invoke(conn, &how.latch(name), how.reenter, |call| {
             call.key(name)
                 .key(keys::token_key(name))
                 .arg(how.lease_ms())
