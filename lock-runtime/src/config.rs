@@ -32,7 +32,9 @@ pub struct Config {
     pub(crate) topology: Topology,
     pub(crate) sharded_pubsub: Option<bool>,
     pub(crate) replica_sync: ReplicaSync,
-    pub(crate) replica_sync_timeout: Duration,
+    /// `None`: derived from the response timeout (see
+    /// [`Config::replica_sync_timeout`]).
+    replica_sync_timeout: Option<Duration>,
 }
 
 /// Where the servers are: the three topologies.
@@ -89,7 +91,7 @@ impl Config {
             topology: Topology::Standalone,
             sharded_pubsub: None,
             replica_sync: ReplicaSync::Auto,
-            replica_sync_timeout: Duration::from_secs(1),
+            replica_sync_timeout: None,
         }
     }
 
@@ -219,11 +221,23 @@ impl Config {
     }
 
     /// How long an acquisition waits for a replica to acknowledge it (see
-    /// [`replica_sync`](Self::replica_sync)). Default 1 s; must be shorter
-    /// than the [`response_timeout`](Self::response_timeout).
+    /// [`replica_sync`](Self::replica_sync)). Set, it must be longer than
+    /// zero and shorter than the [`response_timeout`](Self::response_timeout)
+    /// (the `WAIT` is one command and must answer within it).
+    ///
+    /// Default: a fifth of the response timeout, at most 1 s (1 s with the
+    /// default 5 s response timeout, 200 ms with a 1 s one), so changing the
+    /// response timeout alone always gives a valid configuration.
     pub fn replica_sync_timeout(mut self, timeout: Duration) -> Self {
-        self.replica_sync_timeout = timeout;
+        self.replica_sync_timeout = Some(timeout);
         self
+    }
+
+    /// The replica sync timeout in effect: the one set, or the default
+    /// derived from the response timeout.
+    pub(crate) fn replica_sync_wait(&self) -> Duration {
+        self.replica_sync_timeout
+            .unwrap_or_else(|| (self.response_timeout / 5).min(Duration::from_secs(1)))
     }
 
     /// ACL user name; overrides the one in the URL.
@@ -302,7 +316,7 @@ impl Config {
             ("connect_timeout", self.connect_timeout),
             ("response_timeout", self.response_timeout),
             ("fair_wait_timeout", self.fair_wait_timeout),
-            ("replica_sync_timeout", self.replica_sync_timeout),
+            ("replica_sync_timeout", self.replica_sync_wait()),
         ] {
             check_duration(knob, value)?;
         }
@@ -312,14 +326,15 @@ impl Config {
                 self.watchdog_timeout
             )));
         }
-        if self.replica_sync != ReplicaSync::Off
-            && (self.replica_sync_timeout.is_zero()
-                || self.replica_sync_timeout >= self.response_timeout)
+        if let Some(timeout) = self.replica_sync_timeout
+            && self.replica_sync != ReplicaSync::Off
+            && (timeout.is_zero() || timeout >= self.response_timeout)
         {
             return Err(LockError::Config(format!(
-                "replica_sync_timeout {:?} must be longer than zero and shorter than response_timeout {:?} \
-                 (or use ReplicaSync::Off)",
-                self.replica_sync_timeout, self.response_timeout
+                "replica_sync_timeout {timeout:?} must be longer than zero and shorter than \
+                 response_timeout {:?} (or leave it out: the default is a fifth of the response \
+                 timeout, at most 1s; or use ReplicaSync::Off)",
+                self.response_timeout
             )));
         }
         match &self.topology {
@@ -488,7 +503,7 @@ impl fmt::Debug for Config {
             .field("fair_wait_timeout", &self.fair_wait_timeout)
             .field("sharded_pubsub", &self.sharded_pubsub)
             .field("replica_sync", &self.replica_sync)
-            .field("replica_sync_timeout", &self.replica_sync_timeout)
+            .field("replica_sync_timeout", &self.replica_sync_wait())
             .finish()
     }
 }
@@ -584,6 +599,28 @@ mod tests {
     fn bad_url_is_a_config_error() {
         let err = Config::new("not a url").connection_info().unwrap_err();
         assert!(matches!(err, LockError::Config(_)), "{err:?}");
+    }
+
+    #[test]
+    fn replica_sync_timeout_follows_the_response_timeout_unless_set() {
+        // Changing the response timeout alone is always a valid configuration.
+        for ms in [1, 10, 300, 1000, 4000, 5000, 60_000] {
+            let config = Config::new("redis://a:1").response_timeout(Duration::from_millis(ms));
+            assert!(config.check().is_ok(), "response_timeout {ms}ms");
+            assert!(config.replica_sync_wait() < config.response_timeout);
+        }
+        let config = Config::new("redis://a:1");
+        assert_eq!(config.replica_sync_wait(), Duration::from_secs(1));
+        let short = config.clone().response_timeout(Duration::from_secs(1));
+        assert_eq!(short.replica_sync_wait(), Duration::from_millis(200));
+        // Set, it is kept, and still checked against the response timeout.
+        let set = config.replica_sync_timeout(Duration::from_millis(700));
+        assert_eq!(set.replica_sync_wait(), Duration::from_millis(700));
+        assert!(set.clone().check().is_ok());
+        assert!(matches!(
+            set.response_timeout(Duration::from_millis(500)).check(),
+            Err(LockError::Config(_))
+        ));
     }
 
     #[test]

@@ -181,7 +181,7 @@ impl Conn {
             shared: Arc::new(Shared {
                 sharded,
                 replica_sync: config.replica_sync,
-                replica_sync_timeout: config.replica_sync_timeout,
+                replica_sync_timeout: config.replica_sync_wait(),
                 replicas: tokio::sync::Mutex::new(None),
                 near,
             }),

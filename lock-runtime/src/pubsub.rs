@@ -11,8 +11,20 @@
 //! the node that now owns the channel's slot, see [`crate::conn`]); a sharded
 //! subscription that a cluster node drops because the slot moved away is made
 //! again here.
+//!
+//! **No subscription outlives its waiters.** A `SUBSCRIBE` or `UNSUBSCRIBE`
+//! that fails may still have taken effect, or take effect later: a request
+//! that timed out can still reach the server and be confirmed, and the
+//! connection remembers every confirmed subscription and makes it again
+//! after a reconnect. So a channel whose subscribe or unsubscribe failed, and
+//! that no waiter wants, is kept as a *stray* and unsubscribed again, every
+//! [`STRAY_SWEEP`] until that succeeds (an `UNSUBSCRIBE` of a channel not
+//! subscribed is harmless). Requests keep their order, so a stray's
+//! unsubscribe never overtakes a later subscribe of the same channel, and a
+//! channel wanted again stops being a stray.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use redis::{PushInfo, PushKind};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -98,12 +110,17 @@ struct Channel {
     messages: watch::Sender<u64>,
 }
 
+/// How often channels whose unsubscribe is owed are unsubscribed again.
+const STRAY_SWEEP: Duration = Duration::from_millis(250);
+
 async fn dispatch(
     mut conn: Conn,
     mut inbox: mpsc::UnboundedReceiver<Request>,
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
 ) {
     let mut channels: HashMap<String, Channel> = HashMap::new();
+    let mut strays: HashSet<String> = HashSet::new();
+    let mut sweep_at = tokio::time::Instant::now();
     loop {
         tokio::select! {
             biased;
@@ -130,29 +147,48 @@ async fn dispatch(
                             known.subscribers += 1;
                             Ok(known.messages.subscribe())
                         }
-                        None => match conn.subscribe(&channel).await {
-                            Ok(()) => {
-                                let (messages, receiver) = watch::channel(0);
-                                channels.insert(channel.clone(), Channel { subscribers: 1, messages });
-                                Ok(receiver)
+                        None => {
+                            strays.remove(&channel);
+                            match conn.subscribe(&channel).await {
+                                Ok(()) => {
+                                    let (messages, receiver) = watch::channel(0);
+                                    channels.insert(channel.clone(), Channel { subscribers: 1, messages });
+                                    Ok(receiver)
+                                }
+                                Err(e) => {
+                                    // It may have been (or be) confirmed all the same.
+                                    owe_unsubscribe(&mut strays, &mut sweep_at, channel.clone());
+                                    Err(LockError::Redis(e))
+                                }
                             }
-                            Err(e) => Err(LockError::Redis(e)),
-                        },
+                        }
                     };
                     let subscribed = answer.is_ok();
                     if reply.send(answer).is_err() && subscribed {
                         // The subscriber gave up while we worked for it.
-                        leave(&mut conn, &mut channels, channel).await;
+                        leave(&mut conn, &mut channels, &mut strays, &mut sweep_at, channel).await;
                     }
                 }
-                Some(Request::Unsubscribe { channel }) => leave(&mut conn, &mut channels, channel).await,
+                Some(Request::Unsubscribe { channel }) => {
+                    leave(&mut conn, &mut channels, &mut strays, &mut sweep_at, channel).await;
+                }
                 None => break,
             },
+            () = tokio::time::sleep_until(sweep_at), if !strays.is_empty() => {
+                sweep(&mut conn, &mut strays).await;
+                sweep_at = tokio::time::Instant::now() + STRAY_SWEEP;
+            }
         }
     }
 }
 
-async fn leave(conn: &mut Conn, channels: &mut HashMap<String, Channel>, channel: String) {
+async fn leave(
+    conn: &mut Conn,
+    channels: &mut HashMap<String, Channel>,
+    strays: &mut HashSet<String>,
+    sweep_at: &mut tokio::time::Instant,
+    channel: String,
+) {
     let Some(known) = channels.get_mut(&channel) else {
         return;
     };
@@ -160,7 +196,42 @@ async fn leave(conn: &mut Conn, channels: &mut HashMap<String, Channel>, channel
     if known.subscribers == 0 {
         channels.remove(&channel);
         if let Err(e) = conn.unsubscribe(&channel).await {
-            tracing::debug!(%channel, error = %e, "unsubscribe failed; the connection is gone with it");
+            tracing::debug!(%channel, error = %e, "unsubscribe failed; trying again until it succeeds");
+            owe_unsubscribe(strays, sweep_at, channel);
+        }
+    }
+}
+
+/// Notes that `channel`, wanted by no waiter, must be unsubscribed again.
+fn owe_unsubscribe(
+    strays: &mut HashSet<String>,
+    sweep_at: &mut tokio::time::Instant,
+    channel: String,
+) {
+    if strays.is_empty() {
+        *sweep_at = tokio::time::Instant::now() + STRAY_SWEEP;
+    }
+    strays.insert(channel);
+}
+
+/// Unsubscribes the strays, until the connection fails (the rest wait for
+/// the next sweep). An unsubscribe that the server answers with an error
+/// (not a lost connection) will not do better later: it is given up.
+async fn sweep(conn: &mut Conn, strays: &mut HashSet<String>) {
+    let owed: Vec<String> = strays.iter().cloned().collect();
+    for channel in owed {
+        match conn.unsubscribe(&channel).await {
+            Ok(()) => {
+                strays.remove(&channel);
+            }
+            Err(e) if crate::conn::connection_lost(&e) => {
+                tracing::debug!(%channel, error = %e, "unsubscribe still failing; trying again later");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(%channel, error = %e, "could not unsubscribe a channel no waiter wants");
+                strays.remove(&channel);
+            }
         }
     }
 }

@@ -79,6 +79,38 @@ impl Server {
         panic!("could not restart redis-server on port {}", self.port);
     }
 
+    /// A server that persists every write before answering it
+    /// (`--appendonly yes --appendfsync always`) in `dir`, so that a
+    /// [`crash`](Self::crash) and [`restart`](Self::restart) keep all data,
+    /// and that accepts `DEBUG` from loopback.
+    pub fn start_persistent(dir: &std::path::Path) -> Server {
+        let dir = dir.to_string_lossy();
+        Server::start_with(&[
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--dir",
+            &dir,
+            "--enable-debug-command",
+            "local",
+        ])
+    }
+
+    /// Kills the server with SIGKILL (no shutdown, no final save) and waits
+    /// until it is gone. [`restart`](Self::restart) brings it back.
+    pub fn crash(&mut self) {
+        let Some(mut keeper) = self.process.take() else {
+            return;
+        };
+        if let Some(pid) = server_pid(self.port) {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+        // The keeper returns once its server is gone.
+        drop(keeper.stdin.take());
+        let _ = keeper.wait();
+    }
+
     /// Whether the server is running.
     pub fn is_running(&self) -> bool {
         self.process.is_some()
@@ -177,6 +209,18 @@ fn spawn_on(port: u16, extra: &[String]) -> Option<Child> {
     drop(keeper.stdin.take());
     let _ = keeper.wait();
     None
+}
+
+/// The process id of the server on `port` (`INFO server`).
+fn server_pid(port: u16) -> Option<u32> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+    let mut conn = client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .ok()?;
+    let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
 }
 
 fn ping(port: u16) -> bool {
@@ -352,4 +396,72 @@ impl Section {
     pub fn max(&self) -> usize {
         self.max.load(std::sync::atomic::Ordering::SeqCst)
     }
+}
+
+/// The channels someone listens on (`PUBSUB CHANNELS` and, on Redis 7 or
+/// newer, `PUBSUB SHARDCHANNELS`), sorted.
+pub async fn channels(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let mut all: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(conn)
+        .await
+        .expect("PUBSUB CHANNELS");
+    let sharded: Vec<String> = redis::cmd("PUBSUB")
+        .arg("SHARDCHANNELS")
+        .query_async(conn)
+        .await
+        .unwrap_or_default();
+    all.extend(sharded);
+    all.sort();
+    all
+}
+
+/// Waits until nobody listens on any channel of the server (a lock's waiters
+/// have all gone, and their client has let go of every subscription). Panics
+/// with the channels still subscribed after `within`.
+pub async fn until_no_channels(conn: &redis::aio::MultiplexedConnection, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = channels(&mut conn.clone()).await;
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "channels still subscribed with no waiter left: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Every key of the server and its remaining lifetime in ms (`PTTL`: -1
+/// when it has none), sorted by key.
+pub async fn keys_and_ttls(conn: &mut redis::aio::MultiplexedConnection) -> Vec<(String, i64)> {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(conn)
+        .await
+        .expect("KEYS");
+    let mut out = Vec::new();
+    for key in keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(conn)
+            .await
+            .expect("PTTL");
+        if ttl != -2 {
+            out.push((key, ttl));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A fresh, empty directory for one test's server files (AOF, RDB, logs),
+/// under the system's temp dir, unique to this process and `tag`.
+pub fn scratch_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("lock-runtime-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
 }

@@ -29,6 +29,9 @@
 //! proxy.stall(); // requests and answers are held back from here on...
 //! proxy.resume(); // ...and delivered, in order, from here on.
 //! proxy.cut(); // every current connection is closed; new ones are accepted.
+//! proxy.refuse(); // cut, and connecting is refused (the port is closed)...
+//! proxy.accept(); // ...until this.
+//! proxy.stall_on(b"SUBSCRIBE"); // stalls when a chunk with these bytes comes
 //! # drop(client);
 //! # }
 //! ```
@@ -45,7 +48,11 @@ use tokio::sync::{Mutex, mpsc, oneshot, watch};
 pub struct Proxy {
     port: u16,
     /// `true` while stalled.
-    stalled: watch::Sender<bool>,
+    stalled: Arc<watch::Sender<bool>>,
+    /// Bytes whose arrival stalls the proxy (see [`stall_on`](Self::stall_on)).
+    trigger: Trigger,
+    /// `true` while connecting is refused.
+    refusing: watch::Sender<bool>,
     /// Bumped by every [`cut`](Self::cut); connections close when it moves,
     /// and when it is dropped (the proxy is stopped).
     cuts: watch::Sender<u64>,
@@ -75,21 +82,28 @@ impl Proxy {
             .enable_all()
             .build()
             .expect("the proxy's runtime");
-        let (stalled, stalled_rx) = watch::channel(false);
+        let stalled = Arc::new(watch::channel(false).0);
+        let trigger = Trigger::default();
+        let (refusing, refusing_rx) = watch::channel(false);
         let (cuts, cuts_rx) = watch::channel(0u64);
         let held = Arc::new(watch::channel(0usize).0);
         let (jobs_in, jobs) = mpsc::unbounded_channel();
-        runtime.spawn(forwarder(jobs, stalled_rx));
+        runtime.spawn(forwarder(jobs, stalled.clone(), trigger.clone()));
         runtime.spawn(accept_loop(
             listener,
-            upstream_port,
-            jobs_in,
-            cuts_rx,
-            held.clone(),
+            Accept {
+                upstream: upstream_port,
+                jobs: jobs_in,
+                cuts: cuts_rx,
+                held: held.clone(),
+                refusing: refusing_rx,
+            },
         ));
         Proxy {
             port,
             stalled,
+            trigger,
+            refusing,
             cuts,
             held,
             runtime: Some(runtime),
@@ -119,6 +133,33 @@ impl Proxy {
     /// Forwards again, starting with what was held back while stalled.
     pub fn resume(&self) {
         self.stalled.send_replace(false);
+    }
+
+    /// Arms a trigger: the first chunk read (either way) that contains
+    /// `needle` stalls the proxy before it is written, as
+    /// [`stall`](Self::stall) would, so a test can hold back one particular
+    /// request (`b"SUBSCRIBE"`, `b"EVALSHA"`) and everything after it. The
+    /// trigger fires once; [`resume`](Self::resume) delivers as usual.
+    pub fn stall_on(&self, needle: &[u8]) {
+        *self.trigger.lock() = Some(needle.to_vec());
+    }
+
+    /// Whether an armed [`stall_on`](Self::stall_on) trigger has fired.
+    pub fn triggered(&self) -> bool {
+        self.trigger.lock().is_none() && *self.stalled.borrow()
+    }
+
+    /// Cuts every connection and closes the listening port: connecting is
+    /// refused (`ECONNREFUSED`), as with a server that is down, until
+    /// [`accept`](Self::accept).
+    pub fn refuse(&self) {
+        self.refusing.send_replace(true);
+        self.cut();
+    }
+
+    /// Listens again on the same port after [`refuse`](Self::refuse).
+    pub fn accept(&self) {
+        self.refusing.send_replace(false);
     }
 
     /// Closes every current connection, both sides (bytes held back on them
@@ -203,10 +244,42 @@ impl Drop for Chunk {
     }
 }
 
+/// The bytes that stall the proxy when they arrive, while armed.
+#[derive(Clone, Default)]
+struct Trigger(Arc<std::sync::Mutex<Option<Vec<u8>>>>);
+
+impl Trigger {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<u8>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether `bytes` fire the trigger (which disarms it).
+    fn fires(&self, bytes: &[u8]) -> bool {
+        let mut armed = self.lock();
+        let hit = armed
+            .as_deref()
+            .is_some_and(|needle| bytes.windows(needle.len()).any(|w| w == needle));
+        if hit {
+            *armed = None;
+        }
+        hit
+    }
+}
+
 /// Writes every chunk of every connection, one at a time in the order they
 /// were read, and none while stalled.
-async fn forwarder(mut jobs: mpsc::UnboundedReceiver<Job>, mut stalled: watch::Receiver<bool>) {
+async fn forwarder(
+    mut jobs: mpsc::UnboundedReceiver<Job>,
+    stall: Arc<watch::Sender<bool>>,
+    trigger: Trigger,
+) {
+    let mut stalled = stall.subscribe();
     while let Some(job) = jobs.recv().await {
+        if let Job::Data(_, chunk) = &job
+            && trigger.fires(&chunk.bytes)
+        {
+            stall.send_replace(true);
+        }
         if stalled.wait_for(|stalled| !*stalled).await.is_err() {
             return;
         }
@@ -228,22 +301,54 @@ async fn forwarder(mut jobs: mpsc::UnboundedReceiver<Job>, mut stalled: watch::R
     }
 }
 
-async fn accept_loop(
-    listener: std::net::TcpListener,
+/// What the accept loop passes to each connection it accepts.
+struct Accept {
     upstream: u16,
     jobs: mpsc::UnboundedSender<Job>,
     cuts: watch::Receiver<u64>,
     held: Arc<watch::Sender<usize>>,
-) {
-    let listener = TcpListener::from_std(listener).expect("the proxy's listener");
+    refusing: watch::Receiver<bool>,
+}
+
+async fn accept_loop(listener: std::net::TcpListener, mut with: Accept) {
+    let port = listener.local_addr().expect("the proxy's address").port();
+    let mut listener = Some(TcpListener::from_std(listener).expect("the proxy's listener"));
     loop {
-        let Ok((downstream, _)) = listener.accept().await else {
+        let Some(open) = &listener else {
+            // Refusing: the port stays closed until told to accept again.
+            if with.refusing.wait_for(|refusing| !*refusing).await.is_err() {
+                return;
+            }
+            // The port was ours a moment ago; take it back (SO_REUSEADDR).
+            listener = TcpListener::bind(("127.0.0.1", port)).await.ok();
+            if listener.is_none() {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            continue;
+        };
+        let accepted = tokio::select! {
+            accepted = open.accept() => accepted,
+            refusing = with.refusing.wait_for(|refusing| *refusing) => {
+                if refusing.is_err() {
+                    return;
+                }
+                listener = None;
+                continue;
+            }
+        };
+        let Ok((downstream, _)) = accepted else {
             continue;
         };
         // Subscribed at accept: a later cut closes this connection.
-        let mut cut = cuts.clone();
+        let mut cut = with.cuts.clone();
         cut.borrow_and_update();
-        tokio::spawn(relay(downstream, upstream, jobs.clone(), cut, held.clone()));
+        tokio::spawn(relay(
+            downstream,
+            with.upstream,
+            with.jobs.clone(),
+            cut,
+            with.held.clone(),
+        ));
     }
 }
 

@@ -570,9 +570,8 @@ async fn an_acquire_with_an_unknown_answer_leaves_no_hold() {
     let a = LockClient::connect(
         Config::new(proxy.url())
             .response_timeout(Duration::from_millis(300))
-            .watchdog_timeout(Duration::from_secs(20))
-            // No replicas here; the replica wait must fit in the response timeout.
-            .replica_sync(ReplicaSync::Off),
+            // The replica sync timeout follows (issue 10): no second knob.
+            .watchdog_timeout(Duration::from_secs(20)),
     )
     .await
     .unwrap();

@@ -1,4 +1,5 @@
 -- Shared by the acquire and renew scripts: prepended to each (scripts/mod.rs).
+-- Calls only Redis commands; takes no KEYS or ARGV of its own.
 --
 -- bad_counter(key): why INCR on the fencing token counter `key` would fail,
 -- or give a token Lua cannot carry exactly (numbers are doubles: exact below
@@ -34,3 +35,38 @@ local function keep_longest(key, lease)
   end
 end
 
+
+-- clock_token(): the server's clock in microseconds (TIME), as the decimal
+-- text of an integer: 16 digits until the year 2286, below 2^53.
+local function clock_token()
+  local now = redis.call('time')
+  return now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
+end
+
+-- next_token(counter, lease): INCRs the fencing token counter `counter` and
+-- returns the new token, keeping the counter bounded and monotonic (the
+-- argument is in the crate docs, "Fencing tokens"):
+-- - a missing counter is created at the server's clock in microseconds, so
+--   it starts above every token an expired counter of the name handed out;
+-- - a counter without expiry (made by Redisson's RFencedLock, starting at 1,
+--   or by an older version of this library) is raised to that clock if it is
+--   below it, never lowered, and from then on expires like ours;
+-- - the counter lives at least `lease` ms past this acquisition (never
+--   less than it has), so it outlives the hold's first lease and then goes.
+-- Call it after refusal(): bad_counter has vetted the value.
+local function next_token(counter, lease)
+  local ttl = redis.call('pttl', counter)
+  if ttl == -2 then
+    redis.call('set', counter, clock_token(), 'px', lease)
+  elseif ttl == -1 then
+    local clock = clock_token()
+    if tonumber(redis.call('get', counter)) < tonumber(clock) then
+      redis.call('set', counter, clock, 'px', lease)
+    else
+      redis.call('pexpire', counter, lease)
+    end
+  elseif ttl < lease then
+    redis.call('pexpire', counter, lease)
+  end
+  return redis.call('incr', counter)
+end

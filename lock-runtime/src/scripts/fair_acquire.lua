@@ -25,7 +25,9 @@
 --
 -- Time is the server's (TIME), so clients with skewed clocks agree on every
 -- deadline. A caller that is not taking the lock joins the back of the queue
--- (first call) or refreshes its deadline (later calls: it is alive).
+-- (first call) or refreshes its deadline (later calls: it is alive). The
+-- queue and deadline keys expire at the latest deadline in them, so a
+-- queue whose waiters all died leaves nothing behind.
 
 local lock, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
 local holder = ARGV[2]
@@ -38,7 +40,7 @@ end
 if redis.call('hexists', lock, holder) == 1 then
   redis.call('hincrby', lock, holder, 1)
   keep_longest(lock, lease)
-  return {1, redis.call('incr', KEYS[4])}
+  return {1, next_token(KEYS[4], lease)}
 end
 if ARGV[5] == '1' then
   return {3, 0}
@@ -77,7 +79,7 @@ if free and (not head or head == holder) then
       redis.call('zadd', deadlines, math.max(deadline - wait, math.min(deadline, floor)), waiting[i])
     end
   end
-  return {1, redis.call('incr', KEYS[4])}
+  return {1, next_token(KEYS[4], lease)}
 end
 
 local pttl = redis.call('pttl', lock)
@@ -98,6 +100,12 @@ else
   redis.call('rpush', queue, holder)
   head = head or holder
 end
+-- The queue and its deadlines go when the last waiter's deadline passes
+-- (every waiter is gone by then unless it retried, which comes back here).
+-- Only this branch raises a deadline; elsewhere they only drop or go.
+local last = redis.call('zrange', deadlines, -1, -1, 'withscores')
+redis.call('pexpireat', deadlines, last[2])
+redis.call('pexpireat', queue, last[2])
 
 if head == holder then
   return {0, pttl}

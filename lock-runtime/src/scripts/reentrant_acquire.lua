@@ -21,7 +21,7 @@ end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
   keep_longest(KEYS[1], lease)
-  return {1, redis.call('incr', KEYS[2])}
+  return {1, next_token(KEYS[2], lease)}
 end
 if ARGV[3] == '1' then
   return {3, 0}
@@ -29,6 +29,6 @@ end
 if redis.call('exists', KEYS[1]) == 0 then
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], lease)
-  return {1, redis.call('incr', KEYS[2])}
+  return {1, next_token(KEYS[2], lease)}
 end
 return {0, redis.call('pttl', KEYS[1])}

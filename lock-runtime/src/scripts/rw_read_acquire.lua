@@ -42,7 +42,7 @@ if mode == 'write' and not writes then
   return {0, redis.call('pttl', KEYS[1])}
 end
 local k = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-local token = redis.call('incr', KEYS[2])
+local token = next_token(KEYS[2], lease)
 redis.call('set', KEYS[3] .. ':' .. k, token, 'px', lease)
 if mode then
   -- The hash lives as long as its longest hold.

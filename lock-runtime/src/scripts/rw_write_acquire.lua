@@ -25,7 +25,7 @@ local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
   redis.call('hincrby', KEYS[1], writer, 1)
   keep_longest(KEYS[1], lease)
-  return {1, redis.call('incr', KEYS[2])}
+  return {1, next_token(KEYS[2], lease)}
 end
 if ARGV[3] == '1' then
   if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
@@ -41,6 +41,6 @@ end
 if not mode then
   redis.call('hset', KEYS[1], 'mode', 'write', writer, 1)
   redis.call('pexpire', KEYS[1], lease)
-  return {1, redis.call('incr', KEYS[2])}
+  return {1, next_token(KEYS[2], lease)}
 end
 return {0, redis.call('pttl', KEYS[1])}
