@@ -279,6 +279,7 @@ mod keys;
 mod local;
 mod lock;
 mod pubsub;
+mod retry;
 mod scripts;
 mod watchdog;
 

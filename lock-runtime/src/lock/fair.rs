@@ -18,6 +18,7 @@ use crate::client::Core;
 use crate::conn::Conn;
 use crate::keys;
 use crate::lock::{Attempt, Try, answer};
+use crate::retry;
 use crate::scripts::SCRIPTS;
 
 /// One try at taking (or re-entering) the lock; a failed try queues the
@@ -75,30 +76,44 @@ pub(crate) async fn unlock(
 }
 
 /// The clean-up of a waiter that leaves without the lock: out of the queue
-/// and the deadlines, those behind it moved up. Failures are logged: a place
-/// left behind is evicted at its deadline anyway.
+/// and the deadlines, those behind it moved up. Retried while Redis is
+/// unreachable, until its place would have been evicted anyway (the wait
+/// time past a lease); a place left behind after that is evicted at its
+/// deadline, and the queue keys expire with the last deadline.
 pub(crate) fn give_up(
     core: &Core,
     name: &str,
     holder: &str,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let mut conn = core.conn.clone();
+    let conn = core.conn.clone();
     let wait = wait_ms(core);
+    let within = core
+        .config
+        .fair_wait_timeout
+        .saturating_add(core.config.watchdog_timeout);
     let publish = core.publish_command();
     let name = name.to_owned();
     let holder = holder.to_owned();
     async move {
-        let left: Result<i64, _> = SCRIPTS
-            .fair_give_up
-            .key(&name)
-            .key(keys::fair_queue(&name))
-            .key(keys::fair_timeouts(&name))
-            .key(keys::lock_channel(&name))
-            .arg(&holder)
-            .arg(wait)
-            .arg(publish)
-            .invoke_async(&mut conn)
-            .await;
+        let left = retry::while_unreachable(within, || {
+            let mut conn = conn.clone();
+            let (name, holder) = (&name, &holder);
+            async move {
+                SCRIPTS
+                    .fair_give_up
+                    .key(name)
+                    .key(keys::fair_queue(name))
+                    .key(keys::fair_timeouts(name))
+                    .key(keys::lock_channel(name))
+                    .arg(holder)
+                    .arg(wait)
+                    .arg(publish)
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+                    .map_err(|e| LockError::from_redis(name, e))
+            }
+        })
+        .await;
         match left {
             Ok(_) => tracing::debug!(lock = %name, "left the fair queue"),
             Err(e) => {

@@ -24,6 +24,7 @@ use crate::conn::Conn;
 use crate::guard::{Held, LockGuard};
 use crate::holder;
 use crate::keys;
+use crate::retry;
 use crate::watchdog::RenewKind;
 use crate::{LockClient, LockError};
 
@@ -359,28 +360,17 @@ const RECONCILE_FOR: Duration = Duration::from_secs(16 * 60);
 /// taking anything if it has not run yet (it may still be on its way). If it
 /// had run, the hold it took is given back: a re-entry recorded its token in
 /// the latch; a new holder's hold shows by itself (the holder id is new, so
-/// any hold under it is this attempt's). Retried with backoff on connection
-/// errors for [`RECONCILE_FOR`].
+/// any hold under it is this attempt's). Retried with backoff while Redis is
+/// unreachable, for [`RECONCILE_FOR`].
 ///
 /// One case is left to the lease: a re-entry whose record in the latch
 /// (30 s) expired before the reconcile reached Redis (a partition longer
 /// than that, after the re-entry ran) keeps its count until the lease ends.
 async fn reconcile(core: std::sync::Arc<Core>, target: Target, how: Try) {
-    let until = Instant::now() + RECONCILE_FOR;
-    let mut pause = Duration::from_millis(50);
-    loop {
-        match reconcile_once(&core, &target, &how).await {
-            Ok(()) => return,
-            Err(e) if Instant::now() < until => {
-                tracing::debug!(lock = target.name(), error = %e, "reconciling a lost acquire answer; retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-            Err(e) => {
-                tracing::warn!(lock = target.name(), error = %e, "could not reconcile a lost acquire answer; the lease will end it");
-                return;
-            }
-        }
+    let settled =
+        retry::while_unreachable(RECONCILE_FOR, || reconcile_once(&core, &target, &how)).await;
+    if let Err(e) = settled {
+        tracing::warn!(lock = target.name(), error = %e, "could not reconcile a lost acquire answer; the lease will end it");
     }
 }
 

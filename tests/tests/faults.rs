@@ -1,0 +1,319 @@
+//! The fault-injection suite (issue 10): several worker processes
+//! (`src/bin/fault_worker.rs`) lock a few hot names and many names used
+//! once, each through its own loopback [`Proxy`], and write every critical
+//! section to a ledger on a server of its own that refuses stale fencing
+//! tokens and notes every overlap. Meanwhile the suite injects, in turn:
+//!
+//! - a cut of one worker's connections;
+//! - one worker's connections refused for a second (the port closed);
+//! - one worker's link stalled, without closing, for 1.5 s (3x the response
+//!   timeout);
+//! - SIGKILL of the lock server (`--appendonly yes --appendfsync always`)
+//!   and a restart;
+//! - `CLIENT KILL` of every pub/sub connection, then of every normal one;
+//! - `DEBUG SLEEP 1` (the server stops answering for a second: longer than
+//!   a 1 s watchdog lease);
+//! - SIGSTOP of one worker process for 3 s (3 leases), then SIGCONT.
+//!
+//! Then it checks what users rely on:
+//!
+//! - every overlap of two sections was reported to one of its holders
+//!   (`is_lost()` at the end of the section, or an error from `release()`);
+//! - no acquire outlived its `wait` by more than a few seconds;
+//! - no worker panicked (each exits with success);
+//! - and, with every worker still connected: no channel is subscribed, no
+//!   key lacks an expiry, and once the locks' leases have passed only
+//!   latches (short-lived records of answers) are left: nothing per name.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use tests::proxy::Proxy;
+use tests::{Server, eventually, keys_and_ttls, scratch_dir, until_no_channels};
+
+const WORKERS: usize = 3;
+const TASKS: usize = 6;
+const RUN: Duration = Duration::from_secs(30);
+const FAULT_EVERY: Duration = Duration::from_secs(2);
+const WAIT: Duration = Duration::from_secs(2);
+const LEASE: Duration = Duration::from_secs(1);
+const RESPONSE: Duration = Duration::from_millis(500);
+/// How far past its `wait` an acquire may return: its last attempt and the
+/// reconcile of a lost answer (each bounded by the response timeout), plus
+/// a SIGSTOP of its whole process (3 s).
+const OVERRUN_LIMIT: Duration = Duration::from_secs(6);
+/// The longest a latch lives: an `abandoned` mark of a reconciled attempt.
+const LATCH_LIMIT: Duration = Duration::from_secs(16 * 60);
+
+/// A worker process and what it printed when its run was over.
+struct Worker {
+    child: Child,
+    /// Its lock client's id: the prefix of its holder ids.
+    id: String,
+    done: std::sync::mpsc::Receiver<String>,
+}
+
+impl Worker {
+    fn spawn(name: &str, lock_url: &str, ledger_url: &str) -> Worker {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fault_worker"))
+            .args([
+                format!("lock={lock_url}"),
+                format!("ledger={ledger_url}"),
+                format!("worker={name}"),
+                format!("tasks={TASKS}"),
+                format!("run_ms={}", RUN.as_millis()),
+                format!("wait_ms={}", WAIT.as_millis()),
+                format!("lease_ms={}", LEASE.as_millis()),
+                format!("response_ms={}", RESPONSE.as_millis()),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the fault worker starts");
+        let mut stdout = BufReader::new(child.stdout.take().expect("its stdout"));
+        let mut first = String::new();
+        stdout
+            .read_line(&mut first)
+            .expect("the worker's first line");
+        let id = first
+            .trim()
+            .strip_prefix("CLIENT ")
+            .expect("the worker says its client id")
+            .to_owned();
+        let (tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if line.starts_with("DONE") {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        Worker { child, id, done }
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal}");
+    }
+
+    /// The `DONE` line's `key=value` counts.
+    fn counts(&self, within: Duration) -> Vec<(String, u64)> {
+        let line = self
+            .done
+            .recv_timeout(within)
+            .expect("the worker finished its run (no hang, no panic)");
+        println!("{line}");
+        line.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.parse().expect("a count")))
+            .collect()
+    }
+
+    /// Tells the worker to exit, and checks that it exits cleanly.
+    fn finish(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().expect("the worker exits");
+        assert!(status.success(), "the worker failed: {status}");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The faults, in the order they are injected (then again from the start).
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    Cut,
+    Refuse,
+    Stall,
+    Crash,
+    ClientKill,
+    DebugSleep,
+    Stop,
+}
+
+const FAULTS: [Fault; 7] = [
+    Fault::Cut,
+    Fault::Stop,
+    Fault::Refuse,
+    Fault::Crash,
+    Fault::Stall,
+    Fault::ClientKill,
+    Fault::DebugSleep,
+];
+
+/// The index of a worker that holds one of the hot locks now, if any.
+async fn holder_of_a_hot_lock(server: &Server, workers: &[Worker]) -> Option<usize> {
+    let mut raw = server.raw().await;
+    for k in 0..4 {
+        let holders: Vec<String> = raw.hkeys(format!("hot:{k}")).await.unwrap_or_default();
+        for holder in holders {
+            if let Some(i) = workers.iter().position(|w| holder.starts_with(&w.id)) {
+                return Some(i);
+            }
+        }
+    }
+    None
+}
+
+async fn pause(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_under_faults() {
+    let dir = scratch_dir("faults");
+    let mut server = Server::start_persistent(&dir);
+    let ledger = Server::start();
+    let proxies: Vec<Proxy> = (0..WORKERS).map(|_| Proxy::start(server.port())).collect();
+    let workers: Vec<Worker> = proxies
+        .iter()
+        .enumerate()
+        .map(|(i, proxy)| Worker::spawn(&format!("w{i}"), &proxy.url(), &ledger.url()))
+        .collect();
+
+    let started = Instant::now();
+    let mut injected = Vec::new();
+    for (i, fault) in FAULTS.iter().cycle().enumerate() {
+        pause(FAULT_EVERY).await;
+        if started.elapsed() + FAULT_EVERY > RUN {
+            break;
+        }
+        let target = i % WORKERS;
+        injected.push((*fault, target));
+        match fault {
+            Fault::Cut => proxies[target].cut(),
+            Fault::Refuse => {
+                proxies[target].refuse();
+                pause(Duration::from_secs(1)).await;
+                proxies[target].accept();
+            }
+            Fault::Stall => {
+                proxies[target].stall();
+                pause(Duration::from_millis(1500)).await;
+                proxies[target].resume();
+            }
+            Fault::Crash => {
+                server.crash();
+                server.restart();
+            }
+            Fault::ClientKill => {
+                let mut raw = server.raw().await;
+                for kind in ["pubsub", "normal"] {
+                    let _: i64 = redis::cmd("CLIENT")
+                        .arg("KILL")
+                        .arg("TYPE")
+                        .arg(kind)
+                        .query_async(&mut raw)
+                        .await
+                        .expect("CLIENT KILL");
+                }
+            }
+            Fault::DebugSleep => {
+                // The answer comes after the sleep, past the raw
+                // connection's own response timeout: not waited for.
+                let mut raw = server.raw().await;
+                let _ = redis::cmd("DEBUG")
+                    .arg("SLEEP")
+                    .arg(1)
+                    .query_async::<()>(&mut raw)
+                    .await;
+            }
+            Fault::Stop => {
+                // Freeze a worker that holds a hot lock, if one does now:
+                // its lease runs out while it is in its section.
+                let holding = holder_of_a_hot_lock(&server, &workers).await;
+                let worker = &workers[holding.unwrap_or(target)];
+                worker.signal("-STOP");
+                pause(Duration::from_secs(3)).await;
+                worker.signal("-CONT");
+            }
+        }
+    }
+    println!("injected: {injected:?}");
+
+    // Every worker finishes its run: no hang, no panic.
+    let mut sections = 0;
+    for worker in &workers {
+        let counts = worker.counts(RUN + Duration::from_secs(60));
+        let count = |key: &str| {
+            counts
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| *v)
+                .expect("the count is printed")
+        };
+        sections += count("sections");
+        let overrun = Duration::from_millis(count("max_overrun_ms"));
+        assert!(
+            overrun <= OVERRUN_LIMIT,
+            "an acquire outlived its wait by {overrun:?}"
+        );
+    }
+    assert!(
+        sections > 100,
+        "the workers got work done: {sections} sections"
+    );
+
+    // Every overlap was reported to one of its two holders.
+    let mut book = ledger.raw().await;
+    let overlaps: Vec<String> = book.lrange("overlaps", 0, -1).await.unwrap();
+    let reported: HashSet<String> = book.smembers("reported").await.unwrap();
+    println!(
+        "{sections} sections, {} overlaps, {} reported sections",
+        overlaps.len(),
+        reported.len()
+    );
+    for pair in &overlaps {
+        let (a, b) = pair.split_once(' ').unwrap();
+        assert!(
+            reported.contains(a) || reported.contains(b),
+            "sections {a} and {b} overlapped and neither holder was told"
+        );
+    }
+
+    // With every worker still connected: no subscription without a waiter,
+    // no key without expiry, and nothing per name once the leases are over.
+    let raw = server.raw().await;
+    until_no_channels(&raw, Duration::from_secs(15)).await;
+    let keys = keys_and_ttls(&mut raw.clone()).await;
+    let forever: Vec<_> = keys.iter().filter(|(_, ttl)| *ttl < 0).collect();
+    assert!(
+        forever.is_empty(),
+        "{} keys without expiry, such as {:?}",
+        forever.len(),
+        &forever[..forever.len().min(5)]
+    );
+    let latch = |key: &str| {
+        key.starts_with("redisson_unlock_latch:") || key.starts_with("redisson_lock_acquire_latch:")
+    };
+    eventually("only latches are left", Duration::from_secs(15), || {
+        let mut raw = raw.clone();
+        async move {
+            keys_and_ttls(&mut raw)
+                .await
+                .iter()
+                .all(|(key, ttl)| latch(key) && *ttl <= LATCH_LIMIT.as_millis() as i64)
+        }
+    })
+    .await;
+
+    for worker in workers {
+        worker.finish();
+    }
+    let _ = std::io::stdout().flush();
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
