@@ -653,3 +653,99 @@ async fn every_kind_latches_its_acquisitions_on_a_cluster() {
         guard.release().await.unwrap();
     }
 }
+
+/// Issue 10 on a cluster: locking names of every kind on every shard, and
+/// waiters timing out, leave no key without expiry and no subscription; once
+/// the leases are over, only latches (short-lived answers) are left of them.
+#[tokio::test]
+async fn distinct_names_leave_no_keys_or_channels_behind() {
+    let cluster = Cluster::shared();
+    // Short leases and latches, so that they pass within the test.
+    let quick = |c: lock_runtime::Config| {
+        c.watchdog_timeout(Duration::from_millis(300))
+            .response_timeout(Duration::from_millis(200))
+    };
+    let client = cluster.client_with(quick).await;
+    let other = cluster.client_with(quick).await;
+    let names = spread_names(cluster, "footprint", 60);
+    for name in &names {
+        for guard in [
+            client.lock(name.as_str()).acquire().await.unwrap(),
+            client
+                .fair_lock(format!("{name}:fair"))
+                .acquire()
+                .await
+                .unwrap(),
+            client
+                .read_write_lock(format!("{name}:rw"))
+                .read()
+                .acquire()
+                .await
+                .unwrap(),
+        ] {
+            guard.release().await.unwrap();
+        }
+    }
+    // Waiters that time out, plain and fair, on names held elsewhere.
+    for name in names.iter().take(6) {
+        let held = other.lock(name.as_str()).acquire().await.unwrap();
+        let waited = client
+            .lock(name.as_str())
+            .wait(Duration::from_millis(100))
+            .acquire()
+            .await;
+        assert!(
+            matches!(waited, Err(LockError::Timeout { .. })),
+            "{waited:?}"
+        );
+        held.release().await.unwrap();
+        let fair = format!("{name}:fair");
+        let held = other.fair_lock(fair.as_str()).acquire().await.unwrap();
+        let waited = client
+            .fair_lock(fair.as_str())
+            .wait(Duration::from_millis(100))
+            .acquire()
+            .await;
+        assert!(
+            matches!(waited, Err(LockError::Timeout { .. })),
+            "{waited:?}"
+        );
+        held.release().await.unwrap();
+    }
+
+    for port in cluster.masters() {
+        let mut node = cluster.raw_node(port).await;
+        let keys: Vec<String> = node.keys("*footprint*").await.unwrap();
+        assert!(
+            !keys.is_empty(),
+            "node {port} has counters and latches for a while"
+        );
+        for key in &keys {
+            let ttl: i64 = node.pttl(key).await.unwrap();
+            assert!(ttl != -1, "{key} on node {port} has no expiry");
+        }
+        let latch = |key: &str| {
+            key.starts_with("redisson_unlock_latch:")
+                || key.starts_with("redisson_lock_acquire_latch:")
+        };
+        let deadline = std::time::Instant::now() + WITHIN;
+        loop {
+            let keys: Vec<String> = node.keys("*footprint*").await.unwrap();
+            let channels: Vec<String> = redis::cmd("PUBSUB")
+                .arg("SHARDCHANNELS")
+                .arg("*footprint*")
+                .query_async(&mut node)
+                .await
+                .unwrap();
+            let per_name: Vec<&String> = keys.iter().filter(|k| !latch(k)).collect();
+            if per_name.is_empty() && channels.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {port} keeps {per_name:?} and channels {channels:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
