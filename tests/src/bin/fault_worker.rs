@@ -146,13 +146,13 @@ impl Work {
             n += 1;
             // Mostly four hot names; every fifth a name used once (fair on
             // every other such name, so queue keys are exercised too).
-            let once = n % 5 == 0;
+            let once = n.is_multiple_of(5);
             let name = if once {
                 format!("once:{}:{}:{n}", self.worker, self.task)
             } else {
                 format!("hot:{}", n % 4)
             };
-            let builder = if once && n % 2 == 0 {
+            let builder = if once && n.is_multiple_of(2) {
                 self.client.fair_lock(&name)
             } else {
                 self.client.lock(&name)
