@@ -116,6 +116,62 @@
 //!   [`Config`] timeout, longer than [`MAX_DURATION`] (100 years) are
 //!   [`LockError::Config`]; a `wait` whose deadline the clock cannot
 //!   represent (`Duration::MAX`) waits without a deadline.
+//! - **Fencing tokens: bounded and monotonic.** The counter
+//!   `redisson_lock_token:{name}` lives as long as its last acquisition's
+//!   lease (each acquisition extends its expiry to at least its lease, never
+//!   less than it has), so Redis keeps no key per name once a name's locks
+//!   are over. When missing, it is made again at the server's clock in
+//!   microseconds (`TIME`), then `INCR`ed. Why tokens still only increase
+//!   per name:
+//!   - *While the counter exists*, every acquisition `INCR`s it: strictly
+//!     increasing, and interleaved with Redisson's `RFencedLock`, which
+//!     `INCR`s the same key.
+//!   - *After it expired*, it restarts at the clock `c1`. It had been made at
+//!     a clock `c0` and counted `k` times; it expired at least one lease
+//!     after its last acquisition, measured on the same server's clock
+//!     (Redis keeps expiries as absolute times, and replicas, AOF and RDB
+//!     carry them so). So `c1 - c0` is at least the counter's whole life in
+//!     microseconds, and `c1 > c0 + k` whenever the name averaged fewer than
+//!     10^6 acquisitions per second over that life. One Redis server runs
+//!     far fewer scripts than that, so this holds. Every earlier token
+//!     (`≤ c0 + k`) is then below every new one.
+//!   - *Across a restart with persistence* the counter comes back with its
+//!     expiry, or has expired: one of the two cases above. A restart without
+//!     persistence loses it, and the clock still starts above what it gave.
+//!   - *Across a failover* a promoted replica has the counter (replicated
+//!     with its absolute expiry) or, when the master's last writes were lost
+//!     with it, an older value or none. Replica sync (`WAIT`) covers the
+//!     acquisition itself. A counter the replica never saw is made at the
+//!     replica's clock, which must not lag the old master's by more than the
+//!     time between that counter's creation and the failover. NTP-synced
+//!     hosts are milliseconds apart.
+//!   - *A counter without an expiry* was made by Redisson's `RFencedLock`
+//!     (which starts a missing one at 1) or by an older version of this
+//!     crate. It is raised to the clock if it is below it (never lowered),
+//!     then expires like ours. So the one interop effect: when a Redisson
+//!     `RFencedLock` re-creates a counter that expired, its tokens start at
+//!     1 and storage that fences refuses them until an acquisition of ours
+//!     raises the counter again.
+//!   - *Quorum locks* raise every granting node's counter to the largest
+//!     token (see [`QuorumLock`]). Across one node's counter expiry, the
+//!     nodes' clocks must agree to within the counter's life.
+//!
+//!   Tokens are 16-digit numbers (the clock in µs, then counted) below 2^53
+//!   until the year 2255.
+//! - **Footprint.** After every lock is released, Redis keeps only latches:
+//!   unlock latches (each answer kept for its retries: three response
+//!   timeouts + 1 s, 16 s with the defaults), acquire latches (30 s, on a
+//!   cluster and for re-entries) and `abandoned` marks of attempts whose
+//!   answer was lost (16 min). The counter goes one lease after its last
+//!   acquisition. A fair lock's queue and deadline keys expire at the latest
+//!   deadline in them, so a waiter that died leaves nothing for good. Every
+//!   key the library writes has an expiry.
+//! - **No leaked subscriptions.** A `SUBSCRIBE` that timed out can still be
+//!   confirmed later, and the connection makes every confirmed subscription
+//!   again after a reconnect. So a channel whose subscribe or unsubscribe
+//!   failed, and that no waiter wants, is unsubscribed again until that
+//!   succeeds. A fair waiter that leaves while Redis is unreachable retries
+//!   leaving the queue until its place would have been evicted anyway.
 //! - **Waiting.** `wait` left out waits until acquired; `Duration::ZERO` makes
 //!   one attempt. The first attempt is one script round trip. Waiters then
 //!   subscribe to the lock's unlock channel and sleep until a message or the
