@@ -119,8 +119,7 @@ async fn dispatch(
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
 ) {
     let mut channels: HashMap<String, Channel> = HashMap::new();
-    let mut strays: HashSet<String> = HashSet::new();
-    let mut sweep_at = tokio::time::Instant::now();
+    let mut strays = Strays::default();
     loop {
         tokio::select! {
             biased;
@@ -148,7 +147,7 @@ async fn dispatch(
                             Ok(known.messages.subscribe())
                         }
                         None => {
-                            strays.remove(&channel);
+                            strays.wanted(&channel);
                             match conn.subscribe(&channel).await {
                                 Ok(()) => {
                                     let (messages, receiver) = watch::channel(0);
@@ -157,7 +156,7 @@ async fn dispatch(
                                 }
                                 Err(e) => {
                                     // It may have been (or be) confirmed all the same.
-                                    owe_unsubscribe(&mut strays, &mut sweep_at, channel.clone());
+                                    strays.owe(channel.clone());
                                     Err(LockError::Redis(e))
                                 }
                             }
@@ -166,17 +165,16 @@ async fn dispatch(
                     let subscribed = answer.is_ok();
                     if reply.send(answer).is_err() && subscribed {
                         // The subscriber gave up while we worked for it.
-                        leave(&mut conn, &mut channels, &mut strays, &mut sweep_at, channel).await;
+                        leave(&mut conn, &mut channels, &mut strays, channel).await;
                     }
                 }
                 Some(Request::Unsubscribe { channel }) => {
-                    leave(&mut conn, &mut channels, &mut strays, &mut sweep_at, channel).await;
+                    leave(&mut conn, &mut channels, &mut strays, channel).await;
                 }
                 None => break,
             },
-            () = tokio::time::sleep_until(sweep_at), if !strays.is_empty() => {
-                sweep(&mut conn, &mut strays).await;
-                sweep_at = tokio::time::Instant::now() + STRAY_SWEEP;
+            () = tokio::time::sleep_until(strays.sweep_at), if !strays.owed.is_empty() => {
+                strays.sweep(&mut conn).await;
             }
         }
     }
@@ -185,8 +183,7 @@ async fn dispatch(
 async fn leave(
     conn: &mut Conn,
     channels: &mut HashMap<String, Channel>,
-    strays: &mut HashSet<String>,
-    sweep_at: &mut tokio::time::Instant,
+    strays: &mut Strays,
     channel: String,
 ) {
     let Some(known) = channels.get_mut(&channel) else {
@@ -197,41 +194,60 @@ async fn leave(
         channels.remove(&channel);
         if let Err(e) = conn.unsubscribe(&channel).await {
             tracing::debug!(%channel, error = %e, "unsubscribe failed; trying again until it succeeds");
-            owe_unsubscribe(strays, sweep_at, channel);
+            strays.owe(channel);
         }
     }
 }
 
-/// Notes that `channel`, wanted by no waiter, must be unsubscribed again.
-fn owe_unsubscribe(
-    strays: &mut HashSet<String>,
-    sweep_at: &mut tokio::time::Instant,
-    channel: String,
-) {
-    if strays.is_empty() {
-        *sweep_at = tokio::time::Instant::now() + STRAY_SWEEP;
-    }
-    strays.insert(channel);
+/// Channels no waiter wants whose unsubscribe is owed, and when to try
+/// them again.
+struct Strays {
+    owed: HashSet<String>,
+    sweep_at: tokio::time::Instant,
 }
 
-/// Unsubscribes the strays, until the connection fails (the rest wait for
-/// the next sweep). An unsubscribe that the server answers with an error
-/// (not a lost connection) will not do better later: it is given up.
-async fn sweep(conn: &mut Conn, strays: &mut HashSet<String>) {
-    let owed: Vec<String> = strays.iter().cloned().collect();
-    for channel in owed {
-        match conn.unsubscribe(&channel).await {
-            Ok(()) => {
-                strays.remove(&channel);
+impl Default for Strays {
+    fn default() -> Self {
+        Strays {
+            owed: HashSet::new(),
+            sweep_at: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Strays {
+    /// `channel` must be unsubscribed again, at the next sweep.
+    fn owe(&mut self, channel: String) {
+        if self.owed.is_empty() {
+            self.sweep_at = tokio::time::Instant::now() + STRAY_SWEEP;
+        }
+        self.owed.insert(channel);
+    }
+
+    /// `channel` is being subscribed for a waiter: nothing is owed for it.
+    fn wanted(&mut self, channel: &str) {
+        self.owed.remove(channel);
+    }
+
+    /// Unsubscribes the owed channels, until the connection fails (the rest
+    /// wait for the next sweep). An unsubscribe that the server answers with
+    /// an error (not a lost connection) will not do better later: it is
+    /// given up.
+    async fn sweep(&mut self, conn: &mut Conn) {
+        self.sweep_at = tokio::time::Instant::now() + STRAY_SWEEP;
+        let owed: Vec<String> = self.owed.iter().cloned().collect();
+        for channel in owed {
+            match conn.unsubscribe(&channel).await {
+                Ok(()) => {}
+                Err(e) if crate::conn::connection_lost(&e) => {
+                    tracing::debug!(%channel, error = %e, "unsubscribe still failing; trying again later");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(%channel, error = %e, "could not unsubscribe a channel no waiter wants");
+                }
             }
-            Err(e) if crate::conn::connection_lost(&e) => {
-                tracing::debug!(%channel, error = %e, "unsubscribe still failing; trying again later");
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(%channel, error = %e, "could not unsubscribe a channel no waiter wants");
-                strays.remove(&channel);
-            }
+            self.owed.remove(&channel);
         }
     }
 }

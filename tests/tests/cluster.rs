@@ -688,29 +688,25 @@ async fn distinct_names_leave_no_keys_or_channels_behind() {
     }
     // Waiters that time out, plain and fair, on names held elsewhere.
     for name in names.iter().take(6) {
-        let held = other.lock(name.as_str()).acquire().await.unwrap();
-        let waited = client
-            .lock(name.as_str())
-            .wait(Duration::from_millis(100))
-            .acquire()
-            .await;
-        assert!(
-            matches!(waited, Err(LockError::Timeout { .. })),
-            "{waited:?}"
-        );
-        held.release().await.unwrap();
-        let fair = format!("{name}:fair");
-        let held = other.fair_lock(fair.as_str()).acquire().await.unwrap();
-        let waited = client
-            .fair_lock(fair.as_str())
-            .wait(Duration::from_millis(100))
-            .acquire()
-            .await;
-        assert!(
-            matches!(waited, Err(LockError::Timeout { .. })),
-            "{waited:?}"
-        );
-        held.release().await.unwrap();
+        for fair in [false, true] {
+            let lock = |c: &lock_runtime::LockClient| {
+                if fair {
+                    c.fair_lock(format!("{name}:fair"))
+                } else {
+                    c.lock(name.as_str())
+                }
+            };
+            let held = lock(&other).acquire().await.unwrap();
+            let waited = lock(&client)
+                .wait(Duration::from_millis(100))
+                .acquire()
+                .await;
+            assert!(
+                matches!(waited, Err(LockError::Timeout { .. })),
+                "{waited:?}"
+            );
+            held.release().await.unwrap();
+        }
     }
 
     for port in cluster.masters() {

@@ -8,7 +8,9 @@ use std::time::Duration;
 use lock_runtime::{Config, LockClient, LockError};
 use redis::AsyncCommands;
 use tests::proxy::Proxy;
-use tests::{Server, eventually, keys_and_ttls, numsub, scratch_dir, until_no_channels};
+use tests::{
+    Server, eventually, keys_and_ttls, numsub, scratch_dir, take_and_release, until_no_channels,
+};
 
 const WITHIN: Duration = Duration::from_secs(15);
 
@@ -234,15 +236,7 @@ async fn a_dead_fair_waiters_place_expires() {
     })
     .await;
     // And the next caller is not held up by it.
-    holder
-        .fair_lock("q")
-        .wait(WITHIN)
-        .acquire()
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_and_release(holder.fair_lock("q").wait(WITHIN)).await;
 }
 
 /// Starts a waiter on `name` (held by someone else) with a `wait` of its
@@ -301,23 +295,49 @@ async fn a_wait_ended_by_a_server_restart_leaves_no_subscription() {
     until_no_channels(&raw, WITHIN).await;
 }
 
-/// A subscribe that timed out may still be confirmed later: it is
-/// unsubscribed again.
-#[tokio::test]
-async fn a_subscribe_that_timed_out_leaves_no_subscription() {
+/// A lock `name` held for a minute by one client, and another client
+/// (short leases and latches) that reaches the same server through a proxy.
+/// Dropping it stops the server and the proxy.
+struct Held {
+    /// Kept for their `Drop`: the server runs, and the lock is held, as
+    /// long as this lives.
+    _server: Server,
+    proxy: Proxy,
+    client: LockClient,
+    raw: redis::aio::MultiplexedConnection,
+    _guard: lock_runtime::LockGuard,
+}
+
+async fn held_elsewhere(name: &str) -> Held {
     let server = Server::start();
-    let holder = server.client().await;
     let proxy = Proxy::start(server.port());
     let client = LockClient::connect(quick(Config::new(proxy.url())))
         .await
         .unwrap();
     let raw = server.raw().await;
-    let _guard = holder
-        .lock("slow")
+    let guard = server
+        .client()
+        .await
+        .lock(name)
         .lease(Duration::from_secs(60))
         .acquire()
         .await
         .unwrap();
+    Held {
+        _server: server,
+        proxy,
+        client,
+        raw,
+        _guard: guard,
+    }
+}
+
+/// A subscribe that timed out may still be confirmed later: it is
+/// unsubscribed again.
+#[tokio::test]
+async fn a_subscribe_that_timed_out_leaves_no_subscription() {
+    let held = held_elsewhere("slow").await;
+    let (proxy, client, raw) = (&held.proxy, &held.client, &held.raw);
     proxy.stall_on(b"\r\nSUBSCRIBE\r\n");
     let ended = client
         .lock("slow")
@@ -331,7 +351,7 @@ async fn a_subscribe_that_timed_out_leaves_no_subscription() {
     assert!(proxy.triggered(), "the subscribe was held back");
     proxy.resume();
     tokio::time::timeout(WITHIN, proxy.flushed()).await.unwrap();
-    until_no_channels(&raw, WITHIN).await;
+    until_no_channels(raw, WITHIN).await;
 }
 
 /// A wait whose last attempt loses its connection (reset), while new
@@ -339,20 +359,9 @@ async fn a_subscribe_that_timed_out_leaves_no_subscription() {
 /// client can connect again.
 #[tokio::test]
 async fn a_wait_ended_by_a_reset_and_refused_connections_leaves_no_subscription() {
-    let server = Server::start();
-    let holder = server.client().await;
-    let proxy = Proxy::start(server.port());
-    let client = LockClient::connect(quick(Config::new(proxy.url())))
-        .await
-        .unwrap();
-    let raw = server.raw().await;
-    let _guard = holder
-        .lock("reset")
-        .lease(Duration::from_secs(60))
-        .acquire()
-        .await
-        .unwrap();
-    let task = waiting(&client, &raw, "reset", Duration::from_millis(1500)).await;
+    let held = held_elsewhere("reset").await;
+    let (proxy, client, raw) = (&held.proxy, &held.client, &held.raw);
+    let task = waiting(client, raw, "reset", Duration::from_millis(1500)).await;
     proxy.stall_on(b"EVALSHA");
     eventually("the last attempt is on its way", WITHIN, || async {
         proxy.triggered()
@@ -371,5 +380,5 @@ async fn a_wait_ended_by_a_reset_and_refused_connections_leaves_no_subscription(
         .release()
         .await
         .unwrap();
-    until_no_channels(&raw, WITHIN).await;
+    until_no_channels(raw, WITHIN).await;
 }

@@ -56,11 +56,9 @@ end
 -- Call it after refusal(): bad_counter has vetted the value.
 local function next_token(counter, lease)
   local ttl = redis.call('pttl', counter)
-  if ttl == -2 then
-    redis.call('set', counter, clock_token(), 'px', lease)
-  elseif ttl == -1 then
+  if ttl < 0 then
     local clock = clock_token()
-    if tonumber(redis.call('get', counter)) < tonumber(clock) then
+    if ttl == -2 or tonumber(redis.call('get', counter)) < tonumber(clock) then
       redis.call('set', counter, clock, 'px', lease)
     else
       redis.call('pexpire', counter, lease)

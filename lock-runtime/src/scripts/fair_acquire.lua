@@ -85,9 +85,10 @@ end
 local pttl = redis.call('pttl', lock)
 local lease_end = now + math.max(pttl, 0)
 local deadline = tonumber(redis.call('zscore', deadlines, holder))
+local due
 if deadline then
   if deadline < lease_end + wait then
-    redis.call('zadd', deadlines, lease_end + wait, holder)
+    due = lease_end + wait
   end
 else
   -- Join the back: due one wait time after the one before (or the lease).
@@ -96,16 +97,19 @@ else
   if last then
     after = math.max(after, tonumber(redis.call('zscore', deadlines, last)) or now)
   end
-  redis.call('zadd', deadlines, after + wait, holder)
+  due = after + wait
   redis.call('rpush', queue, holder)
   head = head or holder
 end
--- The queue and its deadlines go when the last waiter's deadline passes
--- (every waiter is gone by then unless it retried, which comes back here).
--- Only this branch raises a deadline; elsewhere they only drop or go.
-local last = redis.call('zrange', deadlines, -1, -1, 'withscores')
-redis.call('pexpireat', deadlines, last[2])
-redis.call('pexpireat', queue, last[2])
+if due then
+  redis.call('zadd', deadlines, due, holder)
+  -- The queue and its deadlines go when the last waiter's deadline passes
+  -- (every waiter is gone by then unless it retried, which comes back here).
+  -- Only here does a deadline rise; elsewhere they only drop or go.
+  local last = redis.call('zrange', deadlines, -1, -1, 'withscores')
+  redis.call('pexpireat', deadlines, last[2])
+  redis.call('pexpireat', queue, last[2])
+end
 
 if head == holder then
   return {0, pttl}
