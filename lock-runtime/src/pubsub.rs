@@ -35,7 +35,9 @@ use crate::conn::Conn;
 enum Request {
     Subscribe {
         channel: String,
-        reply: oneshot::Sender<Result<watch::Receiver<u64>, LockError>>,
+        /// The subscription travels back whole: if the subscriber has gone
+        /// (now, or before it reads the answer), dropping it unsubscribes.
+        reply: oneshot::Sender<Result<Subscription, LockError>>,
     },
     Unsubscribe {
         channel: String,
@@ -51,7 +53,9 @@ impl PubSub {
     /// Starts the dispatcher on the current (background) runtime.
     pub(crate) fn start(conn: Conn, pushes: mpsc::UnboundedReceiver<PushInfo>) -> PubSub {
         let (requests, inbox) = mpsc::unbounded_channel();
-        tokio::spawn(dispatch(conn, inbox, pushes));
+        // Weak: the dispatcher ends when the client's handle and every
+        // subscription are gone.
+        tokio::spawn(dispatch(conn, inbox, requests.downgrade(), pushes));
         PubSub { requests }
     }
 
@@ -60,17 +64,9 @@ impl PubSub {
     pub(crate) async fn subscribe(&self, channel: String) -> Result<Subscription, LockError> {
         let (reply, answer) = oneshot::channel();
         self.requests
-            .send(Request::Subscribe {
-                channel: channel.clone(),
-                reply,
-            })
+            .send(Request::Subscribe { channel, reply })
             .map_err(|_| LockError::Shutdown)?;
-        let messages = answer.await.map_err(|_| LockError::Shutdown)??;
-        Ok(Subscription {
-            channel,
-            messages,
-            requests: self.requests.clone(),
-        })
+        answer.await.map_err(|_| LockError::Shutdown)?
     }
 }
 
@@ -116,6 +112,7 @@ const STRAY_SWEEP: Duration = Duration::from_millis(250);
 async fn dispatch(
     mut conn: Conn,
     mut inbox: mpsc::UnboundedReceiver<Request>,
+    requests: mpsc::WeakUnboundedSender<Request>,
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
 ) {
     let mut channels: HashMap<String, Channel> = HashMap::new();
@@ -141,7 +138,7 @@ async fn dispatch(
             },
             request = inbox.recv() => match request {
                 Some(Request::Subscribe { channel, reply }) => {
-                    let answer = match channels.get_mut(&channel) {
+                    let messages = match channels.get_mut(&channel) {
                         Some(known) => {
                             known.subscribers += 1;
                             Ok(known.messages.subscribe())
@@ -162,11 +159,23 @@ async fn dispatch(
                             }
                         }
                     };
-                    let subscribed = answer.is_ok();
-                    if reply.send(answer).is_err() && subscribed {
-                        // The subscriber gave up while we worked for it.
-                        leave(&mut conn, &mut channels, &mut strays, channel).await;
-                    }
+                    let answer = match (messages, requests.upgrade()) {
+                        (Ok(messages), Some(requests)) => Ok(Subscription {
+                            channel: channel.clone(),
+                            messages,
+                            requests,
+                        }),
+                        (Ok(_), None) => {
+                            // The client is gone: nobody will unsubscribe.
+                            leave(&mut conn, &mut channels, &mut strays, channel).await;
+                            Err(LockError::Shutdown)
+                        }
+                        (Err(e), _) => Err(e),
+                    };
+                    // A subscription the subscriber never takes (it gave up
+                    // while we worked for it, or before it reads the answer)
+                    // is dropped, which unsubscribes it.
+                    let _ = reply.send(answer);
                 }
                 Some(Request::Unsubscribe { channel }) => {
                     leave(&mut conn, &mut channels, &mut strays, channel).await;
