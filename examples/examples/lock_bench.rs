@@ -1,35 +1,52 @@
-//! The first benchmark: what a lock costs, against the floor measured in the
-//! same run.
+//! The benchmark of record: what a lock costs against the floor and against
+//! rslock (the crate a user would otherwise pick), all measured in one run.
 //!
-//! - Uncontended acquire + release: `client.lock(name).acquire()` then
-//!   `guard.release()`, one after the other, against the floor: raw redis-rs
-//!   `SET key token NX PX 30000` plus a compare-and-delete script (2 round
-//!   trips) on a plain `MultiplexedConnection`. Reported in ops/s and as the
-//!   ratio ours / floor (median of the per-round ratios; variants take turns
-//!   within each round so that drift hits all of them alike). Measured twice:
-//!   on a multi-thread tokio runtime (`#[tokio::main]`'s default) and on a
-//!   current-thread one (`#[tokio::test]`'s default, `flavor = "current_thread"`).
-//! - Contended handoff: one holder releases while a task on another client
-//!   waits; the latency from just before `release()` to the instant the waiter
-//!   has its guard, p50 / p99, in µs and in round trips (`PING` p50, sampled
-//!   between the handoffs so that it sees the same machine load).
+//! Every lock call is made from tasks spawned on the runtime under test, the
+//! way a server's handlers run; nothing is measured inside `block_on`.
+//!
+//! - **floor**: raw `SET key token NX PX 30000` plus a compare-and-delete
+//!   script (2 round trips) on a plain redis-rs `MultiplexedConnection` made
+//!   on the runtime under test. The least any Redis lock can do.
+//! - **rslock 0.10**: `LockManager::lock` + `unlock` on one server.
+//! - **ours**: `client.lock(name).acquire()` + `guard.release()`.
+//!
+//! Rows (variants take turns inside each round, so that load that comes and
+//! goes hits them alike; ratios are medians of per-round ratios):
+//!
+//! 1. uncontended acquire + release, 1 task, multi-thread runtime;
+//! 2. the same on a current-thread runtime;
+//! 3. 64 tasks on one client (one connection / lock manager), distinct names;
+//! 4. handoff: from the start of `release()` to the instant another client's
+//!    waiter returns, p50 / p99, also in `PING` round trips;
+//! 5. one hot name, 16 tasks over 2 clients: sections/s, and fairness as the
+//!    least / the most sections any one task got;
+//! 6. 10,000 waiters on 1,000 names: release all → all done, and the memory
+//!    each waiter holds while waiting (this process's live heap, counted by a
+//!    counting allocator), and how many connections the waiting client uses.
 //!
 //! ```text
 //! cargo run --release -p examples --example lock_bench
-//! cargo run --release -p examples --example lock_bench -- --rounds 40 --ops 1000 --handoffs 4000
+//! cargo run --release -p examples --example lock_bench -- --rounds 20 --ops 1000 --handoffs 2000
 //! ```
 //!
 //! Uses `REDIS_URL` when set; otherwise starts a throwaway `redis-server` on a
 //! free loopback port. BENCHMARKS.md explains the figures.
 
+use std::alloc::System;
 use std::future::Future;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use examples::{Redis, per_second, percentile};
 use lock_runtime::{Config, LockClient, LockError, distributed_lock};
 use redis::aio::MultiplexedConnection;
-use tokio::sync::oneshot;
+use rslock::LockManager;
+use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
+
+#[global_allocator]
+static HEAP: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 /// The floor's release: delete the key only if it still holds our token.
 const COMPARE_AND_DELETE: &str = r"
@@ -38,53 +55,30 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0";
 
-/// The goal of issue 2: acquire + release at no less than this share of the floor.
-const GOAL: f64 = 0.9;
+/// Every lease the benchmark asks for.
+const LEASE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Copy)]
 struct Args {
     /// Measured rounds; each runs every variant once.
     rounds: usize,
-    /// Acquire + release pairs per variant per round.
+    /// Acquire + release pairs per variant per round (1 task); the 64 tasks
+    /// share as many again.
     ops: usize,
-    /// Measured handoffs.
+    /// Measured handoffs of ours (rslock's, which poll, get a tenth).
     handoffs: usize,
-}
-
-/// The uncontended variants, each one acquire + release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Variant {
-    Floor,
-    FloorViaThread,
-    Watchdog,
-    Lease,
-    Attribute,
-}
-
-impl Variant {
-    const ALL: [Variant; 5] = [
-        Variant::Floor,
-        Variant::FloorViaThread,
-        Variant::Watchdog,
-        Variant::Lease,
-        Variant::Attribute,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            Variant::Floor => "floor: SET NX PX + compare-and-delete",
-            Variant::FloorViaThread => "  the same, each call via a helper thread",
-            Variant::Watchdog => "client.lock(..).acquire() + release()",
-            Variant::Lease => "  the same with .lease(30s)",
-            Variant::Attribute => "#[distributed_lock] on an empty fn",
-        }
-    }
+    /// How long each hot-name run lasts.
+    hot: Duration,
+    /// Waiters, and the names they wait on, of the drain row.
+    waiters: usize,
+    names: usize,
 }
 
 #[derive(Debug)]
 enum BenchError {
     Lock(LockError),
     Redis(redis::RedisError),
+    Rslock(rslock::LockError),
     Broken(String),
 }
 
@@ -100,11 +94,24 @@ impl From<redis::RedisError> for BenchError {
     }
 }
 
+impl From<rslock::LockError> for BenchError {
+    fn from(e: rslock::LockError) -> Self {
+        BenchError::Rslock(e)
+    }
+}
+
+impl From<tokio::task::JoinError> for BenchError {
+    fn from(e: tokio::task::JoinError) -> Self {
+        BenchError::Broken(format!("a benchmark task failed: {e}"))
+    }
+}
+
 impl std::fmt::Display for BenchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             BenchError::Lock(e) => write!(f, "lock: {e}"),
             BenchError::Redis(e) => write!(f, "redis: {e}"),
+            BenchError::Rslock(e) => write!(f, "rslock: {e}"),
             BenchError::Broken(what) => f.write_str(what),
         }
     }
@@ -116,129 +123,92 @@ async fn locked_noop() -> Result<(), LockError> {
     Ok(())
 }
 
-/// The floor's acquire: `SET key token NX PX 30000`.
-async fn floor_acquire(conn: &mut MultiplexedConnection, token: &str) -> Result<(), BenchError> {
-    let set: Option<String> = redis::cmd("SET")
-        .arg("bench:floor")
-        .arg(token)
-        .arg("NX")
-        .arg("PX")
-        .arg(30_000)
-        .query_async(conn)
-        .await?;
-    match set {
-        Some(_) => Ok(()),
-        None => Err(BenchError::Broken(
-            "floor: SET NX found the key taken".into(),
-        )),
+/// The uncontended variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Floor,
+    Rslock,
+    Ours,
+    OursLease,
+    Attribute,
+}
+
+impl Variant {
+    fn label(self) -> &'static str {
+        match self {
+            Variant::Floor => "floor: SET NX PX + compare-and-delete",
+            Variant::Rslock => "rslock 0.10: lock + unlock",
+            Variant::Ours => "ours: lock(..).acquire() + release()",
+            Variant::OursLease => "  the same with .lease(30s)",
+            Variant::Attribute => "  #[distributed_lock] on an empty fn",
+        }
     }
 }
 
-/// The floor's release: the compare-and-delete script.
-async fn floor_release(
-    conn: &mut MultiplexedConnection,
-    compare_and_delete: &redis::Script,
-    token: &str,
-) -> Result<(), BenchError> {
-    let deleted: i64 = compare_and_delete
-        .key("bench:floor")
-        .arg(token)
-        .invoke_async(conn)
-        .await?;
-    match deleted {
-        1 => Ok(()),
-        _ => Err(BenchError::Broken("floor: the token was not ours".into())),
-    }
+/// The three implementations, with their connections made on the runtime
+/// under test (a redis-rs connection's driver runs where it was made).
+/// Cheap to clone: clones share connections.
+#[derive(Clone)]
+struct Peers {
+    raw: MultiplexedConnection,
+    compare_and_delete: redis::Script,
+    rslock: LockManager,
+    ours: LockClient,
+    tokens: Arc<AtomicUsize>,
 }
 
-/// A current-thread runtime on a thread of its own; stops when dropped.
-struct Helper {
-    handle: tokio::runtime::Handle,
-    _stop: oneshot::Sender<()>,
-}
-
-impl Helper {
-    fn start() -> Result<Helper, BenchError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| BenchError::Broken(format!("cannot start a runtime: {e}")))?;
-        let handle = runtime.handle().clone();
-        let (stop, stopped) = oneshot::channel::<()>();
-        std::thread::spawn(move || {
-            runtime.block_on(async {
-                let _ = stopped.await;
-            })
-        });
-        Ok(Helper {
-            handle,
-            _stop: stop,
+impl Peers {
+    async fn new(url: &str) -> Result<Peers, BenchError> {
+        let rslock = LockManager::new(vec![url]);
+        // Its connection is made on first use: make it here, on this runtime.
+        let warm = rslock.lock("bench:warm", LEASE).await?;
+        rslock.unlock(&warm).await;
+        Ok(Peers {
+            raw: redis::Client::open(url)?
+                .get_multiplexed_async_connection()
+                .await?,
+            compare_and_delete: redis::Script::new(COMPARE_AND_DELETE),
+            rslock,
+            ours: LockClient::connect(Config::new(url)).await?,
+            tokens: Arc::new(AtomicUsize::new(0)),
         })
     }
 
-    /// Runs `fut` on the helper thread and waits for it.
-    async fn run<T: Send + 'static>(
-        &self,
-        fut: impl Future<Output = T> + Send + 'static,
-    ) -> Result<T, BenchError> {
-        self.handle
-            .spawn(fut)
-            .await
-            .map_err(|e| BenchError::Broken(format!("helper task failed: {e}")))
-    }
-}
-
-/// The tools every variant needs.
-struct Bench {
-    raw: MultiplexedConnection,
-    /// A thread running Redis calls for the caller, the way the lock client
-    /// runs every call on its own thread; `helper_conn` lives there.
-    helper: Helper,
-    helper_conn: MultiplexedConnection,
-    compare_and_delete: redis::Script,
-    client: LockClient,
-    /// Distinct tokens for the floor.
-    next_token: u64,
-}
-
-impl Bench {
-    /// A fresh token for the floor.
-    fn token(&mut self) -> String {
-        self.next_token += 1;
-        self.next_token.to_string()
-    }
-
-    /// One acquire + release of `variant`.
-    async fn once(&mut self, variant: Variant) -> Result<(), BenchError> {
+    /// One acquire + release of `variant` on lock `name`.
+    async fn once(&mut self, variant: Variant, name: &str) -> Result<(), BenchError> {
         match variant {
             Variant::Floor => {
-                let token = self.token();
-                floor_acquire(&mut self.raw, &token).await?;
-                floor_release(&mut self.raw, &self.compare_and_delete, &token).await?;
-            }
-            Variant::FloorViaThread => {
-                let token = self.token();
-                let (mut conn, t) = (self.helper_conn.clone(), token.clone());
-                self.helper
-                    .run(async move { floor_acquire(&mut conn, &t).await })
-                    .await??;
-                let (mut conn, script) =
-                    (self.helper_conn.clone(), self.compare_and_delete.clone());
-                self.helper
-                    .run(async move { floor_release(&mut conn, &script, &token).await })
-                    .await??;
-            }
-            Variant::Watchdog => {
-                let guard = self.client.lock("bench:ours").acquire().await?;
-                guard.release().await?;
-            }
-            Variant::Lease => {
-                let guard = self
-                    .client
-                    .lock("bench:ours")
-                    .lease(Duration::from_secs(30))
-                    .acquire()
+                let token = self.tokens.fetch_add(1, Ordering::Relaxed).to_string();
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(name)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(LEASE.as_millis() as u64)
+                    .query_async(&mut self.raw)
                     .await?;
+                if set.is_none() {
+                    return Err(BenchError::Broken(
+                        "floor: SET NX found the key taken".into(),
+                    ));
+                }
+                let deleted: i64 = self
+                    .compare_and_delete
+                    .key(name)
+                    .arg(&token)
+                    .invoke_async(&mut self.raw)
+                    .await?;
+                if deleted != 1 {
+                    return Err(BenchError::Broken("floor: the token was not ours".into()));
+                }
+            }
+            Variant::Rslock => {
+                let lock = self.rslock.lock(name, LEASE).await?;
+                self.rslock.unlock(&lock).await;
+            }
+            Variant::Ours => self.ours.lock(name).acquire().await?.release().await?,
+            Variant::OursLease => {
+                let guard = self.ours.lock(name).lease(LEASE).acquire().await?;
                 guard.release().await?;
             }
             Variant::Attribute => locked_noop().await?,
@@ -246,23 +216,35 @@ impl Bench {
         Ok(())
     }
 
-    /// `ops` acquire + release pairs of `variant`, one after the other; the
-    /// latency of each.
-    async fn run(&mut self, variant: Variant, ops: usize) -> Result<Vec<Duration>, BenchError> {
-        let mut samples = Vec::with_capacity(ops);
-        for _ in 0..ops {
-            let started = Instant::now();
-            self.once(variant).await?;
-            samples.push(started.elapsed());
-        }
-        Ok(samples)
+    /// `ops` pairs of `variant` on `name`, one after the other, in a task of
+    /// its own; the latency of each.
+    async fn run(
+        &self,
+        variant: Variant,
+        name: String,
+        ops: usize,
+    ) -> Result<Vec<Duration>, BenchError> {
+        self.spawn(variant, name, ops).await?
     }
-}
 
-/// Handoff latencies, and round trips sampled between them.
-struct Handoffs {
-    samples: Vec<Duration>,
-    round_trips: Vec<Duration>,
+    /// Starts [`run`](Self::run)'s task at once.
+    fn spawn(
+        &self,
+        variant: Variant,
+        name: String,
+        ops: usize,
+    ) -> tokio::task::JoinHandle<Result<Vec<Duration>, BenchError>> {
+        let mut peers = self.clone();
+        tokio::spawn(async move {
+            let mut samples = Vec::with_capacity(ops);
+            for _ in 0..ops {
+                let started = Instant::now();
+                peers.once(variant, &name).await?;
+                samples.push(started.elapsed());
+            }
+            Ok(samples)
+        })
+    }
 }
 
 /// Per variant: ops/s of each round, and every latency sample.
@@ -272,59 +254,173 @@ struct Measured {
     samples: Vec<Duration>,
 }
 
-async fn uncontended(bench: &mut Bench, args: Args) -> Result<Vec<Measured>, BenchError> {
+/// Runs `variants` in turns for `rounds` rounds; `round(variant)` runs one
+/// variant once and returns (pairs done, latency samples).
+async fn interleaved<F, Fut>(
+    variants: &[Variant],
+    rounds: usize,
+    mut round: F,
+) -> Result<Vec<Measured>, BenchError>
+where
+    F: FnMut(Variant) -> Fut,
+    Fut: Future<Output = Result<(usize, Vec<Duration>), BenchError>>,
+{
     // Warm-up: connections, script caches, allocator, CPU frequency.
-    for variant in Variant::ALL {
-        bench.run(variant, args.ops.min(1000)).await?;
+    for &variant in variants {
+        round(variant).await?;
     }
-    let mut measured: Vec<Measured> = Variant::ALL.iter().map(|_| Measured::default()).collect();
-    for round in 0..args.rounds {
-        // Take turns: each variant runs first in some round.
-        for i in 0..Variant::ALL.len() {
-            let index = (i + round) % Variant::ALL.len();
+    let mut measured: Vec<Measured> = variants.iter().map(|_| Measured::default()).collect();
+    for r in 0..rounds {
+        for i in 0..variants.len() {
+            let index = (i + r) % variants.len();
             let started = Instant::now();
-            let samples = bench.run(Variant::ALL[index], args.ops).await?;
-            let elapsed = started.elapsed();
+            let (pairs, samples) = round(variants[index]).await?;
             measured[index]
                 .ops_per_s
-                .push(per_second(args.ops as u64, elapsed));
+                .push(per_second(pairs as u64, started.elapsed()));
             measured[index].samples.extend(samples);
         }
     }
     Ok(measured)
 }
 
-/// `handoffs` handoffs of one lock between tasks on two clients, taking turns:
-/// the latency from just before the holder's `release()` to the instant the
-/// waiter (already asleep on the unlock channel) holds the lock.
-async fn handoff(
-    url: &str,
-    raw: &mut MultiplexedConnection,
-    handoffs: usize,
-) -> Result<Handoffs, BenchError> {
+/// Row 1 or 2: one task at a time.
+async fn uncontended(peers: &Peers, args: Args, all: bool) -> Result<Table, BenchError> {
+    let variants: &[Variant] = if all {
+        &[
+            Variant::Floor,
+            Variant::Rslock,
+            Variant::Ours,
+            Variant::OursLease,
+            Variant::Attribute,
+        ]
+    } else {
+        &[Variant::Floor, Variant::Rslock, Variant::Ours]
+    };
+    let measured = interleaved(variants, args.rounds, |variant| async move {
+        let name = format!("bench:one:{variant:?}");
+        let samples = peers.run(variant, name, args.ops).await?;
+        Ok((samples.len(), samples))
+    })
+    .await?;
+    Ok(Table::new(variants, measured))
+}
+
+/// Row 3: 64 tasks on one client, each on a name of its own.
+async fn many_tasks(peers: &Peers, args: Args) -> Result<Table, BenchError> {
+    const TASKS: usize = 64;
+    let per_task = (args.ops / 8).max(10);
+    let variants = [Variant::Floor, Variant::Rslock, Variant::Ours];
+    let measured = interleaved(&variants, args.rounds, |variant| async move {
+        let runs: Vec<_> = (0..TASKS)
+            .map(|t| peers.spawn(variant, format!("bench:many:{variant:?}:{t}"), per_task))
+            .collect();
+        let mut samples = Vec::new();
+        for run in runs {
+            samples.extend(run.await??);
+        }
+        Ok((samples.len(), samples))
+    })
+    .await?;
+    Ok(Table::new(&variants, measured))
+}
+
+/// One table of rows 1-3.
+struct Table {
+    rows: Vec<(Variant, Measured, f64)>,
+}
+
+impl Table {
+    fn new(variants: &[Variant], measured: Vec<Measured>) -> Table {
+        let floor = measured[0].ops_per_s.clone();
+        let rows = variants
+            .iter()
+            .copied()
+            .zip(measured)
+            .map(|(variant, m)| {
+                let ratios: Vec<f64> = m
+                    .ops_per_s
+                    .iter()
+                    .zip(&floor)
+                    .map(|(ours, floor)| ours / floor)
+                    .collect();
+                let ratio = median(&ratios);
+                (variant, m, ratio)
+            })
+            .collect();
+        Table { rows }
+    }
+
+    fn ratio(&self, variant: Variant) -> f64 {
+        self.rows
+            .iter()
+            .find(|(v, ..)| *v == variant)
+            .map_or(0.0, |(.., r)| *r)
+    }
+
+    fn print(&mut self, title: &str) {
+        println!();
+        println!("{title}");
+        println!(
+            "  {:<40} {:>9} {:>8} {:>8} {:>9}",
+            "", "ops/s", "p50 µs", "p99 µs", "vs floor"
+        );
+        for (variant, m, ratio) in &mut self.rows {
+            println!(
+                "  {:<40} {:>9.0} {:>8.1} {:>8.1} {:>8.2}x",
+                variant.label(),
+                median(&m.ops_per_s),
+                micros(percentile(&mut m.samples, 50.0)),
+                micros(percentile(&mut m.samples, 99.0)),
+                ratio,
+            );
+        }
+    }
+}
+
+/// Handoff latencies, and `PING` round trips sampled between them.
+struct Handoffs {
+    samples: Vec<Duration>,
+    round_trips: Vec<Duration>,
+}
+
+impl Handoffs {
+    /// (p50, p99) in µs and in round trips.
+    fn summary(&mut self) -> (f64, f64, f64, f64) {
+        let rtt = micros(percentile(&mut self.round_trips, 50.0)).max(f64::MIN_POSITIVE);
+        let p50 = micros(percentile(&mut self.samples, 50.0));
+        let p99 = micros(percentile(&mut self.samples, 99.0));
+        (p50, p99, p50 / rtt, p99 / rtt)
+    }
+}
+
+/// Row 4, ours: a task on one client holds the lock; a task on another waits
+/// in `acquire()`, asleep on the unlock channel. From the start of
+/// `release()` to the instant the waiter returns; the roles swap every time.
+async fn handoff_ours(url: &str, handoffs: usize) -> Result<Handoffs, BenchError> {
     const NAME: &str = "bench:handoff";
     let channel = format!("redisson_lock__channel:{{{NAME}}}");
-    let mut holder_client = LockClient::connect(Config::new(url)).await?;
-    let mut waiter_client = LockClient::connect(Config::new(url)).await?;
-    let mut guard = holder_client.lock(NAME).acquire().await?;
+    let mut raw = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut holder = LockClient::connect(Config::new(url)).await?;
+    let mut waiter = LockClient::connect(Config::new(url)).await?;
+    let mut guard = holder.lock(NAME).acquire().await?;
     let warm_up = (handoffs / 10).max(10);
-    let mut samples = Vec::with_capacity(handoffs);
-    let mut round_trips = Vec::with_capacity(handoffs);
+    let mut out = Handoffs {
+        samples: Vec::with_capacity(handoffs),
+        round_trips: Vec::with_capacity(handoffs),
+    };
     for i in 0..warm_up + handoffs {
-        let (started_tx, started) = oneshot::channel();
-        let client = waiter_client.clone();
-        let waiter = tokio::spawn(async move {
-            let _ = started_tx.send(());
+        let client = waiter.clone();
+        let waiting = tokio::spawn(async move {
             let guard = client.lock(NAME).acquire().await;
             (Instant::now(), guard)
         });
-        started
-            .await
-            .map_err(|_| BenchError::Broken("the waiter died".into()))?;
-        // The waiter is asleep once it has subscribed and its retry came back
-        // busy: wait for the subscription, then give the retry time to finish.
+        // Asleep once it has subscribed and its retry came back busy: wait
+        // for the subscription, then give the retry time to finish.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while numsub(raw, &channel).await? < 1 {
+        while numsub(&mut raw, std::slice::from_ref(&channel)).await? < 1 {
             if Instant::now() > deadline {
                 return Err(BenchError::Broken("the waiter never subscribed".into()));
             }
@@ -332,33 +428,241 @@ async fn handoff(
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
         let released_at = Instant::now();
-        guard.release().await?;
-        let (acquired_at, next) = waiter
-            .await
-            .map_err(|e| BenchError::Broken(format!("the waiter panicked: {e}")))?;
+        let released = tokio::spawn(guard.release());
+        let (acquired_at, next) = waiting.await?;
+        released.await??;
         guard = next?;
         if i >= warm_up {
-            samples.push(acquired_at - released_at);
-            let started = Instant::now();
-            let _: String = redis::cmd("PING").query_async(raw).await?;
-            round_trips.push(started.elapsed());
+            out.samples.push(acquired_at - released_at);
+            out.round_trips.push(ping(&mut raw).await?);
         }
-        std::mem::swap(&mut holder_client, &mut waiter_client);
+        std::mem::swap(&mut holder, &mut waiter);
     }
     guard.release().await?;
-    Ok(Handoffs {
-        samples,
-        round_trips,
+    Ok(out)
+}
+
+/// Row 4, rslock: the same with two lock managers; its waiter polls.
+async fn handoff_rslock(url: &str, handoffs: usize) -> Result<Handoffs, BenchError> {
+    const NAME: &str = "bench:handoff:rslock";
+    let mut raw = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut holder = LockManager::new(vec![url]);
+    let mut waiter = LockManager::new(vec![url]);
+    let mut lock = holder.lock(NAME, LEASE).await?;
+    let mut out = Handoffs {
+        samples: Vec::with_capacity(handoffs),
+        round_trips: Vec::with_capacity(handoffs),
+    };
+    for _ in 0..handoffs {
+        let manager = waiter.clone();
+        let waiting = tokio::spawn(async move {
+            let lock = manager.acquire_no_guard(NAME, LEASE).await;
+            (Instant::now(), lock)
+        });
+        // Into its polling.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let released_at = Instant::now();
+        holder.unlock(&lock).await;
+        let (acquired_at, next) = waiting.await?;
+        lock = next?;
+        out.samples.push(acquired_at - released_at);
+        out.round_trips.push(ping(&mut raw).await?);
+        std::mem::swap(&mut holder, &mut waiter);
+    }
+    holder.unlock(&lock).await;
+    Ok(out)
+}
+
+async fn ping(raw: &mut MultiplexedConnection) -> Result<Duration, BenchError> {
+    let started = Instant::now();
+    let _: String = redis::cmd("PING").query_async(raw).await?;
+    Ok(started.elapsed())
+}
+
+/// Subscribers of all `channels` together.
+async fn numsub(raw: &mut MultiplexedConnection, channels: &[String]) -> Result<i64, BenchError> {
+    let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channels)
+        .query_async(raw)
+        .await?;
+    Ok(counts.iter().map(|(_, n)| n.min(&1)).sum())
+}
+
+/// Row 5's result: sections per second and least / most per task.
+struct Hot {
+    per_second: f64,
+    fairness: f64,
+}
+
+/// Row 5: 16 tasks over 2 clients on one name, each looping acquire →
+/// release until the time is up.
+async fn hot_name(url: &str, duration: Duration, rslock: bool) -> Result<Hot, BenchError> {
+    const TASKS: usize = 16;
+    let name = if rslock {
+        "bench:hot:rslock"
+    } else {
+        "bench:hot"
+    };
+    let ours = [
+        LockClient::connect(Config::new(url)).await?,
+        LockClient::connect(Config::new(url)).await?,
+    ];
+    let theirs = [LockManager::new(vec![url]), LockManager::new(vec![url])];
+    let start = Instant::now() + Duration::from_millis(50);
+    let end = start + duration;
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let (client, manager) = (ours[t % 2].clone(), theirs[t % 2].clone());
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep_until(start.into()).await;
+            let mut sections = 0usize;
+            while Instant::now() < end {
+                if rslock {
+                    let lock = manager.acquire_no_guard(name, LEASE).await?;
+                    manager.unlock(&lock).await;
+                } else {
+                    client.lock(name).acquire().await?.release().await?;
+                }
+                if Instant::now() <= end {
+                    sections += 1;
+                }
+            }
+            Ok::<_, BenchError>(sections)
+        }));
+    }
+    let mut counts = Vec::new();
+    for task in tasks {
+        counts.push(task.await??);
+    }
+    let total: usize = counts.iter().sum();
+    let (min, max) = (
+        *counts.iter().min().unwrap_or(&0),
+        *counts.iter().max().unwrap_or(&1),
+    );
+    Ok(Hot {
+        per_second: total as f64 / duration.as_secs_f64(),
+        fairness: min as f64 / max.max(1) as f64,
     })
 }
 
-async fn numsub(raw: &mut MultiplexedConnection, channel: &str) -> Result<i64, BenchError> {
-    let (_, n): (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query_async(raw)
+/// Row 6's result.
+struct Drain {
+    drained: Duration,
+    bytes_per_waiter: f64,
+    connections: i64,
+}
+
+/// Live heap bytes of this process.
+fn live_heap() -> i64 {
+    let s = HEAP.stats();
+    s.bytes_allocated as i64 - s.bytes_deallocated as i64 + s.bytes_reallocated as i64
+}
+
+async fn connected_clients(raw: &mut MultiplexedConnection) -> Result<i64, BenchError> {
+    let info: String = redis::cmd("INFO").arg("clients").query_async(raw).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| BenchError::Broken("no connected_clients in INFO".into()))
+}
+
+/// Row 6: a holder takes `names` locks; `waiters` tasks on another client
+/// (lock manager) wait for them, as many per name; then the holder releases
+/// them all, and each waiter takes its lock and releases it at once.
+async fn drain(url: &str, args: Args, rslock: bool) -> Result<Drain, BenchError> {
+    let mut raw = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
         .await?;
-    Ok(n)
+    let names: Vec<String> = (0..args.names)
+        .map(|n| format!("bench:drain:{rslock}:{n}"))
+        .collect();
+    let holder = LockClient::connect(Config::new(url)).await?;
+    let holder_rs = LockManager::new(vec![url]);
+    let mut held = Vec::new();
+    let mut held_rs = Vec::new();
+    for name in &names {
+        if rslock {
+            held_rs.push(holder_rs.lock(name.as_str(), LEASE).await?);
+        } else {
+            held.push(holder.lock(name.clone()).acquire().await?);
+        }
+    }
+    let before_clients = connected_clients(&mut raw).await?;
+    let before = live_heap();
+    let started = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::with_capacity(args.waiters);
+    if rslock {
+        let manager = LockManager::new(vec![url]);
+        for w in 0..args.waiters {
+            let name = names[w % names.len()].clone();
+            let (manager, started) = (manager.clone(), started.clone());
+            tasks.push(tokio::spawn(async move {
+                started.fetch_add(1, Ordering::Relaxed);
+                let lock = manager.acquire_no_guard(name.as_str(), LEASE).await?;
+                manager.unlock(&lock).await;
+                Ok::<_, BenchError>(())
+            }));
+        }
+    } else {
+        let client = LockClient::connect(Config::new(url)).await?;
+        for w in 0..args.waiters {
+            let name = names[w % names.len()].clone();
+            let (client, started) = (client.clone(), started.clone());
+            tasks.push(tokio::spawn(async move {
+                started.fetch_add(1, Ordering::Relaxed);
+                client.lock(name).acquire().await?.release().await?;
+                Ok::<_, BenchError>(())
+            }));
+        }
+    }
+    // Everyone waiting: every task started, (ours) every name's channel has
+    // its subscriber, then a little time for the last retries to settle.
+    while started.load(Ordering::Relaxed) < args.waiters {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if !rslock {
+        let channels: Vec<String> = names
+            .iter()
+            .map(|n| format!("redisson_lock__channel:{{{n}}}"))
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while numsub(&mut raw, &channels).await? < channels.len() as i64 {
+            if Instant::now() > deadline {
+                return Err(BenchError::Broken("waiters never subscribed".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let bytes = live_heap() - before;
+    let connections = connected_clients(&mut raw).await? - before_clients;
+    let released = Instant::now();
+    let mut releases = Vec::new();
+    for guard in held {
+        releases.push(tokio::spawn(guard.release()));
+    }
+    for lock in held_rs {
+        let holder = holder_rs.clone();
+        releases.push(tokio::spawn(async move {
+            holder.unlock(&lock).await;
+            Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let drained = released.elapsed();
+    for release in releases {
+        release.await??;
+    }
+    Ok(Drain {
+        drained,
+        bytes_per_waiter: bytes as f64 / args.waiters as f64,
+        connections,
+    })
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -375,74 +679,23 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-/// Prints one runtime flavour's uncontended table; returns ours / floor.
-fn report_uncontended(flavor: &str, args: Args, measured: &mut [Measured]) -> f64 {
-    println!();
-    println!(
-        "uncontended acquire + release, {flavor} runtime ({} rounds x {} ops)",
-        args.rounds, args.ops
-    );
-    println!(
-        "  {:<40} {:>9} {:>8} {:>8} {:>9}",
-        "", "ops/s", "p50 µs", "p99 µs", "vs floor"
-    );
-    let floor = measured[0].ops_per_s.clone();
-    let mut ours_ratio = 0.0;
-    for (variant, m) in Variant::ALL.iter().zip(measured.iter_mut()) {
-        // Per round, so that drift between rounds cancels out.
-        let ratios: Vec<f64> = m
-            .ops_per_s
-            .iter()
-            .zip(&floor)
-            .map(|(ours, floor)| ours / floor)
-            .collect();
-        let ratio = median(&ratios);
-        if *variant == Variant::Watchdog {
-            ours_ratio = ratio;
-        }
-        println!(
-            "  {:<40} {:>9.0} {:>8.1} {:>8.1} {:>8.2}x",
-            variant.label(),
-            median(&m.ops_per_s),
-            micros(percentile(&mut m.samples, 50.0)),
-            micros(percentile(&mut m.samples, 99.0)),
-            ratio,
-        );
-    }
-    ours_ratio
-}
-
-/// Prints the handoff figures; returns p50 in round trips.
-fn report_handoff(mut handoffs: Handoffs) -> f64 {
-    let rtt_us = micros(percentile(&mut handoffs.round_trips, 50.0)).max(f64::MIN_POSITIVE);
-    let samples = &mut handoffs.samples;
-    let p50 = micros(percentile(samples, 50.0));
-    let p99 = micros(percentile(samples, 99.0));
-    let max = micros(percentile(samples, 100.0));
-    println!();
-    println!(
-        "contended handoff, multi-thread runtime: release() -> the other client's waiter holds it ({} handoffs)",
-        samples.len()
-    );
-    println!(
-        "  p50 {p50:.1} µs ({:.1} round trips)   p99 {p99:.1} µs ({:.1} round trips)   max {max:.1} µs",
-        p50 / rtt_us,
-        p99 / rtt_us
-    );
-    println!("  round trip (PING p50, sampled between handoffs): {rtt_us:.1} µs");
-    p50 / rtt_us
-}
-
-const USAGE: &str = "usage: lock_bench [--rounds N] [--ops N] [--handoffs N]
-  --rounds N    measured rounds, each running every variant (default 20)
+const USAGE: &str =
+    "usage: lock_bench [--rounds N] [--ops N] [--handoffs N] [--hot-ms N] [--waiters N] [--names N]
+  --rounds N    measured rounds, each running every variant (default 10)
   --ops N       acquire + release pairs per variant per round (default 1000)
-  --handoffs N  measured contended handoffs (default 2000)";
+  --handoffs N  measured handoffs of ours; rslock gets a tenth (default 1000)
+  --hot-ms N    length of each one-hot-name run in ms (default 3000)
+  --waiters N   waiters of the drain row (default 10000)
+  --names N     names they wait on (default 1000)";
 
 fn parse_args() -> Result<Args, String> {
     let mut parsed = Args {
-        rounds: 20,
+        rounds: 10,
         ops: 1000,
-        handoffs: 2000,
+        handoffs: 1000,
+        hot: Duration::from_secs(3),
+        waiters: 10_000,
+        names: 1000,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -457,6 +710,9 @@ fn parse_args() -> Result<Args, String> {
             "--rounds" => parsed.rounds = value("--rounds")?,
             "--ops" => parsed.ops = value("--ops")?,
             "--handoffs" => parsed.handoffs = value("--handoffs")?,
+            "--hot-ms" => parsed.hot = Duration::from_millis(value("--hot-ms")? as u64),
+            "--waiters" => parsed.waiters = value("--waiters")?,
+            "--names" => parsed.names = value("--names")?,
             "-h" | "--help" => return Err(String::new()),
             // `cargo bench` style flags, harmless here.
             "--bench" => {}
@@ -466,108 +722,177 @@ fn parse_args() -> Result<Args, String> {
     Ok(parsed)
 }
 
-/// The tools, with connections made on the current runtime (a redis-rs
-/// connection's driver runs on the runtime that made it).
-async fn make_bench(url: &str) -> Result<Bench, BenchError> {
-    let helper = Helper::start()?;
-    let client = redis::Client::open(url)?;
-    let helper_conn = helper
-        .run(async move { client.get_multiplexed_async_connection().await })
-        .await??;
-    Ok(Bench {
-        raw: redis::Client::open(url)?
-            .get_multiplexed_async_connection()
-            .await?,
-        helper,
-        helper_conn,
-        compare_and_delete: redis::Script::new(COMPARE_AND_DELETE),
-        client: LockClient::connect(Config::new(url)).await?,
-        next_token: 0,
-    })
+fn runtime(multi: bool) -> Result<tokio::runtime::Runtime, BenchError> {
+    let mut builder = if multi {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder
+        .enable_all()
+        .build()
+        .map_err(|e| BenchError::Broken(format!("cannot start a runtime: {e}")))
 }
 
-/// The uncontended variants on the current runtime.
-async fn uncontended_on_this_runtime(url: &str, args: Args) -> Result<Vec<Measured>, BenchError> {
-    uncontended(&mut make_bench(url).await?, args).await
-}
-
-/// Redis' own CPU time per acquire + release (`INFO commandstats`, summed over
-/// every command), for the floor and for `client.lock`. Resets the server's
-/// statistics: only for a server this process started.
-async fn redis_cpu_on_this_runtime(url: &str, ops: usize) -> Result<(f64, f64), BenchError> {
-    let mut bench = make_bench(url).await?;
-    let mut per_op = Vec::new();
-    for variant in [Variant::Floor, Variant::Watchdog] {
-        let () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(&mut bench.raw)
-            .await?;
-        bench.run(variant, ops).await?;
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut bench.raw)
-            .await?;
-        let usec: f64 = info
-            .lines()
-            .filter_map(|line| line.split(",usec=").nth(1))
-            .filter_map(|rest| rest.split(',').next()?.parse::<f64>().ok())
-            .sum();
-        per_op.push(usec / ops as f64);
-    }
-    Ok((per_op[0], per_op[1]))
-}
-
-async fn handoff_on_this_runtime(url: &str, args: Args) -> Result<Handoffs, BenchError> {
-    let mut raw = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
-    handoff(url, &mut raw, args.handoffs).await
+/// Runs `fut` as a spawned task of `runtime` (never inside `block_on` itself).
+fn on<T: Send + 'static>(
+    runtime: &tokio::runtime::Runtime,
+    fut: impl Future<Output = Result<T, BenchError>> + Send + 'static,
+) -> Result<T, BenchError> {
+    runtime.block_on(async move { tokio::spawn(fut).await? })
 }
 
 fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
-    let url = redis.url();
-    let runtime = |multi: bool| {
-        let mut builder = if multi {
-            tokio::runtime::Builder::new_multi_thread()
-        } else {
-            tokio::runtime::Builder::new_current_thread()
-        };
-        builder
-            .enable_all()
-            .build()
-            .map_err(|e| BenchError::Broken(format!("cannot start a runtime: {e}")))
-    };
+    let url = redis.url().to_owned();
     let multi = runtime(true)?;
-    // The attribute's global client; it runs on its own thread, so the
-    // current-thread runtime below uses it as well.
-    multi.block_on(lock_runtime::init(Config::new(url)))?;
-    let mut on_multi = multi.block_on(uncontended_on_this_runtime(url, args))?;
-    let handoffs = multi.block_on(handoff_on_this_runtime(url, args))?;
+    // The attribute's global client; it serves the current-thread runtime too.
+    {
+        let url = url.clone();
+        on(&multi, async move {
+            Ok(lock_runtime::init(Config::new(&url)).await?)
+        })?;
+    }
+    let u = url.clone();
+    let (mut one_multi, mut many) = on(&multi, async move {
+        let peers = Peers::new(&u).await?;
+        Ok((
+            uncontended(&peers, args, true).await?,
+            many_tasks(&peers, args).await?,
+        ))
+    })?;
+    let u = url.clone();
+    let (mut handoff, mut handoff_rs) = on(&multi, async move {
+        Ok((
+            handoff_ours(&u, args.handoffs).await?,
+            handoff_rslock(&u, (args.handoffs / 10).max(20)).await?,
+        ))
+    })?;
+    let u = url.clone();
+    let (hot, hot_rs) = on(&multi, async move {
+        Ok((
+            hot_name(&u, args.hot, false).await?,
+            hot_name(&u, args.hot, true).await?,
+        ))
+    })?;
+    let u = url.clone();
+    let (drain_ours, drain_rs) = on(&multi, async move {
+        Ok((drain(&u, args, false).await?, drain(&u, args, true).await?))
+    })?;
     drop(multi);
     let current = runtime(false)?;
-    let mut on_current = current.block_on(uncontended_on_this_runtime(url, args))?;
-    let redis_cpu = if redis.started_here() {
-        Some(current.block_on(redis_cpu_on_this_runtime(url, 2000))?)
-    } else {
-        None
-    };
+    let u = url.clone();
+    let mut one_current = on(&current, async move {
+        let peers = Peers::new(&u).await?;
+        uncontended(&peers, args, false).await
+    })?;
 
-    let ratio_multi = report_uncontended("multi-thread", args, &mut on_multi);
-    let ratio_current = report_uncontended("current-thread", args, &mut on_current);
-    if let Some((floor, ours)) = redis_cpu {
-        println!(
-            "  Redis CPU per acquire + release (INFO commandstats): floor {floor:.1} µs, client.lock {ours:.1} µs"
-        );
-    }
-    let handoff_rtts = report_handoff(handoffs);
-    let verdict = |ratio: f64| if ratio >= GOAL { "met" } else { "NOT met" };
+    one_multi.print(&format!(
+        "1. uncontended acquire + release, 1 task, multi-thread runtime ({} rounds x {} ops)",
+        args.rounds, args.ops
+    ));
+    one_current.print("2. the same, current-thread runtime");
+    many.print("3. 64 tasks on one client, distinct names, multi-thread runtime");
+    let (p50, p99, p50_rt, p99_rt) = handoff.summary();
+    let (rs50, rs99, rs50_rt, _) = handoff_rs.summary();
+    println!();
+    println!("4. handoff: release() start -> the other client's waiter returns");
+    println!(
+        "  ours    p50 {p50:>9.1} µs ({p50_rt:.1} round trips)   p99 {p99:>9.1} µs ({p99_rt:.1} round trips)   {} handoffs",
+        handoff.samples.len()
+    );
+    println!(
+        "  rslock  p50 {rs50:>9.1} µs ({rs50_rt:.1} round trips)   p99 {rs99:>9.1} µs   {} handoffs",
+        handoff_rs.samples.len()
+    );
     println!();
     println!(
-        "ours/floor: multi-thread {ratio_multi:.2}x ({}), current-thread {ratio_current:.2}x ({}); goal >= {GOAL}x",
-        verdict(ratio_multi),
-        verdict(ratio_current)
+        "5. one hot name, 16 tasks over 2 clients, {} s each",
+        args.hot.as_secs_f64()
     );
-    println!("handoff p50: {handoff_rtts:.1} round trips");
+    for (who, h) in [("ours", &hot), ("rslock", &hot_rs)] {
+        println!(
+            "  {who:<7} {:>9.0} sections/s   least/most per task {:.2}",
+            h.per_second, h.fairness
+        );
+    }
+    println!();
+    println!(
+        "6. {} waiters on {} names: release all -> all done",
+        args.waiters, args.names
+    );
+    for (who, d) in [("ours", &drain_ours), ("rslock", &drain_rs)] {
+        println!(
+            "  {who:<7} {:>9.1} ms   {:>6.0} B per waiter   {} connection(s)",
+            d.drained.as_secs_f64() * 1e3,
+            d.bytes_per_waiter,
+            d.connections
+        );
+    }
+
+    let verdict = |met: bool| if met { "met" } else { "NOT met" };
+    let rows = [
+        (
+            "uncontended, multi-thread: >= 0.85x floor, >= 0.9x rslock",
+            format!(
+                "{:.2}x floor, {:.2}x rslock",
+                one_multi.ratio(Variant::Ours),
+                one_multi.ratio(Variant::Ours) / one_multi.ratio(Variant::Rslock)
+            ),
+            one_multi.ratio(Variant::Ours) >= 0.85
+                && one_multi.ratio(Variant::Ours) >= 0.9 * one_multi.ratio(Variant::Rslock),
+        ),
+        (
+            "uncontended, current-thread: >= 0.85x floor, >= 0.9x rslock",
+            format!(
+                "{:.2}x floor, {:.2}x rslock",
+                one_current.ratio(Variant::Ours),
+                one_current.ratio(Variant::Ours) / one_current.ratio(Variant::Rslock)
+            ),
+            one_current.ratio(Variant::Ours) >= 0.85
+                && one_current.ratio(Variant::Ours) >= 0.9 * one_current.ratio(Variant::Rslock),
+        ),
+        (
+            "64 tasks: >= 0.6x floor, >= 0.8x rslock",
+            format!(
+                "{:.2}x floor, {:.2}x rslock",
+                many.ratio(Variant::Ours),
+                many.ratio(Variant::Ours) / many.ratio(Variant::Rslock)
+            ),
+            many.ratio(Variant::Ours) >= 0.6
+                && many.ratio(Variant::Ours) >= 0.8 * many.ratio(Variant::Rslock),
+        ),
+        (
+            "handoff: p50 <= 2.5 round trips, p99 <= 8",
+            format!("p50 {p50_rt:.1}, p99 {p99_rt:.1} round trips"),
+            p50_rt <= 2.5 && p99_rt <= 8.0,
+        ),
+        (
+            "hot name: >= rslock's sections/s, least/most >= 0.4",
+            format!(
+                "{:.2}x rslock, least/most {:.2}",
+                hot.per_second / hot_rs.per_second,
+                hot.fairness
+            ),
+            hot.per_second >= hot_rs.per_second && hot.fairness >= 0.4,
+        ),
+        (
+            "drain: <= rslock's time, <= 1.5 KiB per waiter, 1 connection",
+            format!(
+                "{:.2}x rslock's time, {:.0} B, {} connection(s)",
+                drain_ours.drained.as_secs_f64() / drain_rs.drained.as_secs_f64(),
+                drain_ours.bytes_per_waiter,
+                drain_ours.connections
+            ),
+            drain_ours.drained <= drain_rs.drained
+                && drain_ours.bytes_per_waiter <= 1536.0
+                && drain_ours.connections <= 1,
+        ),
+    ];
+    println!();
+    println!("summary (goals of issue 11)");
+    for (goal, value, met) in rows {
+        println!("  {goal:<62} {value:<44} {}", verdict(met));
+    }
     Ok(())
 }
 

@@ -1,9 +1,10 @@
 //! The client's own runtime thread.
 //!
-//! Every connection driver, the pub/sub dispatcher, the watchdog, and every
-//! script call run on a current-thread tokio runtime that the client owns
-//! (except the acquire and release calls of a caller on a current-thread
-//! runtime with a near connection: see [`finish_on_drop`] and `conn`).
+//! The client's own connection driver, the pub/sub dispatcher, the watchdog,
+//! and every script call but acquire and release run on a current-thread
+//! tokio runtime that the client owns (acquire and release run in the
+//! caller's task on its runtime's near connection: see [`finish_on_drop`]
+//! and `conn`).
 //! Callers only await join handles and channels, which work from any runtime.
 //! That is what lets one global client serve several runtimes (one per
 //! `#[tokio::test]`, one per thread, or a runtime that was shut down): nothing

@@ -7,6 +7,10 @@ use redis::{IntoConnectionInfo, ProtocolVersion};
 
 use crate::LockError;
 
+/// How many calls one release makes at most (the first and its retries on
+/// a lost connection); bounds how long a release can take.
+pub(crate) const UNLOCK_TRIES: u32 = 3;
+
 /// How to reach Redis and how locks behave. A builder: every knob has a
 /// default, and `Config::new(url)` alone is a working configuration.
 ///
@@ -278,7 +282,7 @@ impl Config {
     pub(crate) fn unlock_latch_ttl(&self) -> Duration {
         // Saturating: `check` bounds the timeout, this never panics regardless.
         self.response_timeout
-            .saturating_mul(crate::guard::UNLOCK_TRIES)
+            .saturating_mul(UNLOCK_TRIES)
             .saturating_add(Duration::from_secs(1))
     }
 

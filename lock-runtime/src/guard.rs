@@ -176,7 +176,9 @@ impl Held {
                         });
                     }
                     Ok(_) => return Ok(()),
-                    Err(LockError::Redis(e)) if tries < UNLOCK_TRIES && connection_lost(&e) => {
+                    Err(LockError::Redis(e))
+                        if tries < crate::config::UNLOCK_TRIES && connection_lost(&e) =>
+                    {
                         tracing::debug!(error = %e, "unlock failed; retrying");
                         tokio::time::sleep(Duration::from_millis(50 * u64::from(tries))).await;
                         conn = core.conn.clone();
@@ -195,9 +197,6 @@ impl Held {
         crate::lock::on_background(&client, work).await?
     }
 }
-
-/// How many calls one release makes at most (the first and its retries).
-pub(crate) const UNLOCK_TRIES: u32 = 3;
 
 /// Proof that the caller holds a lock. Release it with
 /// [`release`](LockGuard::release) to learn whether the lease held to the

@@ -260,10 +260,13 @@
 //!   gives it back, and still reports [`LockError::Lost`]). A dropped
 //!   guard is released on the client's background thread; at process exit,
 //!   a release still under way is abandoned and the lease expires on its own.
-//! - **Cancellation.** Every Redis call runs on the client's own runtime
-//!   thread, or, from a current-thread runtime on a single server, on that
-//!   runtime's near connection (one per runtime, made on its first lock call:
-//!   a round trip then wakes no other thread). Either way a call whose caller
+//! - **No thread hop, and cancellation.** Acquire and release calls run in
+//!   the caller's task on the near connection of the caller's runtime
+//!   (multi-thread and current-thread alike; one per runtime, made on its
+//!   first lock call, on a single server and on a cluster): a round trip
+//!   then wakes no other thread. Everything else (pub/sub, the watchdog,
+//!   Sentinel's calls, a runtime's first call) runs on the client's own
+//!   runtime thread. Either way a call whose caller
 //!   left is finished without it, so dropping an acquire future never strands
 //!   a half-taken lock: a hold that arrives for a caller who left is given
 //!   back at once, and the local queue place and pub/sub interest go with the

@@ -268,6 +268,19 @@ async fn a_cancelled_waiter_leaves_nothing_behind() {
 
 #[tokio::test]
 async fn acquires_cancelled_at_any_point_leave_no_lock() {
+    cancelled_acquires_leave_no_lock().await;
+}
+
+/// The same on a multi-thread runtime, from a spawned task, the way a
+/// server's handlers call: there too the calls run on the caller's runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_cancelled_at_any_point_leave_no_lock_on_a_multi_thread_runtime() {
+    tokio::spawn(cancelled_acquires_leave_no_lock())
+        .await
+        .unwrap();
+}
+
+async fn cancelled_acquires_leave_no_lock() {
     let server = Server::start();
     let client = server.client().await;
     let raw = server.raw().await;
@@ -322,6 +335,17 @@ async fn cancelled_reentries_give_back_only_their_own_hold() {
 
 #[tokio::test]
 async fn releases_dropped_at_any_point_still_complete() {
+    dropped_releases_still_complete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_dropped_at_any_point_still_complete_on_a_multi_thread_runtime() {
+    tokio::spawn(dropped_releases_still_complete())
+        .await
+        .unwrap();
+}
+
+async fn dropped_releases_still_complete() {
     let server = Server::start();
     let client = server.client().await;
     let raw = server.raw().await;
@@ -667,6 +691,44 @@ async fn subscriptions_come_back_after_a_reconnect() {
         .unwrap()
         .expect("woken through the renewed subscription");
     taken.release().await.unwrap();
+}
+
+/// Connections a server or a proxy closes while the client is idle (an idle
+/// timeout, a failover of a proxy, `CLIENT KILL`) cost no caller an error:
+/// an attempt that fails on a dead connection and provably took nothing is
+/// made again on the client's own connection, which reconnects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_closed_while_idle_cost_no_caller_an_error() {
+    tokio::spawn(async {
+        let server = Server::start();
+        let client = server.client().await;
+        let mut raw = server.raw().await;
+        for round in 0..5 {
+            // Warm: the runtime's near connection is made on its first calls.
+            for _ in 0..20 {
+                let guard = client.lock("idle").acquire().await.unwrap();
+                guard.release().await.unwrap();
+            }
+            let () = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("normal")
+                .arg("SKIPME")
+                .arg("yes")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            let guard = client.lock("idle").acquire().await.unwrap_or_else(|e| {
+                panic!("round {round}: the acquire after the kill failed: {e}")
+            });
+            guard.release().await.unwrap_or_else(|e| {
+                panic!("round {round}: the release after the kill failed: {e}")
+            });
+        }
+        assert!(!exists(&mut raw, "idle").await);
+    })
+    .await
+    .unwrap();
 }
 
 /// `connected_clients` of the server's `INFO clients`.

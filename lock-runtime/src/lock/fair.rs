@@ -29,7 +29,7 @@ pub(crate) async fn attempt(
     name: &str,
     how: &Try,
 ) -> Result<Attempt, LockError> {
-    core.check_slot_name(name)?;
+    core.conn.check_slot_name(name)?;
     let reply = SCRIPTS
         .fair_acquire
         .invoke(conn, &how.latch(name), how.reenter, |call| {
@@ -41,7 +41,7 @@ pub(crate) async fn attempt(
                 .arg(how.lease_ms())
                 .arg(&how.holder)
                 .arg(wait_ms(core))
-                .arg(core.publish_command())
+                .arg(core.conn.publish_command())
                 .arg(how.reenter_arg());
         })
         .await
@@ -69,7 +69,7 @@ pub(crate) async fn unlock(
         .key(keys::unlock_latch(name, request))
         .arg(holder)
         .arg(crate::config::millis(core.config.unlock_latch_ttl()))
-        .arg(core.publish_command())
+        .arg(core.conn.publish_command())
         .invoke_async(&mut conn)
         .await
         .map_err(|e| LockError::from_redis(name, e))
@@ -91,7 +91,7 @@ pub(crate) fn give_up(
         .config
         .fair_wait_timeout
         .saturating_add(core.config.watchdog_timeout);
-    let publish = core.publish_command();
+    let publish = core.conn.publish_command();
     let name = name.to_owned();
     let holder = holder.to_owned();
     async move {

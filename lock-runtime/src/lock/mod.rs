@@ -1,7 +1,8 @@
 //! The lock kinds, their builder, and the one acquire loop they share.
 //!
 //! Data flows one way: the builder runs the acquire loop, which runs the
-//! kind's script on the client's background runtime and wraps a success in a
+//! kind's script (in the caller's task, on its runtime's near connection)
+//! and wraps a success in a
 //! [`LockGuard`]; the guard registers with the watchdog and, at release,
 //! unregisters and runs the kind's unlock script.
 
@@ -279,16 +280,41 @@ impl LockBuilder {
 /// the answer is lost (a timeout, a broken connection), the attempt is
 /// reconciled before the error is returned (see [`reconcile`]).
 ///
-/// With a near connection on the caller's runtime the call runs in the
-/// caller's task (see [`background::finish_on_drop`]); otherwise as a task on
-/// the client's background runtime.
+/// The call goes through the near connection of the caller's runtime when it
+/// has one. When its connection turns out dead (closed while idle, by an
+/// idle timeout, a proxy or `CLIENT KILL`) and the reconcile proved that the
+/// attempt took nothing and never will, it is made once more on the client's
+/// own connection, which reconnects: a connection lost between calls costs
+/// the caller nothing.
 async fn attempt_once(
     client: &LockClient,
     target: &Target,
     how: &Try,
 ) -> Result<Attempt, LockError> {
-    let core = client.core().clone();
-    let near = core.conn.near_here();
+    let core = client.core();
+    match attempt_on(core, target, how, core.conn.near_here()).await {
+        (Err(LockError::Redis(e)), true) if crate::conn::connection_lost(&e) => {
+            tracing::debug!(error = %e, "an attempt's connection was lost; trying again on the client's own");
+            attempt_on(core, target, how, None).await.0
+        }
+        (result, _) => result,
+    }
+}
+
+/// One attempt on `near` (the caller's runtime's near connection), or on the
+/// client's own connection (`None`). Also says whether a lost answer was
+/// reconciled in time: then the attempt holds nothing and never will.
+///
+/// On a near connection the call runs in the caller's task (see
+/// [`background::finish_on_drop`]); otherwise as a task on the client's
+/// background runtime.
+async fn attempt_on(
+    core: &std::sync::Arc<Core>,
+    target: &Target,
+    how: &Try,
+    near: Option<Conn>,
+) -> (Result<Attempt, LockError>, bool) {
+    let core = core.clone();
     let conn = near.clone().unwrap_or_else(|| core.conn.clone());
     let how = Try {
         attempt: uuid::Uuid::new_v4().to_string(),
@@ -320,23 +346,24 @@ async fn attempt_once(
                 }
             });
         }
-        let result = (&mut answered.answered)
-            .await
-            .map_err(|_| LockError::Shutdown)?;
+        let Ok(result) = (&mut answered.answered).await else {
+            return (Err(LockError::Shutdown), false);
+        };
         answered.undo = None;
         result
     };
+    let mut settled = false;
     if let Err(e) = &result
         && needs_reconcile(e)
     {
         // The script may have run: find the hold and give it back, or make
         // sure the attempt can no longer take it, before reporting.
         let work = reconcile(core.clone(), target.clone(), how);
-        let settled = core.runtime.spawn(work);
+        let reconciled = core.runtime.spawn(work);
         let bound = core.config.response_timeout.saturating_mul(2);
-        let _ = tokio::time::timeout(bound, settled).await;
+        settled = matches!(tokio::time::timeout(bound, reconciled).await, Ok(Ok(true)));
     }
-    result
+    (result, settled)
 }
 
 /// Whether a failed attempt may have left a hold: its answer was lost (it
@@ -366,12 +393,15 @@ const RECONCILE_FOR: Duration = Duration::from_secs(16 * 60);
 /// One case is left to the lease: a re-entry whose record in the latch
 /// (30 s) expired before the reconcile reached Redis (a partition longer
 /// than that, after the re-entry ran) keeps its count until the lease ends.
-async fn reconcile(core: std::sync::Arc<Core>, target: Target, how: Try) {
+///
+/// Returns whether it settled: the attempt holds nothing and never will.
+async fn reconcile(core: std::sync::Arc<Core>, target: Target, how: Try) -> bool {
     let settled =
         retry::while_unreachable(RECONCILE_FOR, || reconcile_once(&core, &target, &how)).await;
-    if let Err(e) = settled {
+    if let Err(e) = &settled {
         tracing::warn!(lock = target.name(), error = %e, "could not reconcile a lost acquire answer; the lease will end it");
     }
+    settled.is_ok()
 }
 
 async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), LockError> {
@@ -447,7 +477,9 @@ async fn abandoned(
             }
         }
         Ok(Attempt::Gone) => {}
-        Err(e) if needs_reconcile(&e) => reconcile(core.clone(), target.clone(), how.clone()).await,
+        Err(e) if needs_reconcile(&e) => {
+            reconcile(core.clone(), target.clone(), how.clone()).await;
+        }
         Err(_) => {}
     }
 }

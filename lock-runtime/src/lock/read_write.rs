@@ -91,7 +91,7 @@ pub(crate) async fn attempt(
     how: &Try,
     write: bool,
 ) -> Result<Attempt, LockError> {
-    core.check_slot_name(name)?;
+    core.conn.check_slot_name(name)?;
     let (script, third_key) = if write {
         (&SCRIPTS.rw_write_acquire, keys::tagged(name))
     } else {
@@ -135,7 +135,7 @@ pub(crate) async fn unlock_read(
         .key(keys::unlock_latch(name, request))
         .arg(holder)
         .arg(crate::config::millis(core.config.unlock_latch_ttl()))
-        .arg(core.publish_command())
+        .arg(core.conn.publish_command())
         .arg(token)
         .invoke_async(&mut conn)
         .await
@@ -161,7 +161,7 @@ pub(crate) async fn unlock_write(
         .key(keys::unlock_latch(name, request))
         .arg(holder)
         .arg(crate::config::millis(core.config.unlock_latch_ttl()))
-        .arg(core.publish_command())
+        .arg(core.conn.publish_command())
         .invoke_async(&mut conn)
         .await
         .map_err(|e| LockError::from_redis(name, e))

@@ -15,7 +15,7 @@ pub(crate) async fn attempt(
     name: &str,
     how: &Try,
 ) -> Result<Attempt, LockError> {
-    core.check_slot_name(name)?;
+    core.conn.check_slot_name(name)?;
     let reply = SCRIPTS
         .reentrant_acquire
         .invoke(conn, &how.latch(name), how.reenter, |call| {
@@ -47,7 +47,7 @@ pub(crate) async fn unlock(
         .key(keys::unlock_latch(name, request))
         .arg(holder)
         .arg(crate::config::millis(core.config.unlock_latch_ttl()))
-        .arg(core.publish_command())
+        .arg(core.conn.publish_command())
         .arg("0")
         .invoke_async(&mut conn)
         .await

@@ -1,0 +1,296 @@
+//! The client's connection to Redis, whatever the topology.
+//!
+//! [`Conn`] is what every script call, the pub/sub dispatcher and the
+//! watchdog talk through. It implements [`redis::aio::ConnectionLike`], so a
+//! call site reads the same on a single server, behind Sentinel and on a
+//! cluster. One file per topology:
+//!
+//! - `standalone`: redis' `ConnectionManager`, which reconnects to the one
+//!   server and resubscribes.
+//! - `sentinel`: a multiplexed connection to the master the sentinels name,
+//!   found again when it breaks or is demoted.
+//! - `cluster`: redis' cluster connection (routing by slot, `MOVED`/`ASK`,
+//!   retries through a failover, resubscription per slot owner), and the
+//!   slot arithmetic.
+//!
+//! The client's own connection, and every reconnection of it, is made on
+//! the client's background runtime (the caller of [`Conn::connect`] runs
+//! there, and the sentinel reconnect task is spawned on the handle it is
+//! given), so the client outlives the runtimes of its callers.
+//!
+//! Acquire and release calls take the **near connection** of the runtime
+//! they run on ([`Conn::near_here`], `near`): a connection whose driver runs
+//! on that runtime, so their round trips wake no other thread.
+//!
+//! It also owns two topology-dependent decisions: the pub/sub flavour
+//! (sharded `SSUBSCRIBE`/`SPUBLISH` on a cluster of Redis 7 or newer, classic
+//! otherwise) and replica sync (`WAIT` after an acquisition, `replicas`).
+
+mod cluster;
+mod near;
+mod replicas;
+mod sentinel;
+mod standalone;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, PushInfo, PushKind, RedisError, RedisFuture, RedisResult, Value};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+
+pub(crate) use self::cluster::slot;
+use self::near::{Maker, Near};
+use self::replicas::ReplicaView;
+use self::sentinel::SentinelLink;
+use crate::config::{ReplicaSync, Topology};
+use crate::{Config, LockError};
+
+/// The connection of one client. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub(crate) struct Conn {
+    link: Link,
+    shared: Arc<Shared>,
+    /// The runtime whose near connection `link` is, if it is one.
+    near: Option<tokio::runtime::Id>,
+}
+
+#[derive(Clone)]
+enum Link {
+    Standalone(ConnectionManager),
+    Sentinel(SentinelLink),
+    /// The client's cluster connection, or a runtime's near one.
+    Cluster(ClusterConnection),
+    /// A standalone near connection.
+    Plain(MultiplexedConnection),
+}
+
+/// Decisions made at connect time, the replica view, the near connections.
+struct Shared {
+    sharded: bool,
+    replica_sync: ReplicaSync,
+    replica_sync_timeout: Duration,
+    /// Who has replicas, as last looked up (Auto mode only).
+    replicas: tokio::sync::Mutex<Option<ReplicaView>>,
+    /// Standalone and Cluster.
+    near: Option<Near>,
+}
+
+impl Conn {
+    /// Connects as `config` says. Push frames (pub/sub messages) go to
+    /// `pushes`. Must run on the client's runtime: the connections' driver
+    /// tasks are spawned on the current runtime, and `runtime` is where the
+    /// Sentinel link reconnects.
+    pub(crate) async fn connect(
+        config: &Config,
+        pushes: mpsc::UnboundedSender<PushInfo>,
+        runtime: Handle,
+    ) -> Result<Conn, LockError> {
+        config.check()?;
+        let (link, maker) = match &config.topology {
+            Topology::Standalone => {
+                let (manager, maker) = standalone::connect(config, pushes).await?;
+                (Link::Standalone(manager), Some(maker))
+            }
+            Topology::Sentinel { .. } => (
+                Link::Sentinel(SentinelLink::connect(config, pushes, runtime.clone()).await?),
+                None,
+            ),
+            Topology::Cluster { .. } => {
+                let own = cluster::client(config, Some(pushes))?;
+                let near = cluster::client(config, None)?;
+                (
+                    Link::Cluster(own.get_async_connection().await?),
+                    Some(Maker::Cluster(near)),
+                )
+            }
+        };
+        let sharded = match (&link, config.sharded_pubsub) {
+            (Link::Cluster(cluster), wanted) => {
+                let supported = cluster::server_major_version(cluster).await? >= 7;
+                match wanted {
+                    Some(true) if !supported => {
+                        return Err(LockError::Config(
+                            "sharded pub/sub needs Redis 7 or newer on every cluster node".into(),
+                        ));
+                    }
+                    Some(wanted) => wanted,
+                    None => supported,
+                }
+            }
+            // `Config::check` refused `Some(true)` outside a cluster.
+            _ => false,
+        };
+        Ok(Conn {
+            link,
+            shared: Arc::new(Shared {
+                sharded,
+                replica_sync: config.replica_sync,
+                replica_sync_timeout: config.replica_sync_wait(),
+                replicas: tokio::sync::Mutex::new(None),
+                near: maker.map(|maker| Near::new(maker, runtime.id())),
+            }),
+            near: None,
+        })
+    }
+
+    /// The current runtime's near connection, when it has one ready. The
+    /// first call from a runtime starts making it there, and gets `None`
+    /// (the caller then uses this connection).
+    pub(crate) fn near_here(&self) -> Option<Conn> {
+        let (id, link) = Near::here(&self.shared)?;
+        Some(Conn {
+            link,
+            shared: self.shared.clone(),
+            near: Some(id),
+        })
+    }
+
+    /// The command unlock scripts announce a release with: `spublish` when
+    /// waiters listen with sharded pub/sub, else `publish`.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        if self.shared.sharded {
+            "spublish"
+        } else {
+            "publish"
+        }
+    }
+
+    /// Whether the connection is to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.link, Link::Cluster(_))
+    }
+
+    /// On a cluster, a lock's keys and channels must share one slot. The
+    /// derived names wrap the lock name in `{}` unless it has a hash tag of
+    /// its own; a name with a `{` or `}` but no non-empty tag (`"q{"`,
+    /// `"{}x"`) cannot be kept in one slot and is refused (elsewhere it is
+    /// fine).
+    pub(crate) fn check_slot_name(&self, name: &str) -> Result<(), LockError> {
+        if self.is_cluster() && name.contains(['{', '}']) && !cluster::has_hash_tag(name) {
+            return Err(LockError::BadName {
+                name: name.to_owned(),
+                reason: "on a Redis Cluster, a lock name with `{` or `}` needs a non-empty {hash tag} so that its keys share one slot",
+            });
+        }
+        Ok(())
+    }
+
+    /// Listens to `channel` (sharded or classic, as decided at connect).
+    pub(crate) async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match &mut self.link {
+            Link::Standalone(manager) => manager.subscribe(channel).await,
+            Link::Sentinel(sentinel) => sentinel.subscribe(channel).await,
+            Link::Cluster(cluster) if self.shared.sharded => cluster.ssubscribe(channel).await,
+            Link::Cluster(cluster) => cluster.subscribe(channel).await,
+            // The dispatcher uses the client's own connection, never a near one.
+            Link::Plain(near) => near.subscribe(channel).await,
+        }
+    }
+
+    /// Stops listening to `channel`.
+    pub(crate) async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match &mut self.link {
+            Link::Standalone(manager) => manager.unsubscribe(channel).await,
+            Link::Sentinel(sentinel) => sentinel.unsubscribe(channel).await,
+            Link::Cluster(cluster) if self.shared.sharded => cluster.sunsubscribe(channel).await,
+            Link::Cluster(cluster) => cluster.unsubscribe(channel).await,
+            Link::Plain(near) => near.unsubscribe(channel).await,
+        }
+    }
+
+    /// Whether `push` says the server dropped our subscription to a channel
+    /// without being asked: a cluster node does that with sharded channels
+    /// whose slot moved away from it (resharding, demotion after a failover).
+    pub(crate) fn is_lost_subscription(&self, push: &PushInfo) -> bool {
+        self.shared.sharded && push.kind == PushKind::SUnsubscribe
+    }
+
+    /// Whether `push` says a cluster node's connection closed. redis-rs then
+    /// serves that node's slots from another node of the shard (the promoted
+    /// replica, after a failover) but moves subscriptions only at its next
+    /// slot-map refresh, which nothing may trigger: the caller subscribes
+    /// again itself.
+    pub(crate) fn is_lost_node(&self, push: &PushInfo) -> bool {
+        self.is_cluster() && push.kind == PushKind::Disconnection
+    }
+
+    /// Changes whenever the Sentinel link moves to another master.
+    fn epoch(&self) -> u64 {
+        match &self.link {
+            Link::Sentinel(sentinel) => sentinel.epoch(),
+            _ => 0,
+        }
+    }
+
+    /// Forgets this near connection when `answer` says it is gone: the
+    /// runtime's next call makes a new one.
+    fn check_near<T>(near: Option<(tokio::runtime::Id, Arc<Shared>)>, answer: &RedisResult<T>) {
+        if let (Some((id, shared)), Err(e)) = (near, answer)
+            && connection_lost(e)
+            && let Some(near) = &shared.near
+        {
+            near.forget(id);
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let near = self.near.map(|id| (id, self.shared.clone()));
+        let call = match &mut self.link {
+            Link::Standalone(manager) => manager.req_packed_command(cmd),
+            Link::Sentinel(sentinel) => sentinel.req_packed_command(cmd),
+            Link::Cluster(cluster) => cluster.req_packed_command(cmd),
+            Link::Plain(plain) => plain.req_packed_command(cmd),
+        };
+        if near.is_none() {
+            return call;
+        }
+        Box::pin(async move {
+            let answer = call.await;
+            Conn::check_near(near, &answer);
+            answer
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let near = self.near.map(|id| (id, self.shared.clone()));
+        let call = match &mut self.link {
+            Link::Standalone(manager) => manager.req_packed_commands(pipeline, offset, count),
+            Link::Sentinel(sentinel) => sentinel.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(cluster) => cluster.req_packed_commands(pipeline, offset, count),
+            Link::Plain(plain) => plain.req_packed_commands(pipeline, offset, count),
+        };
+        if near.is_none() {
+            return call;
+        }
+        Box::pin(async move {
+            let answer = call.await;
+            Conn::check_near(near, &answer);
+            answer
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.link {
+            Link::Standalone(manager) => manager.get_db(),
+            Link::Sentinel(sentinel) => sentinel.get_db(),
+            Link::Cluster(cluster) => cluster.get_db(),
+            Link::Plain(plain) => plain.get_db(),
+        }
+    }
+}
+
+/// Whether a call failed because its connection is gone or did not answer
+/// (not a script or server error): the call may be retried on another.
+pub(crate) fn connection_lost(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() || e.is_timeout()
+}
