@@ -164,7 +164,16 @@ impl Held {
             let mut tries = 0;
             loop {
                 tries += 1;
-                match target.unlock(&core, &conn, &holder, &request, token).await {
+                // The first call may hand the lock to a waiter of this client.
+                let unlocked = if tries == 1 {
+                    crate::lock::handoff::unlock_or_hand_off(
+                        &core, &conn, &target, &holder, &request, token,
+                    )
+                    .await
+                } else {
+                    target.unlock(&core, &conn, &holder, &request, token).await
+                };
+                match unlocked {
                     Ok(-1) => {
                         return Err(LockError::Lost {
                             name: target.name().to_owned(),

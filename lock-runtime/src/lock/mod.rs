@@ -7,6 +7,7 @@
 //! unregisters and runs the kind's unlock script.
 
 pub(crate) mod fair;
+pub(crate) mod handoff;
 pub(crate) mod multi;
 pub(crate) mod quorum;
 pub(crate) mod read_write;
@@ -612,6 +613,7 @@ pub(crate) async fn acquire_hold(
             armed: true,
         };
         let mut sent = Instant::now();
+        let mut holder_id = how.holder.clone();
         let token = match attempt_once(client, &target, &how).await? {
             Attempt::Acquired { token } => token,
             Attempt::Gone => return Err(gone()),
@@ -619,16 +621,47 @@ pub(crate) async fn acquire_hold(
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(timeout());
                 }
-                let mut ticket = core.local.ticket(target.local_queue(&how.holder));
+                let queue = target.local_queue(&how.holder);
+                let mut ticket = core.local.ticket(queue.clone());
                 match deadline {
                     Some(d) => tokio::time::timeout_at(d.into(), ticket.turn())
                         .await
                         .map_err(|_| timeout())?,
                     None => ticket.turn().await,
                 }
-                let mut messages = core.pubsub.subscribe(target.channel(&how.holder)).await?;
+                let messages = ticket
+                    .subscription(core.pubsub.subscribe(target.channel(&how.holder)))
+                    .await?;
+                // Only plain acquisitions of a reentrant lock take handovers
+                // (see `handoff`).
+                let handovers = matches!(target, Target::Reentrant { .. })
+                    && !reenter
+                    && options.number.is_none();
+                // The head's offer to take the lock over, made before each
+                // attempt so that a release racing the attempt can hand the
+                // lock over (see `handoff`).
+                let mut offer = None;
                 loop {
                     messages.mark_seen();
+                    if handovers && offer.is_none() {
+                        let to = Try {
+                            holder: holder::id(&core.id, holder::fresh_number()),
+                            lease,
+                            reenter: false,
+                            attempt: uuid::Uuid::new_v4().to_string(),
+                        };
+                        let unclaimed = handoff::give_back_unclaimed(core, &target, to.clone());
+                        offer = core
+                            .local
+                            .offer(
+                                &queue,
+                                to.holder.clone(),
+                                to.attempt,
+                                options.lease,
+                                unclaimed,
+                            )
+                            .map(|offer| (to.holder, offer));
+                    }
                     sent = Instant::now();
                     let ttl_ms = match attempt_once(client, &target, &how).await? {
                         Attempt::Acquired { token } => break token,
@@ -643,7 +676,28 @@ pub(crate) async fn acquire_hold(
                         }
                         sleep = sleep.min(d - now);
                     }
-                    let _ = tokio::time::timeout(sleep, messages.changed()).await;
+                    let handed = async {
+                        match offer.as_mut() {
+                            Some((_, offer)) => Some(offer.handed().await),
+                            None => std::future::pending().await,
+                        }
+                    };
+                    let handed = tokio::select! {
+                        _ = tokio::time::timeout(sleep, messages.changed()) => None,
+                        handed = handed => handed,
+                    };
+                    match (handed, offer.take()) {
+                        (Some(Some(handed)), Some((to, _))) => {
+                            holder_id = to;
+                            sent = handed.sent;
+                            break handed.token;
+                        }
+                        // Taken but not handed over: a new offer, a new try.
+                        (Some(None), _) => {}
+                        // Still offered.
+                        (None, kept) => offer = kept,
+                        (Some(Some(_)), None) => {}
+                    }
                 }
             }
         };
@@ -652,7 +706,7 @@ pub(crate) async fn acquire_hold(
         Ok(Held::new(
             client.clone(),
             target.clone(),
-            how.holder.clone(),
+            holder_id,
             token,
             sent,
             options.lease,

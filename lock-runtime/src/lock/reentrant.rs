@@ -53,3 +53,41 @@ pub(crate) async fn unlock(
         .await
         .map_err(|e| LockError::from_redis(name, e))
 }
+
+/// Gives back one hold and, when that frees the lock, hands it to the hold
+/// `to` describes (a waiter of this client) in the same script. Returns
+/// `(2, token)` handed over, `(1, 0)` freed and announced, `(0, 0)` still
+/// held by the holder's other holds, `(-1, 0)` not held; `request` makes a
+/// retried call idempotent, with [`unlock`] too.
+pub(crate) async fn hand_off(
+    core: &Core,
+    conn: &Conn,
+    name: &str,
+    holder: &str,
+    request: &str,
+    to: &Try,
+) -> Result<(i64, u64), LockError> {
+    let mut conn = conn.clone();
+    let record = if conn.is_cluster() {
+        crate::scripts::ACQUIRE_LATCH_TTL.as_millis() as u64
+    } else {
+        0
+    };
+    let (code, token): (i64, i64) = SCRIPTS
+        .handoff
+        .key(name)
+        .key(keys::lock_channel(name))
+        .key(keys::unlock_latch(name, request))
+        .key(keys::token_key(name))
+        .key(to.latch(name))
+        .arg(holder)
+        .arg(crate::config::millis(core.config.unlock_latch_ttl()))
+        .arg(core.conn.publish_command())
+        .arg(&to.holder)
+        .arg(to.lease_ms())
+        .arg(record)
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| LockError::from_redis(name, e))?;
+    Ok((code, token as u64))
+}

@@ -12,6 +12,7 @@ use crate::conn::Conn;
 pub(crate) struct Scripts {
     pub(crate) reentrant_acquire: AcquireScript,
     pub(crate) unlock: Script,
+    pub(crate) handoff: Script,
     pub(crate) renew: Script,
     pub(crate) fair_acquire: AcquireScript,
     pub(crate) fair_unlock: Script,
@@ -81,6 +82,10 @@ impl AcquireScript {
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     reentrant_acquire: acquire_script!("reentrant_acquire.lua"),
     unlock: Script::new(include_str!("unlock.lua")),
+    handoff: Script::new(concat!(
+        include_str!("counter.lua"),
+        include_str!("handoff.lua")
+    )),
     renew: Script::new(concat!(
         include_str!("counter.lua"),
         include_str!("renew.lua")

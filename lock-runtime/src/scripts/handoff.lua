@@ -1,0 +1,57 @@
+-- Release one hold of a reentrant lock and, when that frees it, hand the
+-- lock straight to a waiter of the same client: one round trip instead of a
+-- release, a message and the waiter's acquisition. Nothing is published on a
+-- handover (the lock never became free). Prepended with counter.lua.
+--
+-- KEYS[1]  the lock HASH
+-- KEYS[2]  the channel to announce a release on
+-- KEYS[3]  the unlock latch of this request, redisson_unlock_latch:{name}:<request id>
+-- KEYS[4]  the fencing token counter, redisson_lock_token:{name}
+-- KEYS[5]  the acquire latch of the waiter's handover,
+--          redisson_lock_acquire_latch:{name}:<attempt id>
+-- ARGV[1]  the releasing holder id
+-- ARGV[2]  unlock latch lifetime in milliseconds
+-- ARGV[3]  the publish command: 'publish', or 'spublish' for sharded pub/sub
+-- ARGV[4]  the waiter's holder id (new: unique to this handover)
+-- ARGV[5]  the waiter's lease in milliseconds
+-- ARGV[6]  how long to keep the handed hold's token in the acquire latch, in
+--          ms, or 0 to keep none
+--
+-- Returns {2, token} when the lock was handed over (the waiter holds it,
+-- with this fencing token), {1, 0} when it was freed and announced instead
+-- (the waiter's handover was abandoned, or its lease or the token counter
+-- is unusable), {0, 0} when the releasing holder still has holds left, and
+-- {-1, 0} when it does not hold the lock. A retried request (same unlock
+-- latch; also one made by unlock.lua) returns {first answer, 0}, 2 counting
+-- as 1, without running again. Every check comes before the first write.
+local done = redis.call('get', KEYS[3])
+if done then
+  return {tonumber(done), 0}
+end
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
+if not count then
+  return {-1, 0}
+end
+local lease, record = tonumber(ARGV[5]), tonumber(ARGV[6])
+local hand = count <= 1 and refusal(KEYS[4], lease) == nil
+  and redis.call('get', KEYS[5]) ~= 'abandoned'
+
+if count > 1 then
+  redis.call('hincrby', KEYS[1], ARGV[1], -1)
+  redis.call('set', KEYS[3], 0, 'px', ARGV[2])
+  return {0, 0}
+end
+redis.call('set', KEYS[3], 1, 'px', ARGV[2])
+if not hand then
+  redis.call('del', KEYS[1])
+  redis.call(ARGV[3], KEYS[2], '0')
+  return {1, 0}
+end
+redis.call('del', KEYS[1])
+redis.call('hset', KEYS[1], ARGV[4], 1)
+redis.call('pexpire', KEYS[1], lease)
+local token = next_token(KEYS[4], lease)
+if record > 0 then
+  redis.call('set', KEYS[5], token, 'px', record)
+end
+return {2, token}

@@ -1,0 +1,160 @@
+//! Local handoff: a task that releases a reentrant lock hands it, in the same
+//! script, to a sleeping waiter of its own client. Exclusion and fencing
+//! hold through handovers, a waiter that goes away mid-handover leaves
+//! nothing behind, and other clients still get their turn.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use tests::{Server, count_under_lock, eventually, until_unsubscribed};
+
+const WITHIN: Duration = Duration::from_secs(20);
+
+/// `calls` of `command` in the server's `INFO commandstats`.
+async fn calls(raw: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(raw)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_hands_a_hot_lock_over_exclusively_without_announcing_it() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+    let before = calls(&mut raw, "publish").await;
+
+    // 8 tasks of one client, 25 sections each, on one name.
+    let n = count_under_lock(
+        &server,
+        &[client.clone()],
+        "count",
+        (8, 25),
+        |client| async move { client.lock("hot").acquire().await },
+    )
+    .await;
+    assert_eq!(n, 200, "no increment was lost: every section was exclusive");
+    let published = calls(&mut raw, "publish").await - before;
+    // Without handovers every one of the 200 releases announces itself.
+    assert!(
+        published <= 100,
+        "most releases handed the lock over instead of announcing it: {published} announcements"
+    );
+    assert!(!raw.exists::<_, bool>("hot").await.unwrap());
+    until_unsubscribed(&raw, "redisson_lock__channel:{hot}").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handed_over_holds_get_rising_fencing_tokens() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+    // Every section records its token in the order the sections ran.
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let (client, mut raw) = (client.clone(), raw.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..20 {
+                let guard = client.lock("fenced").acquire().await.unwrap();
+                let _: () = raw.rpush("tokens", guard.token()).await.unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let tokens: Vec<u64> = raw.lrange("tokens", 0, -1).await.unwrap();
+    assert_eq!(tokens.len(), 120);
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "each hold, handed over or taken, has a larger token than the one before"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_that_go_away_mid_handover_leave_nothing_behind() {
+    let server = Server::start();
+    let client = server.client().await;
+    let raw = server.raw().await;
+
+    // A holder releases while a waiter of the same client, asleep with its
+    // offer, is dropped at many different moments around the release.
+    for i in 0..120u64 {
+        let guard = client.lock("leave").acquire().await.unwrap();
+        let waiter = {
+            let client = client.clone();
+            tokio::spawn(async move { client.lock("leave").acquire().await })
+        };
+        // Let the waiter try once and go to sleep with its offer.
+        tokio::time::sleep(Duration::from_millis(1 + i % 3)).await;
+        let release = tokio::spawn(guard.release());
+        tokio::time::sleep(Duration::from_micros((i * 53) % 700)).await;
+        waiter.abort();
+        release.await.unwrap().unwrap();
+        if let Ok(Ok(guard)) = waiter.await {
+            guard.release().await.unwrap();
+        }
+        // A hold handed to the waiter that left is given back, not left to
+        // its lease (30 s, longer than this wait).
+        eventually("no hold remains", WITHIN, || {
+            let mut raw = raw.clone();
+            async move { !raw.exists::<_, bool>("leave").await.unwrap() }
+        })
+        .await;
+    }
+    eventually("nothing is renewed", WITHIN, || {
+        let client = client.clone();
+        async move { client.renewed_locks() == 0 }
+    })
+    .await;
+    until_unsubscribed(&raw, "redisson_lock__channel:{leave}").await;
+    // And the lock still works for everyone.
+    let other = server.client().await;
+    let guard = other
+        .lock("leave")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_clients_get_their_turn_between_streaks() {
+    let server = Server::start();
+    let busy = server.client().await;
+    let other = server.client().await;
+
+    // Four tasks of one client keep the lock busy, handing it over among
+    // themselves, until the other client has had it once.
+    let done = Arc::new(AtomicBool::new(false));
+    let mut hammers = Vec::new();
+    for _ in 0..4 {
+        let (client, done) = (busy.clone(), done.clone());
+        hammers.push(tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                let guard = client.lock("shared").acquire().await.unwrap();
+                tokio::task::yield_now().await;
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    let guard = tokio::time::timeout(WITHIN, other.lock("shared").acquire())
+        .await
+        .expect("the other client waited for ever: handovers must not starve it")
+        .unwrap();
+    done.store(true, Ordering::Relaxed);
+    guard.release().await.unwrap();
+    for hammer in hammers {
+        hammer.await.unwrap();
+    }
+}
