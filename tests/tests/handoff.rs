@@ -35,7 +35,7 @@ async fn one_client_hands_a_hot_lock_over_exclusively_without_announcing_it() {
     // 8 tasks of one client, 25 sections each, on one name.
     let n = count_under_lock(
         &server,
-        &[client.clone()],
+        std::slice::from_ref(&client),
         "count",
         (8, 25),
         |client| async move { client.lock("hot").acquire().await },
