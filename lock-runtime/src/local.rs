@@ -7,15 +7,16 @@
 //! - **The subscription** to the lock's channel: a new head takes it over
 //!   from the one that left, so draining a queue costs no `SUBSCRIBE` /
 //!   `UNSUBSCRIBE` round trips; it goes when the queue empties.
-//! - **The handoff slot**: a sleeping head may leave an [`Offer`] there. A
-//!   task of the same client that releases the lock takes it and hands the
-//!   lock over in the same script (see `lock::handoff`), so the head holds it
-//!   one round trip after the release began, with no message in between.
-//!   At most [`MAX_STREAK`] handoffs follow one another; then a release frees
-//!   the lock and announces it, so that waiters of other clients get their
-//!   turn.
+//! - **Offers**: every waiter of a queue (the head and those behind it)
+//!   leaves an [`Offer`] to take the lock over, in FIFO order. A task of the
+//!   same client that releases the lock takes the first one and hands the
+//!   lock over in the same script (see `lock::handoff`), so that waiter holds
+//!   it one round trip after the release began, with no message in between,
+//!   even before it reached the head. At most [`MAX_STREAK`] handoffs follow
+//!   one another; then a release frees the lock and announces it, so that
+//!   waiters of other clients get their turn.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -41,26 +42,30 @@ struct Queue {
 
 #[derive(Default)]
 struct Handoff {
-    slot: Option<Slot>,
+    /// The waiters' offers, oldest first.
+    slots: VecDeque<Slot>,
+    /// Names offers, for their withdrawal.
+    next_id: u64,
     /// Handoffs since the lock was last freed for everyone.
     streak: u32,
 }
 
-/// A sleeping head's offer to take the lock over: the holder id and lease it
-/// would hold it under, the id of that acquisition (its acquire latch), and
-/// where to say it was handed over. Dropping the sender without a value
-/// wakes the head.
+/// A waiter's offer to take the lock over: the fixed lease it asked for
+/// (`None`: the watchdog's), and where to say it was handed over. Dropping
+/// the sender without a value wakes the waiter.
 pub(crate) struct Slot {
-    pub(crate) holder: String,
-    pub(crate) attempt: String,
+    id: u64,
     pub(crate) lease: Option<Duration>,
     pub(crate) handed: oneshot::Sender<Handed>,
 }
 
-/// The lock was handed over: the fencing token of the new hold, and when the
-/// script that made it was sent (its lease counts from then).
-#[derive(Debug, Clone, Copy)]
+/// The lock was handed over: the new hold's holder id (fresh, unique to the
+/// handover), the id of the handover (its acquire latch), its fencing token,
+/// and when the script that made it was sent (its lease counts from then).
+#[derive(Debug, Clone)]
 pub(crate) struct Handed {
+    pub(crate) holder: String,
+    pub(crate) attempt: String,
     pub(crate) token: u64,
     pub(crate) sent: Instant,
 }
@@ -81,9 +86,9 @@ impl LocalQueues {
         }
     }
 
-    /// The offer of queue `key`'s head, for a releasing task to hand the lock
-    /// to; `None` when there is none, or when the streak is at its bound
-    /// (then the streak starts over: this release is for everyone).
+    /// The oldest live offer of queue `key`, for a releasing task to hand
+    /// the lock to; `None` when there is none, or when the streak is at its
+    /// bound (then the streak starts over: this release is for everyone).
     pub(crate) fn take_offer(&self, key: &str) -> Option<Slot> {
         let queue = self.queues().get(key)?.clone();
         let mut handoff = queue.handoff();
@@ -91,42 +96,39 @@ impl LocalQueues {
             handoff.streak = 0;
             return None;
         }
-        match handoff.slot.take() {
-            Some(slot) if !slot.handed.is_closed() => {
+        while let Some(slot) = handoff.slots.pop_front() {
+            if !slot.handed.is_closed() {
                 handoff.streak += 1;
-                Some(slot)
-            }
-            _ => {
-                handoff.streak = 0;
-                None
+                return Some(slot);
             }
         }
+        handoff.streak = 0;
+        None
     }
 
-    /// Leaves an offer in queue `key`'s handoff slot (replacing an older
-    /// one of its head's); `None` when the queue is gone. Only the head, in
-    /// its turn, offers. Await [`Offer::handed`]; drop the offer to withdraw
-    /// it. A handover that arrives unclaimed (the offer dropped just after
-    /// it was taken) goes to `unclaimed`, which must give that hold back.
+    /// Leaves an offer in queue `key` (behind the older ones); `None` when
+    /// the queue is gone (its waiters all left). Await [`Offer::handed`];
+    /// drop the offer to withdraw it. A handover that arrives unclaimed (the
+    /// offer dropped just after it was taken) goes to `unclaimed`, which
+    /// must give that hold back.
     pub(crate) fn offer(
         &self,
         key: &str,
-        holder: String,
-        attempt: String,
         lease: Option<Duration>,
         unclaimed: Unclaimed,
     ) -> Option<Offer> {
         let queue = self.queues().get(key)?.clone();
         let (handed, receiver) = oneshot::channel();
-        queue.handoff().slot = Some(Slot {
-            holder,
-            attempt: attempt.clone(),
-            lease,
-            handed,
-        });
+        let id = {
+            let mut handoff = queue.handoff();
+            handoff.next_id += 1;
+            let id = handoff.next_id;
+            handoff.slots.push_back(Slot { id, lease, handed });
+            id
+        };
         Some(Offer {
             queue: Some(queue),
-            attempt,
+            id,
             receiver,
             unclaimed: Some(unclaimed),
         })
@@ -205,10 +207,10 @@ impl Drop for Ticket<'_> {
 /// What to do with a hold handed to an offer that was dropped unclaimed.
 pub(crate) type Unclaimed = Box<dyn FnOnce(Handed) + Send>;
 
-/// A head's offer in its queue's handoff slot. Dropping it withdraws it.
+/// A waiter's offer in its queue. Dropping it withdraws it.
 pub(crate) struct Offer {
     queue: Option<Arc<Queue>>,
-    attempt: String,
+    id: u64,
     receiver: oneshot::Receiver<Handed>,
     unclaimed: Option<Unclaimed>,
 }
@@ -227,14 +229,7 @@ impl Offer {
 
     fn withdraw_slot(&mut self) {
         if let Some(queue) = self.queue.take() {
-            let mut handoff = queue.handoff();
-            if handoff
-                .slot
-                .as_ref()
-                .is_some_and(|slot| slot.attempt == self.attempt)
-            {
-                handoff.slot = None;
-            }
+            queue.handoff().slots.retain(|slot| slot.id != self.id);
         }
     }
 }
@@ -275,23 +270,34 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn offers_are_taken_at_most_a_streak_in_a_row() {
+    async fn offers_are_taken_oldest_first_at_most_a_streak_in_a_row() {
         let queues = LocalQueues::default();
         let mut head = queues.ticket("a".into());
         head.turn().await;
-        for _ in 0..MAX_STREAK {
-            let _offer = queues.offer("a", "h".into(), "x".into(), None, Box::new(|_| {}));
+        let keep = || Box::new(|_| {}) as Unclaimed;
+        let _first = queues.offer("a", None, keep()).unwrap();
+        let _second = queues
+            .offer("a", Some(Duration::from_secs(1)), keep())
+            .unwrap();
+        assert_eq!(
+            queues.take_offer("a").unwrap().lease,
+            None,
+            "the oldest first"
+        );
+        let taken = queues.take_offer("a").unwrap();
+        assert_eq!(taken.lease, Some(Duration::from_secs(1)));
+        for _ in 2..MAX_STREAK {
+            let _offer = queues.offer("a", None, keep()).unwrap();
             assert!(queues.take_offer("a").is_some());
         }
-        let offer = queues.offer("a", "h".into(), "y".into(), None, Box::new(|_| {}));
+        let _last = queues.offer("a", None, keep()).unwrap();
         assert!(
             queues.take_offer("a").is_none(),
             "the streak is at its bound"
         );
         assert!(queues.take_offer("a").is_some(), "a new streak begins");
-        drop(offer);
-        let offer = queues.offer("a", "h".into(), "z".into(), None, Box::new(|_| {}));
-        drop(offer);
+        let withdrawn = queues.offer("a", None, keep()).unwrap();
+        drop(withdrawn);
         assert!(
             queues.take_offer("a").is_none(),
             "a withdrawn offer is gone"

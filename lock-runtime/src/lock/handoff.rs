@@ -26,12 +26,12 @@
 //! the parts of a multi lock (which share one holder number).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::LockError;
 use crate::client::Core;
 use crate::conn::Conn;
-use crate::local::{Handed, Unclaimed};
+use crate::local::{Handed, Offer, Unclaimed};
 use crate::lock::{Target, Try, needs_reconcile, reconcile, reentrant};
 
 /// Gives back the hold of `holder` on `target` (see [`Target::unlock`]) and,
@@ -56,45 +56,70 @@ pub(crate) async fn unlock_or_hand_off(
     let Some((name, slot)) = offer else {
         return target.unlock(core, conn, holder, request, token).await;
     };
+    // The handover is an acquisition of its own: a fresh holder id and
+    // attempt id, so that what it took can always be found and given back.
     let to = Try {
-        holder: slot.holder.clone(),
+        holder: crate::holder::id(&core.id, crate::holder::fresh_number()),
         lease: slot.lease.unwrap_or(core.config.watchdog_timeout),
         reenter: false,
-        attempt: slot.attempt.clone(),
+        attempt: uuid::Uuid::new_v4().to_string(),
     };
-    let settle = || {
+    let settle = |to: Try| {
         core.runtime
-            .spawn(reconcile(core.clone(), target.clone(), to.clone()));
+            .spawn(reconcile(core.clone(), target.clone(), to));
     };
     let sent = Instant::now();
     match reentrant::hand_off(core, conn, name, holder, request, &to).await {
         Ok((2, token)) => {
             if let Err(e) = conn.sync_replicas(name).await {
-                // Dropping the slot wakes the head; the hold goes back.
+                // Dropping the slot wakes the waiter; the hold goes back.
                 tracing::debug!(lock = %name, error = %e, "a handover was not replicated; giving it back");
-                settle();
-            } else if slot.handed.send(Handed { token, sent }).is_err() {
-                // The head went away meanwhile.
-                settle();
+                settle(to);
+            } else {
+                let handed = Handed {
+                    holder: to.holder.clone(),
+                    attempt: to.attempt.clone(),
+                    token,
+                    sent,
+                };
+                if slot.handed.send(handed).is_err() {
+                    // The waiter went away meanwhile.
+                    settle(to);
+                }
             }
             Ok(1)
         }
-        // Freed and announced, or still held: dropping the slot wakes the head.
+        // Freed and announced, or still held: dropping the slot wakes the waiter.
         Ok((code, _)) => Ok(code),
         Err(e) => {
             if needs_reconcile(&e) {
-                settle();
+                settle(to);
             }
             Err(e)
         }
     }
 }
 
-/// What gives back a hold handed to an offer dropped unclaimed: the
-/// handover `to`, reconciled.
-pub(crate) fn give_back_unclaimed(core: &Arc<Core>, target: &Target, to: Try) -> Unclaimed {
-    let (core, target) = (core.clone(), target.clone());
-    Box::new(move |_: Handed| {
-        core.runtime.clone().spawn(reconcile(core, target, to));
-    })
+/// A waiter's offer in its local queue `queue` (see [`crate::local`]): a
+/// handover that reaches it after it went away is given back.
+pub(crate) fn offer(
+    core: &Arc<Core>,
+    target: &Target,
+    queue: &str,
+    lease: Option<Duration>,
+) -> Option<Offer> {
+    let (give_back, target) = (core.clone(), target.clone());
+    let unclaimed: Unclaimed = Box::new(move |handed: Handed| {
+        let to = Try {
+            holder: handed.holder,
+            lease: Duration::ZERO,
+            reenter: false,
+            attempt: handed.attempt,
+        };
+        give_back
+            .runtime
+            .clone()
+            .spawn(reconcile(give_back, target, to));
+    });
+    core.local.offer(queue, lease, unclaimed)
 }

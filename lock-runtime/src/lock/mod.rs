@@ -614,7 +614,7 @@ pub(crate) async fn acquire_hold(
         };
         let mut sent = Instant::now();
         let mut holder_id = how.holder.clone();
-        let token = match attempt_once(client, &target, &how).await? {
+        let token = match Box::pin(attempt_once(client, &target, &how)).await? {
             Attempt::Acquired { token } => token,
             Attempt::Gone => return Err(gone()),
             Attempt::Busy { .. } => {
@@ -623,82 +623,70 @@ pub(crate) async fn acquire_hold(
                 }
                 let queue = target.local_queue(&how.holder);
                 let mut ticket = core.local.ticket(queue.clone());
-                match deadline {
-                    Some(d) => tokio::time::timeout_at(d.into(), ticket.turn())
-                        .await
-                        .map_err(|_| timeout())?,
-                    None => ticket.turn().await,
-                }
-                let messages = ticket
-                    .subscription(core.pubsub.subscribe(target.channel(&how.holder)))
-                    .await?;
                 // Only plain acquisitions of a reentrant lock take handovers
-                // (see `handoff`).
+                // (see `handoff`): the waiter offers to take the lock over
+                // while it waits for its turn, and after.
                 let handovers = matches!(target, Target::Reentrant { .. })
                     && !reenter
                     && options.number.is_none();
-                // The head's offer to take the lock over, made before each
-                // attempt so that a release racing the attempt can hand the
-                // lock over (see `handoff`).
-                let mut offer = None;
-                loop {
-                    messages.mark_seen();
-                    if handovers && offer.is_none() {
-                        let to = Try {
-                            holder: holder::id(&core.id, holder::fresh_number()),
-                            lease,
-                            reenter: false,
-                            attempt: uuid::Uuid::new_v4().to_string(),
+                let offer_now = || {
+                    handovers
+                        .then(|| handoff::offer(core, &target, &queue, options.lease))
+                        .flatten()
+                };
+                let mut offer = offer_now();
+                let waited = async {
+                    // One `turn` future throughout: the queue is FIFO.
+                    let mut turn = std::pin::pin!(ticket.turn());
+                    loop {
+                        let handed = async {
+                            match offer.as_mut() {
+                                Some(offer) => offer.handed().await,
+                                None => std::future::pending().await,
+                            }
                         };
-                        let unclaimed = handoff::give_back_unclaimed(core, &target, to.clone());
-                        offer = core
-                            .local
-                            .offer(
-                                &queue,
-                                to.holder.clone(),
-                                to.attempt,
-                                options.lease,
-                                unclaimed,
-                            )
-                            .map(|offer| (to.holder, offer));
-                    }
-                    sent = Instant::now();
-                    let ttl_ms = match attempt_once(client, &target, &how).await? {
-                        Attempt::Acquired { token } => break token,
-                        Attempt::Gone => return Err(gone()),
-                        Attempt::Busy { ttl_ms } => ttl_ms,
-                    };
-                    let now = Instant::now();
-                    let mut sleep = nap(ttl_ms);
-                    if let Some(d) = deadline {
-                        if now >= d {
-                            return Err(timeout());
+                        let woken = tokio::select! {
+                            () = &mut turn => return None,
+                            handed = handed => handed,
+                        };
+                        match woken {
+                            Some(handed) => return Some(handed),
+                            // Taken but not handed over: offer again.
+                            None => offer = offer_now(),
                         }
-                        sleep = sleep.min(d - now);
                     }
-                    let handed = async {
-                        match offer.as_mut() {
-                            Some((_, offer)) => Some(offer.handed().await),
-                            None => std::future::pending().await,
-                        }
-                    };
-                    let handed = tokio::select! {
-                        _ = tokio::time::timeout(sleep, messages.changed()) => None,
-                        handed = handed => handed,
-                    };
-                    match (handed, offer.take()) {
-                        (Some(Some(handed)), Some((to, _))) => {
-                            holder_id = to;
-                            sent = handed.sent;
-                            break handed.token;
-                        }
-                        // Taken but not handed over: a new offer, a new try.
-                        (Some(None), _) => {}
-                        // Still offered.
-                        (None, kept) => offer = kept,
-                        (Some(Some(_)), None) => {}
+                };
+                let waited = match deadline {
+                    Some(d) => tokio::time::timeout_at(d.into(), waited)
+                        .await
+                        .map_err(|_| timeout())?,
+                    None => waited.await,
+                };
+                let (holder, token, at) = match waited {
+                    Some(handed) => (handed.holder, handed.token, handed.sent),
+                    // Boxed: the many waiters still queued (in `turn` above)
+                    // do not carry the head's larger state.
+                    None => {
+                        Box::pin(contend(
+                            client,
+                            &target,
+                            &how,
+                            &mut ticket,
+                            offer,
+                            Waiting {
+                                deadline,
+                                wait: options.wait,
+                                lease: options.lease,
+                                queue: &queue,
+                                handovers,
+                            },
+                        ))
+                        .await?
                     }
-                }
+                };
+                holder_id = holder;
+                sent = at;
+                token
             }
         };
         give_up.armed = false;
@@ -714,6 +702,84 @@ pub(crate) async fn acquire_hold(
     }
     .instrument(span)
     .await
+}
+
+/// How the head of a local queue waits (see [`contend`]).
+struct Waiting<'a> {
+    deadline: Option<Instant>,
+    /// What the caller asked to wait, for the timeout error.
+    wait: Option<Duration>,
+    /// The caller's fixed lease, if any (a handed-over hold gets it too).
+    lease: Option<Duration>,
+    /// The local queue's key.
+    queue: &'a str,
+    /// Whether this acquisition takes handovers (see `handoff`).
+    handovers: bool,
+}
+
+/// The head of a local queue contends in Redis: subscribe (or take over the
+/// queue's subscription), retry, and sleep until an unlock message, the
+/// holder's lease end, or a handover to its `offer` from a releasing task of
+/// this client. Returns the holder id, fencing token and send time of the
+/// hold.
+async fn contend(
+    client: &LockClient,
+    target: &Target,
+    how: &Try,
+    ticket: &mut crate::local::Ticket<'_>,
+    mut offer: Option<crate::local::Offer>,
+    waiting: Waiting<'_>,
+) -> Result<(String, u64, Instant), LockError> {
+    let core = client.core();
+    let timeout = || LockError::Timeout {
+        name: target.name().to_owned(),
+        waited: waiting.wait.unwrap_or_default(),
+    };
+    let gone = || LockError::Lost {
+        name: target.name().to_owned(),
+    };
+    let messages = ticket
+        .subscription(core.pubsub.subscribe(target.channel(&how.holder)))
+        .await?;
+    loop {
+        messages.mark_seen();
+        // Offered before each attempt, so that a release racing the
+        // attempt can hand the lock over.
+        if waiting.handovers && offer.is_none() {
+            offer = handoff::offer(core, target, waiting.queue, waiting.lease);
+        }
+        let sent = Instant::now();
+        let ttl_ms = match Box::pin(attempt_once(client, target, how)).await? {
+            Attempt::Acquired { token } => return Ok((how.holder.clone(), token, sent)),
+            Attempt::Gone => return Err(gone()),
+            Attempt::Busy { ttl_ms } => ttl_ms,
+        };
+        let now = Instant::now();
+        let mut sleep = nap(ttl_ms);
+        if let Some(d) = waiting.deadline {
+            if now >= d {
+                return Err(timeout());
+            }
+            sleep = sleep.min(d - now);
+        }
+        let handed = async {
+            match offer.as_mut() {
+                Some(offer) => Some(offer.handed().await),
+                None => std::future::pending().await,
+            }
+        };
+        let handed = tokio::select! {
+            _ = tokio::time::timeout(sleep, messages.changed()) => None,
+            handed = handed => handed,
+        };
+        match handed {
+            Some(Some(handed)) => return Ok((handed.holder, handed.token, handed.sent)),
+            // Taken but not handed over: a new offer, a new try.
+            Some(None) => offer = None,
+            // Still offered.
+            None => {}
+        }
+    }
 }
 
 /// Runs `fut` on `client`'s background runtime (see [`background`]).
