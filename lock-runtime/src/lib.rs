@@ -108,7 +108,25 @@
 //!   TCP's retransmission limit; the `abandoned` mark lasts as long). One
 //!   case is left to the lease: a re-entry whose answer was lost in a
 //!   partition longer than its 30 s record keeps its count until the lease
-//!   ends.
+//!   ends. When the reconcile settled in time (so the attempt provably holds
+//!   nothing) and the error was a lost connection, the attempt is made once
+//!   more on the client's own connection, which reconnects: a connection
+//!   closed while idle (an idle timeout, a proxy, `CLIENT KILL`, a server
+//!   restart) costs the caller nothing.
+//! - **Local handoff.** Tasks of one client waiting for the same lock queue
+//!   locally (FIFO); only the head contends in Redis, and the queue keeps
+//!   the channel subscription between heads. Each waiter of a reentrant lock
+//!   (not a re-entry, a fair or read/write lock, or part of a multi lock)
+//!   offers to take the lock over; a task of the same client that releases
+//!   it takes the oldest offer and hands the lock over in the unlock script
+//!   itself (`handoff.lua`): one round trip, no message, a new holder id and
+//!   a new fencing token, the waiter's own lease. A handover is an
+//!   acquisition of its own (its own latch and holder id), so one whose
+//!   answer is lost, or that reaches a waiter who went away, or that no
+//!   replica confirmed, is reconciled like a lost acquire answer and given
+//!   back. After 8 handovers in a row a release frees the lock and
+//!   announces it, so that waiters of other clients (and Redisson's) get
+//!   their turn.
 //! - **Scripts check before they write.** A fencing counter that `INCR` would
 //!   refuse, or one at 2^53 − 1 or more (Lua numbers are exact below 2^53,
 //!   and tokens must stay exact), is an error reply with nothing written.
