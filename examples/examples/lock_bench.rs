@@ -30,7 +30,8 @@
 //! ```
 //!
 //! Uses `REDIS_URL` when set; otherwise starts a throwaway `redis-server` on a
-//! free loopback port. BENCHMARKS.md explains the figures.
+//! free loopback port. `BENCH_COUNTS=1` also prints row 5's sections per
+//! task. BENCHMARKS.md explains the figures.
 
 use std::alloc::System;
 use std::future::Future;
@@ -538,6 +539,9 @@ async fn hot_name(url: &str, duration: Duration, rslock: bool) -> Result<Hot, Be
         counts.push(task.await??);
     }
     let total: usize = counts.iter().sum();
+    if std::env::var_os("BENCH_COUNTS").is_some() {
+        eprintln!("per-task sections ({name}): {counts:?}");
+    }
     let (min, max) = (
         *counts.iter().min().unwrap_or(&0),
         *counts.iter().max().unwrap_or(&1),

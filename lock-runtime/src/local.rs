@@ -134,6 +134,14 @@ impl LocalQueues {
         })
     }
 
+    /// Whether queue `key` has anyone in it: a new waiter then joins it
+    /// rather than trying first, so that a task which just released the
+    /// lock does not take it back ahead of those who waited (FIFO inside
+    /// the client).
+    pub(crate) fn is_queued(&self, key: &str) -> bool {
+        self.queues().contains_key(key)
+    }
+
     /// Number of queues with someone in them (for tests of cleanup).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -167,22 +175,25 @@ impl Ticket<'_> {
     }
 
     /// The queue's subscription, made by `subscribe` if the queue has none
-    /// yet. Call it at the head (after [`turn`](Self::turn)).
+    /// yet, and whether it was made now. Call it at the head (after
+    /// [`turn`](Self::turn)). One taken over from an earlier head still
+    /// holds the messages that head did not act on.
     pub(crate) async fn subscription<F>(
         &mut self,
         subscribe: F,
-    ) -> Result<&mut Subscription, crate::LockError>
+    ) -> Result<(&mut Subscription, bool), crate::LockError>
     where
         F: Future<Output = Result<Subscription, crate::LockError>>,
     {
         let Some(turn) = self.turn.as_mut() else {
             return Err(crate::LockError::Shutdown);
         };
-        if turn.is_none() {
+        let fresh = turn.is_none();
+        if fresh {
             **turn = Some(subscribe.await?);
         }
         match turn.as_mut() {
-            Some(subscription) => Ok(subscription),
+            Some(subscription) => Ok((subscription, fresh)),
             None => Err(crate::LockError::Shutdown),
         }
     }

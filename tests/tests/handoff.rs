@@ -158,3 +158,47 @@ async fn other_clients_get_their_turn_between_streaks() {
         hammer.await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_client_does_not_starve_another_busy_one() {
+    let server = Server::start();
+    let busy = server.client().await;
+    let other = server.client().await;
+
+    // Four tasks of one client keep the lock busy until four tasks of the
+    // other client have had it 10 times each: both clients hand the lock
+    // over among their own tasks, and each must still let the other in.
+    let done = Arc::new(AtomicBool::new(false));
+    let mut hammers = Vec::new();
+    for _ in 0..4 {
+        let (client, done) = (busy.clone(), done.clone());
+        hammers.push(tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                let guard = client.lock("both").acquire().await.unwrap();
+                tokio::task::yield_now().await;
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    let mut others = Vec::new();
+    for _ in 0..4 {
+        let client = other.clone();
+        others.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let guard = client.lock("both").acquire().await.unwrap();
+                tokio::task::yield_now().await;
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for task in others {
+        tokio::time::timeout(WITHIN, task)
+            .await
+            .expect("the other client starved: the busy one kept the lock")
+            .unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    for hammer in hammers {
+        hammer.await.unwrap();
+    }
+}

@@ -614,7 +614,15 @@ pub(crate) async fn acquire_hold(
         };
         let mut sent = Instant::now();
         let mut holder_id = how.holder.clone();
-        let token = match Box::pin(attempt_once(client, &target, &how)).await? {
+        // Behind this client's waiters when there are any (FIFO inside the
+        // client); first a plain attempt otherwise.
+        let queued = !reenter && core.local.is_queued(&target.local_queue(&how.holder));
+        let first = if queued {
+            Attempt::Busy { ttl_ms: -2 }
+        } else {
+            Box::pin(attempt_once(client, &target, &how)).await?
+        };
+        let token = match first {
             Attempt::Acquired { token } => token,
             Attempt::Gone => return Err(gone()),
             Attempt::Busy { .. } => {
@@ -738,21 +746,34 @@ async fn contend(
     let gone = || LockError::Lost {
         name: target.name().to_owned(),
     };
-    let messages = ticket
+    let (messages, fresh) = ticket
         .subscription(core.pubsub.subscribe(target.channel(&how.holder)))
         .await?;
+    // A head that took over the queue's subscription with its offer in place
+    // first waits, without an attempt: the lock most likely went to an
+    // earlier waiter of this client, who will hand it on or announce its
+    // release (a message the subscription keeps for us). Attempting at once
+    // would race every release of this client's streak and win the one
+    // meant for everyone, so other clients would starve.
+    let mut wait_first = !fresh && offer.is_some();
     loop {
-        messages.mark_seen();
-        // Offered before each attempt, so that a release racing the
-        // attempt can hand the lock over.
-        if waiting.handovers && offer.is_none() {
-            offer = handoff::offer(core, target, waiting.queue, waiting.lease);
-        }
-        let sent = Instant::now();
-        let ttl_ms = match Box::pin(attempt_once(client, target, how)).await? {
-            Attempt::Acquired { token } => return Ok((how.holder.clone(), token, sent)),
-            Attempt::Gone => return Err(gone()),
-            Attempt::Busy { ttl_ms } => ttl_ms,
+        let ttl_ms = if wait_first {
+            wait_first = false;
+            // Bounded: the holder may die without a message.
+            -1
+        } else {
+            messages.mark_seen();
+            // Offered before each attempt, so that a release racing the
+            // attempt can hand the lock over.
+            if waiting.handovers && offer.is_none() {
+                offer = handoff::offer(core, target, waiting.queue, waiting.lease);
+            }
+            let sent = Instant::now();
+            match Box::pin(attempt_once(client, target, how)).await? {
+                Attempt::Acquired { token } => return Ok((how.holder.clone(), token, sent)),
+                Attempt::Gone => return Err(gone()),
+                Attempt::Busy { ttl_ms } => ttl_ms,
+            }
         };
         let now = Instant::now();
         let mut sleep = nap(ttl_ms);
