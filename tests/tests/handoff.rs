@@ -202,3 +202,108 @@ async fn a_busy_client_does_not_starve_another_busy_one() {
         hammer.await.unwrap();
     }
 }
+
+/// What a handover runs: `handoff.lua` headed by `counter.lua`.
+const HANDOFF: &str = concat!(
+    include_str!("../../lock-runtime/src/scripts/counter.lua"),
+    include_str!("../../lock-runtime/src/scripts/handoff.lua"),
+);
+
+/// One handover of lock `name` from `from` to `to` under unlock request
+/// `request` and acquire latch `latch`, keeping a record of `record` ms.
+fn handover<'a>(
+    script: &'a redis::Script,
+    name: &str,
+    (from, to): (&str, &str),
+    (request, latch): (&str, &str),
+    record: u64,
+) -> redis::ScriptInvocation<'a> {
+    let mut call = script.key(name);
+    call.key(format!("redisson_lock__channel:{{{name}}}"))
+        .key(format!("redisson_unlock_latch:{{{name}}}:{request}"))
+        .key(format!("redisson_lock_token:{{{name}}}"))
+        .key(latch)
+        .arg(from)
+        .arg(30_000)
+        .arg("publish")
+        .arg(to)
+        .arg(30_000)
+        .arg(record);
+    call
+}
+
+#[tokio::test]
+async fn a_resent_handover_hands_the_lock_over_once() {
+    let server = Server::start();
+    let mut raw = server.raw().await;
+    let script = redis::Script::new(HANDOFF);
+    let unlock = redis::Script::new(include_str!("../../lock-runtime/src/scripts/unlock.lua"));
+
+    // Handed over once; the resend (a cluster connection resends a command
+    // whose answer was lost) returns the first answer, token included when
+    // the acquire latch recorded it.
+    let _: () = raw.hset("h", "a:1", 1).await.unwrap();
+    let call = || handover(&script, "h", ("a:1", "a:2"), ("r1", "latch:1"), 30_000);
+    let first: (i64, u64) = call().invoke_async(&mut raw).await.unwrap();
+    let resent: (i64, u64) = call().invoke_async(&mut raw).await.unwrap();
+    assert_eq!(first.0, 2, "handed over");
+    assert_eq!(resent, first);
+    let fields: Vec<(String, i64)> = raw.hgetall("h").await.unwrap();
+    assert_eq!(
+        fields,
+        vec![("a:2".to_owned(), 1)],
+        "the waiter holds it, once"
+    );
+    let pttl: i64 = raw.pttl("h").await.unwrap();
+    assert!(pttl > 0, "with the waiter's lease");
+    // A release retried with plain unlock under the same request id reads
+    // the handover as done, and touches nothing.
+    let retried: i64 = unlock
+        .key("h")
+        .key("redisson_lock__channel:{h}")
+        .key("redisson_unlock_latch:{h}:r1")
+        .arg("a:1")
+        .arg(30_000)
+        .arg("publish")
+        .arg("0")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(retried, 1);
+    assert!(raw.exists::<_, bool>("h").await.unwrap());
+
+    // Without a record, a resend still hands nothing over twice: token 0
+    // tells the caller to give that handover back.
+    let _: () = raw.del("h").await.unwrap();
+    let _: () = raw.hset("h", "b:1", 1).await.unwrap();
+    let call = || handover(&script, "h", ("b:1", "b:2"), ("r2", "latch:2"), 0);
+    let first: (i64, u64) = call().invoke_async(&mut raw).await.unwrap();
+    let resent: (i64, u64) = call().invoke_async(&mut raw).await.unwrap();
+    assert_eq!(first.0, 2);
+    assert_eq!(resent, (2, 0));
+
+    // A handover whose waiter's latch was marked abandoned frees the lock
+    // and announces it instead.
+    let _: () = raw.del("h").await.unwrap();
+    let _: () = raw.hset("h", "c:1", 1).await.unwrap();
+    let _: () = raw.set("latch:3", "abandoned").await.unwrap();
+    let freed: (i64, u64) = handover(&script, "h", ("c:1", "c:2"), ("r3", "latch:3"), 0)
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(freed, (1, 0));
+    assert!(
+        !raw.exists::<_, bool>("h").await.unwrap(),
+        "freed, not handed"
+    );
+
+    // A holder with holds left only gives one back.
+    let _: () = raw.hset("h", "d:1", 2).await.unwrap();
+    let kept: (i64, u64) = handover(&script, "h", ("d:1", "d:2"), ("r4", "latch:4"), 0)
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(kept, (0, 0));
+    let fields: Vec<(String, i64)> = raw.hgetall("h").await.unwrap();
+    assert_eq!(fields, vec![("d:1".to_owned(), 1)]);
+}

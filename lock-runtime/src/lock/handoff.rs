@@ -70,6 +70,13 @@ pub(crate) async fn unlock_or_hand_off(
     };
     let sent = Instant::now();
     match reentrant::hand_off(core, conn, name, holder, request, &to).await {
+        // A resent script (a cluster connection resends one whose answer
+        // was lost) found the handover made, with no token recorded: give
+        // that hold back, the waiter tries by itself.
+        Ok((2, 0)) => {
+            settle(to);
+            Ok(1)
+        }
         Ok((2, token)) => {
             if let Err(e) = conn.sync_replicas(name).await {
                 // Dropping the slot wakes the waiter; the hold goes back.

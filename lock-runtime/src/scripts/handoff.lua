@@ -22,9 +22,14 @@
 -- (the waiter's handover was abandoned, or its lease or the token counter
 -- is unusable), {0, 0} when the releasing holder still has holds left, and
 -- {-1, 0} when it does not hold the lock. A retried request (same unlock
--- latch; also one made by unlock.lua) returns {first answer, 0}, 2 counting
--- as 1, without running again. Every check comes before the first write.
+-- latch; also one made by unlock.lua, which reads 2 as "released") returns
+-- the first answer without running again: {2, token} with the token the
+-- acquire latch recorded, {2, 0} when none was recorded. Every check comes
+-- before the first write.
 local done = redis.call('get', KEYS[3])
+if done == '2' then
+  return {2, tonumber(redis.call('get', KEYS[5]) or '0') or 0}
+end
 if done then
   return {tonumber(done), 0}
 end
@@ -41,12 +46,13 @@ if count > 1 then
   redis.call('set', KEYS[3], 0, 'px', ARGV[2])
   return {0, 0}
 end
-redis.call('set', KEYS[3], 1, 'px', ARGV[2])
 if not hand then
+  redis.call('set', KEYS[3], 1, 'px', ARGV[2])
   redis.call('del', KEYS[1])
   redis.call(ARGV[3], KEYS[2], '0')
   return {1, 0}
 end
+redis.call('set', KEYS[3], 2, 'px', ARGV[2])
 redis.call('del', KEYS[1])
 redis.call('hset', KEYS[1], ARGV[4], 1)
 redis.call('pexpire', KEYS[1], lease)

@@ -10,10 +10,11 @@
 --
 -- Returns 1 when the lock was freed (and announced), 0 when the holder still
 -- has holds left, -1 when the holder does not hold the lock. A retried request
--- (same latch) returns the first answer instead of running again.
+-- (same latch) returns the first answer instead of running again; a latch of
+-- handoff.lua's that handed the lock over (2) reads as freed.
 local done = redis.call('get', KEYS[3])
 if done then
-  return tonumber(done)
+  return math.min(tonumber(done), 1)
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return -1
