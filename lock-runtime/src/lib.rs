@@ -115,7 +115,10 @@
 //!   restart) costs the caller nothing.
 //! - **Local handoff.** Tasks of one client waiting for the same lock queue
 //!   locally (FIFO); only the head contends in Redis, and the queue keeps
-//!   the channel subscription between heads. Each waiter of a reentrant lock
+//!   the channel subscription between heads. An acquisition of a lock that
+//!   tasks of its client already wait for joins their queue without trying
+//!   first, so a task that just released the lock does not take it back
+//!   ahead of them (and `try_acquire` then answers `None` at once). Each waiter of a reentrant lock
 //!   (not a re-entry, a fair or read/write lock, or part of a multi lock)
 //!   offers to take the lock over; a task of the same client that releases
 //!   it takes the oldest offer and hands the lock over in the unlock script
