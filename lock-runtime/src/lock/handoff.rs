@@ -1,7 +1,8 @@
 //! Local handoff of reentrant locks: a task that releases a lock hands it,
-//! in the same script, to the sleeping head of its client's local queue for
-//! that lock (`scripts/handoff.lua`). The head then holds the lock one round
-//! trip after the release began, without a message, a wake-up through the
+//! in the same script, to the oldest waiter of its client's local queue for
+//! that lock that offered to take it (`scripts/handoff.lua`; every waiter
+//! offers, head or not). That waiter then holds the lock one round trip
+//! after the release began, without a message, a wake-up through the
 //! pub/sub dispatcher or an acquire script of its own; a hot name served by
 //! one client costs one script per critical section instead of two. A
 //! bounded streak of handoffs ([`crate::local::MAX_STREAK`]) is followed by
@@ -13,12 +14,15 @@
 //! script. What can go wrong is settled the way a lost acquire answer is
 //! ([`reconcile`]):
 //!
-//! - the answer of the handoff script is lost: the head is woken to try by
+//! - the answer of the handoff script is lost: the waiter is woken to try by
 //!   itself, the handover is reconciled (its latch marked abandoned, or the
 //!   hold it made given back), and the release is retried with the same
 //!   request id, which returns the first answer if the script had run;
-//! - the head went away (cancelled, timed out) before or just after the
+//! - the waiter went away (cancelled, timed out) before or just after the
 //!   handover: the hold it would have had is reconciled, so given back;
+//! - a resent script (a cluster connection resends one whose answer was
+//!   lost) finds the handover made: it answers with the token its acquire
+//!   latch recorded, or without one, and then the hold is given back;
 //! - no replica confirmed the handover: the same.
 //!
 //! Only plain acquisitions of a reentrant lock take part: not re-entries,
@@ -36,7 +40,7 @@ use crate::lock::{Target, Try, needs_reconcile, reconcile, reentrant};
 
 /// Gives back the hold of `holder` on `target` (see [`Target::unlock`]) and,
 /// when that frees a reentrant lock whose local queue has an offer, hands
-/// the lock to the offer's head. Returns what [`Target::unlock`] returns
+/// the lock to the waiter who made the oldest one. Returns what [`Target::unlock`] returns
 /// (a handover counts as freed: 1).
 pub(crate) async fn unlock_or_hand_off(
     core: &Arc<Core>,
