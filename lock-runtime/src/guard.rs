@@ -164,7 +164,10 @@ impl Held {
             let mut tries = 0;
             loop {
                 tries += 1;
-                // The first call may hand the lock to a waiter of this client.
+                // The first call may hand the lock to a waiter of this
+                // client. Retries (same request id) are plain unlocks: a
+                // handover's latch reads as released there, while a retried
+                // handover would name a holder other than the one it made.
                 let unlocked = if tries == 1 {
                     crate::lock::handoff::unlock_or_hand_off(
                         &core, &conn, &target, &holder, &request, token,

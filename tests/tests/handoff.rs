@@ -25,6 +25,43 @@ async fn calls(raw: &mut redis::aio::MultiplexedConnection, command: &str) -> u6
         .unwrap_or(0)
 }
 
+/// One critical section on lock `name`: acquire, yield, release.
+async fn section(client: &lock_runtime::LockClient, name: &str) {
+    let guard = client.lock(name).acquire().await.unwrap();
+    tokio::task::yield_now().await;
+    guard.release().await.unwrap();
+}
+
+/// Tasks of one client taking lock `name` over and over until stopped.
+struct Hammers {
+    done: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Hammers {
+    fn start(client: &lock_runtime::LockClient, name: &'static str, tasks: usize) -> Hammers {
+        let done = Arc::new(AtomicBool::new(false));
+        let tasks = (0..tasks)
+            .map(|_| {
+                let (client, done) = (client.clone(), done.clone());
+                tokio::spawn(async move {
+                    while !done.load(Ordering::Relaxed) {
+                        section(&client, name).await;
+                    }
+                })
+            })
+            .collect();
+        Hammers { done, tasks }
+    }
+
+    async fn stop(self) {
+        self.done.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_hands_a_hot_lock_over_exclusively_without_announcing_it() {
     let server = Server::start();
@@ -136,27 +173,13 @@ async fn other_clients_get_their_turn_between_streaks() {
 
     // Four tasks of one client keep the lock busy, handing it over among
     // themselves, until the other client has had it once.
-    let done = Arc::new(AtomicBool::new(false));
-    let mut hammers = Vec::new();
-    for _ in 0..4 {
-        let (client, done) = (busy.clone(), done.clone());
-        hammers.push(tokio::spawn(async move {
-            while !done.load(Ordering::Relaxed) {
-                let guard = client.lock("shared").acquire().await.unwrap();
-                tokio::task::yield_now().await;
-                guard.release().await.unwrap();
-            }
-        }));
-    }
+    let hammers = Hammers::start(&busy, "shared", 4);
     let guard = tokio::time::timeout(WITHIN, other.lock("shared").acquire())
         .await
         .expect("the other client waited for ever: handovers must not starve it")
         .unwrap();
-    done.store(true, Ordering::Relaxed);
     guard.release().await.unwrap();
-    for hammer in hammers {
-        hammer.await.unwrap();
-    }
+    hammers.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,26 +191,13 @@ async fn a_busy_client_does_not_starve_another_busy_one() {
     // Four tasks of one client keep the lock busy until four tasks of the
     // other client have had it 10 times each: both clients hand the lock
     // over among their own tasks, and each must still let the other in.
-    let done = Arc::new(AtomicBool::new(false));
-    let mut hammers = Vec::new();
-    for _ in 0..4 {
-        let (client, done) = (busy.clone(), done.clone());
-        hammers.push(tokio::spawn(async move {
-            while !done.load(Ordering::Relaxed) {
-                let guard = client.lock("both").acquire().await.unwrap();
-                tokio::task::yield_now().await;
-                guard.release().await.unwrap();
-            }
-        }));
-    }
+    let hammers = Hammers::start(&busy, "both", 4);
     let mut others = Vec::new();
     for _ in 0..4 {
         let client = other.clone();
         others.push(tokio::spawn(async move {
             for _ in 0..10 {
-                let guard = client.lock("both").acquire().await.unwrap();
-                tokio::task::yield_now().await;
-                guard.release().await.unwrap();
+                section(&client, "both").await;
             }
         }));
     }
@@ -197,10 +207,7 @@ async fn a_busy_client_does_not_starve_another_busy_one() {
             .expect("the other client starved: the busy one kept the lock")
             .unwrap();
     }
-    done.store(true, Ordering::Relaxed);
-    for hammer in hammers {
-        hammer.await.unwrap();
-    }
+    hammers.stop().await;
 }
 
 /// What a handover runs: `handoff.lua` headed by `counter.lua`.

@@ -225,35 +225,45 @@ impl Conn {
         }
     }
 
-    /// Forgets this near connection when `answer` says it is gone: the
-    /// runtime's next call makes a new one.
-    fn check_near<T>(near: Option<(tokio::runtime::Id, Arc<Shared>)>, answer: &RedisResult<T>) {
-        if let (Some((id, shared)), Err(e)) = (near, answer)
+    /// This near connection's runtime and the client's shared state, for
+    /// [`watch_near`]; `None` for the client's own connection.
+    fn near_watch(&self) -> Option<(tokio::runtime::Id, Arc<Shared>)> {
+        self.near.map(|id| (id, self.shared.clone()))
+    }
+}
+
+/// `call` on a near connection (`near`): when its answer says the connection
+/// is gone, the connection is forgotten and the runtime's next call makes a
+/// new one. On the client's own connection, `call` itself.
+fn watch_near<'a, T: Send + 'a>(
+    near: Option<(tokio::runtime::Id, Arc<Shared>)>,
+    call: RedisFuture<'a, T>,
+) -> RedisFuture<'a, T> {
+    let Some((id, shared)) = near else {
+        return call;
+    };
+    Box::pin(async move {
+        let answer = call.await;
+        if let Err(e) = &answer
             && connection_lost(e)
             && let Some(near) = &shared.near
         {
             near.forget(id);
         }
-    }
+        answer
+    })
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let near = self.near.map(|id| (id, self.shared.clone()));
+        let near = self.near_watch();
         let call = match &mut self.link {
             Link::Standalone(manager) => manager.req_packed_command(cmd),
             Link::Sentinel(sentinel) => sentinel.req_packed_command(cmd),
             Link::Cluster(cluster) => cluster.req_packed_command(cmd),
             Link::Plain(plain) => plain.req_packed_command(cmd),
         };
-        if near.is_none() {
-            return call;
-        }
-        Box::pin(async move {
-            let answer = call.await;
-            Conn::check_near(near, &answer);
-            answer
-        })
+        watch_near(near, call)
     }
 
     fn req_packed_commands<'a>(
@@ -262,21 +272,14 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let near = self.near.map(|id| (id, self.shared.clone()));
+        let near = self.near_watch();
         let call = match &mut self.link {
             Link::Standalone(manager) => manager.req_packed_commands(pipeline, offset, count),
             Link::Sentinel(sentinel) => sentinel.req_packed_commands(pipeline, offset, count),
             Link::Cluster(cluster) => cluster.req_packed_commands(pipeline, offset, count),
             Link::Plain(plain) => plain.req_packed_commands(pipeline, offset, count),
         };
-        if near.is_none() {
-            return call;
-        }
-        Box::pin(async move {
-            let answer = call.await;
-            Conn::check_near(near, &answer);
-            answer
-        })
+        watch_near(near, call)
     }
 
     fn get_db(&self) -> i64 {

@@ -616,7 +616,8 @@ pub(crate) async fn acquire_hold(
         let mut holder_id = how.holder.clone();
         // Behind this client's waiters when there are any (FIFO inside the
         // client); first a plain attempt otherwise.
-        let queued = !reenter && core.local.is_queued(&target.local_queue(&how.holder));
+        let queue = target.local_queue(&how.holder);
+        let queued = !reenter && core.local.is_queued(&queue);
         let first = if queued {
             Attempt::Busy { ttl_ms: -2 }
         } else {
@@ -629,7 +630,6 @@ pub(crate) async fn acquire_hold(
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(timeout());
                 }
-                let queue = target.local_queue(&how.holder);
                 let mut ticket = core.local.ticket(queue.clone());
                 // Only plain acquisitions of a reentrant lock take handovers
                 // (see `handoff`): the waiter offers to take the lock over

@@ -67,12 +67,8 @@ pub(crate) async fn hand_off(
     request: &str,
     to: &Try,
 ) -> Result<(i64, u64), LockError> {
+    let record = crate::scripts::latch_record(conn, false);
     let mut conn = conn.clone();
-    let record = if conn.is_cluster() {
-        crate::scripts::ACQUIRE_LATCH_TTL.as_millis() as u64
-    } else {
-        0
-    };
     let (code, token): (i64, i64) = SCRIPTS
         .handoff
         .key(name)

@@ -68,13 +68,20 @@ impl AcquireScript {
     ) -> RedisResult<T> {
         let mut call = self.latched.prepare_invoke();
         build(&mut call);
-        let record = if record || conn.is_cluster() {
-            ACQUIRE_LATCH_TTL.as_millis() as u64
-        } else {
-            0
-        };
-        call.key(latch).arg(record);
+        call.key(latch).arg(latch_record(conn, record));
         call.invoke_async(&mut conn.clone()).await
+    }
+}
+
+/// How long an acquire latch keeps the token of a hold it saw taken, in ms
+/// (0: no record). Always on a cluster, whose client resends a command
+/// whose answer was lost, so that the resend answers as the first call did;
+/// elsewhere when `record` is asked for.
+pub(crate) fn latch_record(conn: &Conn, record: bool) -> u64 {
+    if record || conn.is_cluster() {
+        ACQUIRE_LATCH_TTL.as_millis() as u64
+    } else {
+        0
     }
 }
 
