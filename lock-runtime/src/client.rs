@@ -8,11 +8,13 @@ use tokio::sync::mpsc;
 
 use crate::background::{self, Background};
 use crate::conn::Conn;
+use crate::inspect::LockInfo;
 use crate::local::LocalQueues;
 use crate::lock::multi::MultiLock;
 use crate::lock::read_write::ReadWriteLock;
 use crate::lock::segmented::SegmentedLock;
 use crate::lock::{LockBuilder, Target};
+use crate::own::OwnHolds;
 use crate::pubsub::PubSub;
 use crate::watchdog::{self, Watchdog};
 use crate::{Config, LockError};
@@ -43,6 +45,8 @@ pub(crate) struct Core {
     pub(crate) pubsub: PubSub,
     pub(crate) watchdog: Watchdog,
     pub(crate) local: LocalQueues,
+    /// This client's live guards, for `inspect`.
+    pub(crate) own: OwnHolds,
     pub(crate) runtime: Handle,
 }
 
@@ -79,6 +83,7 @@ impl LockClient {
                 pubsub,
                 watchdog: Watchdog::default(),
                 local: LocalQueues::default(),
+                own: OwnHolds::default(),
                 runtime: handle,
             });
             watchdog::spawn(Arc::downgrade(&core), period);
@@ -151,6 +156,44 @@ impl LockClient {
     /// time, all segments taken in ascending order. See [`SegmentedLock`].
     pub fn segmented_lock(&self, name: impl Into<String>, segments: usize) -> SegmentedLock {
         SegmentedLock::on_client(self.clone(), name.into(), segments)
+    }
+
+    /// What lock `name` looks like in Redis, whatever its kind (recognised
+    /// by its layout, see [`LockInfo`]): its holders with their hold counts,
+    /// the remaining lease, a fair lock's queue, a read-write lock's mode.
+    /// `None` when it is free. For holder ids of this client, each holder
+    /// also lists its live guards (token, task, age). Works on locks held
+    /// by any client, Redisson's included. Read in one script call.
+    ///
+    /// Fails with [`LockError::WrongType`] when the key holds something
+    /// that is not a lock.
+    pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        let core = self.inner.core.clone();
+        let name = name.to_owned();
+        crate::background::run(&core.runtime.clone(), async move {
+            crate::inspect::inspect(&core, &name).await
+        })
+        .await?
+    }
+
+    /// Frees lock `name` whatever its kind and whoever holds it, and wakes
+    /// every waiter (Redisson's `forceUnlock`): the lock's hash goes, with a
+    /// read-write lock's read holds and a fair lock's queue (its waiters ask
+    /// again when woken). The fencing token counter stays, so tokens keep
+    /// rising. Returns whether a lock was there.
+    ///
+    /// The holder is not told at once: its guard learns the loss at its next
+    /// renewal (watchdog leases; [`LockGuard::lost`](crate::LockGuard::lost)
+    /// resolves) or at its release ([`LockError::Lost`]). An operator's tool
+    /// for a lock whose holder is stuck; a working holder loses its
+    /// exclusion.
+    pub async fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
+        let core = self.inner.core.clone();
+        let name = name.to_owned();
+        crate::background::run(&core.runtime.clone(), async move {
+            crate::inspect::force_unlock(&core, &name).await
+        })
+        .await?
     }
 }
 

@@ -10,7 +10,9 @@ use tracing::Instrument;
 use crate::conn::connection_lost;
 use crate::holder::ScopedHold;
 use crate::lock::Target;
+use crate::own::Listed;
 use crate::watchdog::{HoldKey, Registration, Validity, valid_until};
+
 use crate::{LockClient, LockError};
 
 /// How a hold's lease is kept.
@@ -32,6 +34,8 @@ pub(crate) struct Held {
     holder: String,
     token: u64,
     lease: Lease,
+    /// In the client's list of live guards (see `inspect`) until dropped.
+    _listed: Listed,
 }
 
 impl Held {
@@ -45,6 +49,10 @@ impl Held {
         sent: Instant,
         lease: Option<Duration>,
     ) -> Held {
+        let listed = client
+            .core()
+            .own
+            .list(target.name(), &holder, token, sent, lease);
         let lease = match lease {
             Some(lease) => Lease::Fixed {
                 until: valid_until(sent, lease),
@@ -71,6 +79,7 @@ impl Held {
             holder,
             token,
             lease,
+            _listed: listed,
         }
     }
 
@@ -105,6 +114,55 @@ impl Held {
             Lease::Watchdog { validity, .. } => validity.borrow().is_lost(),
             Lease::Fixed { until } => Instant::now() >= *until,
         }
+    }
+
+    /// The lease left by the client's clock: zero once lost.
+    pub(crate) fn remaining(&self) -> Duration {
+        let until = match &self.lease {
+            Lease::Watchdog { validity, .. } => {
+                let validity = *validity.borrow();
+                if validity.lost {
+                    return Duration::ZERO;
+                }
+                validity.until
+            }
+            Lease::Fixed { until } => *until,
+        };
+        until.saturating_duration_since(Instant::now())
+    }
+
+    /// Makes a fixed lease last at least `lease` from now (never shorter
+    /// than it was: another hold of the holder may have been promised more).
+    async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
+        let name = self.target.name().to_owned();
+        let Lease::Fixed { until } = &mut self.lease else {
+            return Err(LockError::Config(format!(
+                "lock `{name}`: extend is for fixed leases (acquired with .lease(..)); the \
+                 watchdog renews this guard's lease until release"
+            )));
+        };
+        if Instant::now() >= *until {
+            return Err(LockError::Lost { name });
+        }
+        let key = HoldKey {
+            kind: self.target.renew_kind(),
+            name: name.clone(),
+            holder: self.holder.clone(),
+        };
+        let core = self.client.core().clone();
+        let sent = Instant::now();
+        let renewed = crate::lock::on_background(&self.client, async move {
+            crate::watchdog::renew_one(&core, &key, lease).await
+        })
+        .await?
+        .map_err(|e| LockError::from_redis(&name, e))?;
+        if !renewed {
+            // Gone (expired, force-unlocked): lost for good.
+            *until = Instant::now().min(*until);
+            return Err(LockError::Lost { name });
+        }
+        *until = (*until).max(valid_until(sent, lease));
+        Ok(())
     }
 
     pub(crate) async fn lost(&self) {
@@ -150,7 +208,10 @@ impl Held {
             holder,
             token,
             lease,
+            _listed: listed,
         } = self;
+        // A guard being released is no longer listed as live.
+        drop(listed);
         if let Lease::Watchdog { registration, .. } = &lease {
             // Before the unlock: a released guard is never renewed again.
             client.core().watchdog.unregister(registration);
@@ -326,6 +387,51 @@ impl LockGuard {
     /// it, so the server may expire it at any moment. Once lost, always lost.
     pub fn is_lost(&self) -> bool {
         self.holds.iter().filter(|h| h.is_lost()).count() > self.tolerated
+    }
+
+    /// The lease left by this client's clock (the time until
+    /// [`is_lost`](Self::is_lost) turns true unless it is renewed first):
+    /// zero once lost. A watchdog lease shows the time to the last
+    /// confirmed renewal's end, so it stays between two and three thirds of
+    /// the watchdog timeout while renewals go through. For a guard over
+    /// several holds, the time until it counts as lost.
+    pub fn remaining(&self) -> Duration {
+        let mut left: Vec<Duration> = self.holds.iter().map(Held::remaining).collect();
+        left.sort();
+        left.get(self.tolerated).copied().unwrap_or_default()
+    }
+
+    /// Extends a fixed lease (one acquired with
+    /// [`lease`](crate::LockBuilder::lease)): the lock now lasts at least
+    /// `lease` from this call (a lease never shrinks: a longer one promised
+    /// before is kept), on every hold of the guard, and
+    /// [`remaining`](Self::remaining) grows accordingly.
+    ///
+    /// Fails with [`LockError::Lost`] when the lease is already lost (by
+    /// this client's clock, or the lock is gone: expired, force-unlocked);
+    /// a lost hold is never revived. Fails with [`LockError::Config`] for a
+    /// watchdog lease (the watchdog renews it) and for a zero or too long
+    /// `lease`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let mut guard = client.lock("report").lease(Duration::from_secs(10)).acquire().await?;
+    /// // ... the work runs long:
+    /// guard.extend(Duration::from_secs(30)).await?;
+    /// assert!(guard.remaining() > Duration::from_secs(20));
+    /// guard.release().await
+    /// # }
+    /// ```
+    pub async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
+        crate::lock::check_lease(Some(lease))?;
+        let results =
+            futures_util::future::join_all(self.holds.iter_mut().map(|h| h.extend(lease))).await;
+        let mut errors = results.into_iter().filter_map(Result::err);
+        match errors.next() {
+            Some(e) if 1 + errors.count() > self.tolerated => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Resolves when the lease is lost; never, while it holds.

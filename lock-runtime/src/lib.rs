@@ -354,10 +354,12 @@ mod error;
 mod global;
 mod guard;
 mod holder;
+mod inspect;
 mod inventory;
 mod keys;
 mod local;
 mod lock;
+mod own;
 mod pubsub;
 mod retry;
 mod scripts;
@@ -375,6 +377,7 @@ pub use config::{Config, DEFAULT_URL, MAX_DURATION, ReplicaSync};
 pub use error::LockError;
 pub use global::{client, init};
 pub use guard::LockGuard;
+pub use inspect::{HolderInfo, LockInfo, LockKind, RwMode};
 pub use inventory::{
     Deduction, Inventory, InventoryError, RedisSegmentStore, SegmentKey, SegmentStore, StoreError,
 };
@@ -387,3 +390,4 @@ pub use lock::segmented::{
 };
 pub use lock_macros::distributed_lock;
 pub use lock_macros::segmented_lock;
+pub use own::OwnGuard;

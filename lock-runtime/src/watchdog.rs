@@ -285,6 +285,17 @@ fn by_slot(core: &Core, holds: Vec<(HoldKey, u64)>) -> Vec<Vec<(HoldKey, u64)>> 
     groups.into_values().collect()
 }
 
+/// Renews one hold for `lease` (a guard extending its fixed lease): whether
+/// the holder still held it.
+pub(crate) async fn renew_one(
+    core: &Core,
+    key: &HoldKey,
+    lease: Duration,
+) -> Result<bool, redis::RedisError> {
+    let renewed = renew(core, key.kind, &[(key.clone(), 0)], lease).await?;
+    Ok(renewed.first().copied().unwrap_or(false))
+}
+
 /// Renews one batch of holds of one layout; one script call.
 async fn renew(
     core: &Core,

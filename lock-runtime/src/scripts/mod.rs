@@ -22,6 +22,8 @@ pub(crate) struct Scripts {
     pub(crate) rw_read_unlock: Script,
     pub(crate) rw_write_unlock: Script,
     pub(crate) rw_renew: Script,
+    pub(crate) inspect: Script,
+    pub(crate) force_unlock: Script,
 }
 
 /// An acquire script wrapped by `acquire_latch.lua`: one more key (the latch
@@ -115,4 +117,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         include_str!("counter.lua"),
         include_str!("rw_renew.lua")
     )),
+    inspect: Script::new(include_str!("inspect.lua")),
+    force_unlock: Script::new(include_str!("force_unlock.lua")),
 });

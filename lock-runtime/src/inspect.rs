@@ -1,0 +1,238 @@
+//! Operations on any lock, found by its Redis layout: what
+//! [`LockClient::inspect`](crate::LockClient::inspect) reads and
+//! [`LockClient::force_unlock`](crate::LockClient::force_unlock) deletes.
+//!
+//! Every kind keeps a HASH at the lock's name (DESIGN §4). A hash with a
+//! `mode` field is a read-write lock; one with a fair queue or waiter
+//! deadlines beside it is a fair lock; any other is a reentrant lock. A fair
+//! lock that nobody waits for has no queue, and then reads as reentrant: the
+//! two layouts are the same.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::LockError;
+use crate::client::Core;
+use crate::keys;
+use crate::own::OwnGuard;
+use crate::scripts::SCRIPTS;
+
+/// What a held lock looks like in Redis, as [`LockClient::inspect`](crate::LockClient::inspect)
+/// read it (one script call: a consistent snapshot).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock's name.
+    pub name: String,
+    /// Which kind of lock the layout is.
+    pub kind: LockKind,
+    /// A read-write lock's mode; `None` for the other kinds.
+    pub mode: Option<RwMode>,
+    /// Who holds it and how many times (re-entries), in the hash's order.
+    pub holders: Vec<HolderInfo>,
+    /// The remaining lease by the server's clock; `None` when the key has
+    /// no expiry (a holder that set none).
+    pub ttl: Option<Duration>,
+    /// A fair lock's waiters' holder ids, head first.
+    pub queue: Vec<String>,
+}
+
+/// The kinds of lock [`LockInfo`] recognises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// Redisson's `RLock` layout (also a fair lock with nobody waiting).
+    Reentrant,
+    /// Redisson's `RFairLock` layout: the hash plus a waiting queue.
+    Fair,
+    /// Redisson's `RReadWriteLock` layout: the hash with a `mode` field.
+    ReadWrite,
+}
+
+impl LockKind {
+    /// `"reentrant"`, `"fair"` or `"read_write"` (the `kind` of `lockctl
+    /// inspect --json`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockKind::Reentrant => "reentrant",
+            LockKind::Fair => "fair",
+            LockKind::ReadWrite => "read_write",
+        }
+    }
+}
+
+impl fmt::Display for LockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A read-write lock's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RwMode {
+    /// Shared by readers.
+    Read,
+    /// Held by one writer (which may also hold read holds).
+    Write,
+}
+
+impl RwMode {
+    /// `"read"` or `"write"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RwMode::Read => "read",
+            RwMode::Write => "write",
+        }
+    }
+}
+
+impl fmt::Display for RwMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One holder of a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HolderInfo {
+    /// The holder id, `<client id>:<n>` (Redisson: `<client id>:<thread id>`).
+    /// For a read-write lock's writer, without the `:write` suffix of its
+    /// hash field.
+    pub id: String,
+    /// How many times it holds the lock (re-entries).
+    pub count: u64,
+    /// A read-write lock's writer (its field is `<id>:write`); false for a
+    /// reader and for the other kinds.
+    pub write: bool,
+    /// When the holder id is of the inspecting client: its live guards on
+    /// this lock (which token, which task, since when). Empty for other
+    /// clients' holders.
+    pub guards: Vec<OwnGuard>,
+}
+
+impl HolderInfo {
+    /// The client part of the holder id (everything before the last `:`):
+    /// which process holds it.
+    pub fn client_id(&self) -> &str {
+        self.id
+            .rsplit_once(':')
+            .map_or(&self.id, |(client, _)| client)
+    }
+}
+
+/// The inspect script's answer.
+type Snapshot = (String, i64, Vec<String>, Vec<String>, i64);
+
+/// Reads lock `name`'s keys; `None` when it is free.
+pub(crate) async fn inspect(core: &Core, name: &str) -> Result<Option<LockInfo>, LockError> {
+    keys::check_name(name)?;
+    core.conn.check_slot_name(name)?;
+    let (kind, pttl, fields, queue, fair): Snapshot = SCRIPTS
+        .inspect
+        .key(name)
+        .key(keys::fair_queue(name))
+        .key(keys::fair_timeouts(name))
+        .invoke_async(&mut core.conn.clone())
+        .await
+        .map_err(|e| LockError::from_redis(name, e))?;
+    match kind.as_str() {
+        "hash" => {}
+        "none" => return Ok(None),
+        _ => {
+            return Err(LockError::WrongType {
+                name: name.to_owned(),
+            });
+        }
+    }
+    Ok(Some(read_layout(
+        core,
+        name,
+        pttl,
+        &fields,
+        queue,
+        fair == 1,
+    )))
+}
+
+/// Makes a [`LockInfo`] of the script's answer.
+fn read_layout(
+    core: &Core,
+    name: &str,
+    pttl: i64,
+    fields: &[String],
+    queue: Vec<String>,
+    fair: bool,
+) -> LockInfo {
+    let mut mode = None;
+    let mut holders = Vec::new();
+    for pair in fields.chunks(2) {
+        let [field, value] = pair else { continue };
+        if field == "mode" {
+            mode = Some(if value == "write" {
+                RwMode::Write
+            } else {
+                RwMode::Read
+            });
+            continue;
+        }
+        holders.push((field.as_str(), value.parse::<u64>().unwrap_or(0)));
+    }
+    let own = format!("{}:", core.id);
+    let holders = holders
+        .into_iter()
+        .map(|(field, count)| {
+            let (id, write) = match field.strip_suffix(":write") {
+                Some(id) if mode.is_some() => (id, true),
+                _ => (field, false),
+            };
+            let guards = if id.starts_with(&own) {
+                core.own.guards(name, id)
+            } else {
+                Vec::new()
+            };
+            HolderInfo {
+                id: id.to_owned(),
+                count,
+                write,
+                guards,
+            }
+        })
+        .collect();
+    let kind = match (mode, fair) {
+        (Some(_), _) => LockKind::ReadWrite,
+        (None, true) => LockKind::Fair,
+        (None, false) => LockKind::Reentrant,
+    };
+    LockInfo {
+        name: name.to_owned(),
+        kind,
+        mode,
+        holders,
+        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        queue,
+    }
+}
+
+/// Deletes lock `name` whatever its kind and wakes every waiter; a fair
+/// lock's queue goes too. Whether a lock was there.
+pub(crate) async fn force_unlock(core: &Core, name: &str) -> Result<bool, LockError> {
+    keys::check_name(name)?;
+    core.conn.check_slot_name(name)?;
+    let deleted: i64 = SCRIPTS
+        .force_unlock
+        .key(name)
+        .key(keys::lock_channel(name))
+        .key(keys::fair_queue(name))
+        .key(keys::fair_timeouts(name))
+        .key(keys::rw_channel(name))
+        .key(keys::tagged(name))
+        .arg(core.conn.publish_command())
+        .invoke_async(&mut core.conn.clone())
+        .await
+        .map_err(|e| LockError::from_redis(name, e))?;
+    if deleted == 1 {
+        tracing::warn!(lock = name, "force-unlocked");
+    }
+    Ok(deleted == 1)
+}
