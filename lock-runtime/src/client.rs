@@ -176,6 +176,23 @@ impl LockClient {
         .await?
     }
 
+    /// The held locks whose names match `pattern` (glob-style, as Redis
+    /// `SCAN ... MATCH`: `"stock:*"`; `"*"` for all), with what
+    /// [`inspect`](Self::inspect) tells of each, sorted by name. Scans every
+    /// master of a cluster. Hashes that are not locks are skipped.
+    ///
+    /// An operator's tool: it walks the whole key space (`SCAN`, which does
+    /// not block the server, then one call per lock found). A lock taken or
+    /// freed during the walk may or may not be listed.
+    pub async fn locks(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
+        let core = self.inner.core.clone();
+        let pattern = pattern.to_owned();
+        crate::background::run(&core.runtime.clone(), async move {
+            crate::inspect::locks(&core, &pattern).await
+        })
+        .await?
+    }
+
     /// Frees lock `name` whatever its kind and whoever holds it, and wakes
     /// every waiter (Redisson's `forceUnlock`): the lock's hash goes, with a
     /// read-write lock's read holds and a fair lock's queue (its waiters ask

@@ -145,17 +145,42 @@ pub(crate) async fn inspect(core: &Core, name: &str) -> Result<Option<LockInfo>,
             });
         }
     }
-    Ok(Some(read_layout(
-        core,
-        name,
-        pttl,
-        &fields,
-        queue,
-        fair == 1,
-    )))
+    read_layout(core, name, pttl, &fields, queue, fair == 1)
+        .map(Some)
+        .ok_or_else(|| LockError::WrongType {
+            name: name.to_owned(),
+        })
 }
 
-/// Makes a [`LockInfo`] of the script's answer.
+/// The held locks whose names match `pattern` (`SCAN ... MATCH pattern TYPE
+/// hash` on every master, then one inspect per hash that is a lock), sorted
+/// by name. Hashes that are not locks are skipped, and so are locks freed
+/// between the scan and their inspect.
+pub(crate) async fn locks(core: &Core, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
+    let names = core.conn.scan(pattern, "hash").await?;
+    let mut found = Vec::new();
+    for name in names {
+        match inspect(core, &name).await {
+            Ok(Some(info)) => found.push(info),
+            Ok(None) | Err(LockError::WrongType { .. } | LockError::BadName { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(found)
+}
+
+/// Whether `field` can be a holder's field: `<client id>:<n>`, and for a
+/// read-write lock's writer `<client id>:<n>:write`.
+fn holder_field(field: &str) -> bool {
+    let id = field.strip_suffix(":write").unwrap_or(field);
+    matches!(
+        id.rsplit_once(':'),
+        Some((client, n)) if !client.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    )
+}
+
+/// Makes a [`LockInfo`] of the script's answer; `None` when the hash is
+/// not a lock (a field that is no holder id, a count that is no number).
 fn read_layout(
     core: &Core,
     name: &str,
@@ -163,7 +188,7 @@ fn read_layout(
     fields: &[String],
     queue: Vec<String>,
     fair: bool,
-) -> LockInfo {
+) -> Option<LockInfo> {
     let mut mode = None;
     let mut holders = Vec::new();
     for pair in fields.chunks(2) {
@@ -176,7 +201,10 @@ fn read_layout(
             });
             continue;
         }
-        holders.push((field.as_str(), value.parse::<u64>().unwrap_or(0)));
+        if !holder_field(field) {
+            return None;
+        }
+        holders.push((field.as_str(), value.parse::<u64>().ok()?));
     }
     let own = format!("{}:", core.id);
     let holders = holders
@@ -204,14 +232,14 @@ fn read_layout(
         (None, true) => LockKind::Fair,
         (None, false) => LockKind::Reentrant,
     };
-    LockInfo {
+    Some(LockInfo {
         name: name.to_owned(),
         kind,
         mode,
         holders,
         ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
         queue,
-    }
+    })
 }
 
 /// Deletes lock `name` whatever its kind and wakes every waiter; a fair
@@ -235,4 +263,19 @@ pub(crate) async fn force_unlock(core: &Core, name: &str) -> Result<bool, LockEr
         tracing::warn!(lock = name, "force-unlocked");
     }
     Ok(deleted == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holder_field;
+
+    #[test]
+    fn holder_fields_are_client_ids_and_numbers() {
+        for ok in ["6f1c:57", "a:b:1", "c:1:write"] {
+            assert!(holder_field(ok), "{ok}");
+        }
+        for bad in ["price", ":1", "c:", "c:x", "c:1:read", "write"] {
+            assert!(!holder_field(bad), "{bad}");
+        }
+    }
 }

@@ -347,6 +347,8 @@
 //! Java holders exclude each other and wake each other.
 
 mod background;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod client;
 mod config;
 mod conn;

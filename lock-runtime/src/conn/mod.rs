@@ -29,6 +29,7 @@
 mod cluster;
 mod near;
 mod replicas;
+mod scan;
 mod sentinel;
 mod standalone;
 
