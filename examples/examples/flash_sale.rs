@@ -10,7 +10,13 @@
 //! cargo run --release -p examples --example flash_sale
 //! cargo run --release -p examples --example flash_sale -- --stock 2000 --clients 4 --buyers 50
 //! cargo run --release -p examples --example flash_sale -- --segments 10
+//! cargo run --release -p examples --example flash_sale -- --metrics
 //! ```
+//!
+//! `--metrics` prints, at the end, the lock metrics of the run as Prometheus
+//! text (lock-runtime's `metrics` feature, rendered by
+//! `metrics-exporter-prometheus`): the names, labels and buckets a
+//! deployment would scrape.
 //!
 //! `--segments N` adds a third run: the stock split over the N segments of a
 //! segmented lock (`lock_runtime::Inventory`), so N buyers deduct at once,
@@ -28,9 +34,16 @@ use lock_runtime::{
     Config, Inventory, InventoryError, LockClient, LockError, RedisSegmentStore, SegmentKey,
     SegmentStore, distributed_lock,
 };
+use metrics_exporter_prometheus::PrometheusBuilder;
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinSet;
+
+/// Histogram buckets in seconds for `--metrics`: 100 µs to 30 s, for
+/// acquire times (a round trip to a busy wait) and hold times alike.
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0,
+];
 
 /// The SKU on sale. Its stock is a plain string key; its lock is `stock:<sku>`.
 const SKU: &str = "flash-sale-demo";
@@ -48,6 +61,8 @@ struct Sale {
     /// Buyer tasks per instance; each buys one unit at a time until it has
     /// its share of the demand or the SKU is sold out.
     buyers: usize,
+    /// With `--metrics`: print the run's lock metrics at the end.
+    metrics: bool,
     /// With `--segments N`: also sell through a segmented lock of N segments.
     segments: Option<usize>,
 }
@@ -396,7 +411,8 @@ const USAGE: &str = "usage: flash_sale [--stock N] [--clients N] [--buyers N]
   --stock N    units on sale (default 1000)
   --clients N  service instances, each with its own lock client (default 4)
   --buyers N   buyer tasks per instance (default 50)
-  --segments N also sell through a segmented lock of N segments";
+  --segments N also sell through a segmented lock of N segments
+  --metrics    print the run's lock metrics as Prometheus text at the end";
 
 fn parse_args() -> Result<Sale, String> {
     let mut sale = Sale {
@@ -404,6 +420,7 @@ fn parse_args() -> Result<Sale, String> {
         clients: 4,
         buyers: 50,
         segments: None,
+        metrics: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -419,6 +436,7 @@ fn parse_args() -> Result<Sale, String> {
             "--clients" => sale.clients = value("--clients")? as usize,
             "--buyers" => sale.buyers = value("--buyers")? as usize,
             "--segments" => sale.segments = Some(value("--segments")? as usize),
+            "--metrics" => sale.metrics = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -444,6 +462,20 @@ async fn main() -> ExitCode {
         println!("segmented lock: the stock split in {segments} segments, one lock each");
     }
     println!("redis: {}", redis.describe());
+    // Before the first lock call, so that every metric is recorded.
+    let prometheus = match sale.metrics {
+        true => match PrometheusBuilder::new()
+            .set_buckets(&LATENCY_BUCKETS)
+            .and_then(|b| b.install_recorder())
+        {
+            Ok(handle) => Some(handle),
+            Err(e) => {
+                eprintln!("cannot record metrics: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        false => None,
+    };
     let url = redis.url();
     let reports = async {
         lock_runtime::init(Config::new(url)).await?;
@@ -464,6 +496,11 @@ async fn main() -> ExitCode {
         }
     };
     print_report(sale, &reports);
+    if let Some(prometheus) = prometheus {
+        println!();
+        println!("# the lock metrics of this run, as Prometheus scrapes them:");
+        print!("{}", prometheus.render());
+    }
     if reports.iter().filter(|r| r.locked).all(Report::exact) {
         ExitCode::SUCCESS
     } else {

@@ -56,6 +56,7 @@ impl LockClient {
     /// reached within the connect timeout.
     pub async fn connect(config: Config) -> Result<LockClient, LockError> {
         config.check()?;
+        crate::telemetry::describe();
         #[cfg(feature = "tls")]
         let _ = rustls::crypto::ring::default_provider().install_default();
         let background = Background::start()?;

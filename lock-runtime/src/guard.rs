@@ -11,6 +11,7 @@ use crate::conn::connection_lost;
 use crate::holder::ScopedHold;
 use crate::lock::Target;
 use crate::own::Listed;
+use crate::telemetry::HeldMetric;
 use crate::watchdog::{HoldKey, Registration, Validity, valid_until};
 
 use crate::{LockClient, LockError};
@@ -36,6 +37,10 @@ pub(crate) struct Held {
     lease: Lease,
     /// In the client's list of live guards (see `inspect`) until dropped.
     _listed: Listed,
+    /// The hold's `kind` label (see `telemetry`).
+    metric: &'static str,
+    /// In `lock_held` until dropped.
+    _held: HeldMetric,
 }
 
 impl Held {
@@ -48,6 +53,7 @@ impl Held {
         token: u64,
         sent: Instant,
         lease: Option<Duration>,
+        metric: &'static str,
     ) -> Held {
         let listed = client
             .core()
@@ -66,6 +72,7 @@ impl Held {
                     },
                     sent,
                     client.core().config.watchdog_timeout,
+                    metric,
                 );
                 Lease::Watchdog {
                     registration,
@@ -80,6 +87,8 @@ impl Held {
             token,
             lease,
             _listed: listed,
+            metric,
+            _held: HeldMetric::start(metric),
         }
     }
 
@@ -162,6 +171,7 @@ impl Held {
             return Err(LockError::Lost { name });
         }
         *until = (*until).max(valid_until(sent, lease));
+        crate::telemetry::renewed(1);
         Ok(())
     }
 
@@ -202,6 +212,18 @@ impl Held {
     /// [`LockError::Lost`]: its body may have run without exclusion.
     pub(crate) async fn release(self) -> Result<(), LockError> {
         let was_lost = self.is_lost();
+        // A loss the watchdog found was counted there; count any other here.
+        let counted =
+            matches!(&self.lease, Lease::Watchdog { validity, .. } if validity.borrow().lost);
+        let metric = self.metric;
+        let result = self.release_hold(was_lost).await;
+        if matches!(result, Err(LockError::Lost { .. })) && !counted {
+            crate::telemetry::lost(metric);
+        }
+        result
+    }
+
+    async fn release_hold(self, was_lost: bool) -> Result<(), LockError> {
         let Held {
             client,
             target,
@@ -209,6 +231,7 @@ impl Held {
             token,
             lease,
             _listed: listed,
+            ..
         } = self;
         // A guard being released is no longer listed as live.
         drop(listed);

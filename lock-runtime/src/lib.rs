@@ -365,6 +365,7 @@ mod own;
 mod pubsub;
 mod retry;
 mod scripts;
+mod telemetry;
 mod watchdog;
 
 #[doc(hidden)]

@@ -91,6 +91,7 @@ async fn acquire(keys: Vec<String>, spec: AttrSpec) -> Result<LockGuard, LockErr
         wait: spec.wait,
         lease: spec.lease,
         number: None,
+        metric: None,
     };
     match keys.len() {
         0 => Err(LockError::Config(

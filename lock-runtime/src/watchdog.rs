@@ -72,6 +72,8 @@ pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
 }
 
 struct Entry {
+    /// The hold's `kind` label for `lock_lost_total`.
+    metric: &'static str,
     /// Guards sharing this hold (re-entries in one call chain).
     guards: usize,
     /// Tells a new registration of the same key from an old one.
@@ -81,6 +83,7 @@ struct Entry {
 
 impl Entry {
     fn mark_lost(&self) {
+        crate::telemetry::lost(self.metric);
         self.validity.send_modify(|v| v.lost = true);
     }
 }
@@ -116,10 +119,12 @@ impl Watchdog {
         key: HoldKey,
         sent: Instant,
         lease: Duration,
+        metric: &'static str,
     ) -> (Registration, watch::Receiver<Validity>) {
         use std::collections::hash_map::Entry as Slot;
         let until = valid_until(sent, lease);
         let fresh = || Entry {
+            metric,
             guards: 0,
             epoch: self.epochs.fetch_add(1, Ordering::Relaxed),
             validity: watch::channel(Validity { lost: false, until }).0,
@@ -183,6 +188,7 @@ impl Watchdog {
     fn settle(&self, batch: &[(HoldKey, u64)], renewed: &[bool], sent: Instant, lease: Duration) {
         let until = valid_until(sent, lease);
         let mut entries = self.entries();
+        crate::telemetry::renewed(renewed.iter().filter(|&&ok| ok).count() as u64);
         for ((key, epoch), &ok) in batch.iter().zip(renewed) {
             let Some(entry) = entries.get_mut(key) else {
                 continue;
@@ -356,7 +362,8 @@ mod tests {
     fn a_confirmation_after_the_deadline_does_not_revive_a_hold() {
         let dog = Watchdog::default();
         let long_ago = Instant::now() - Duration::from_secs(10);
-        let (registration, validity) = dog.register(key(), long_ago, Duration::from_secs(1));
+        let (registration, validity) =
+            dog.register(key(), long_ago, Duration::from_secs(1), "reentrant");
         assert!(validity.borrow().is_lost(), "lost by the clock");
         dog.settle(
             &[(key(), registration.epoch)],
@@ -375,10 +382,16 @@ mod tests {
     fn a_renewal_in_time_moves_the_deadline_and_a_reentry_never_shortens_it() {
         let dog = Watchdog::default();
         let now = Instant::now();
-        let (registration, validity) = dog.register(key(), now, Duration::from_secs(30));
+        let (registration, validity) =
+            dog.register(key(), now, Duration::from_secs(30), "reentrant");
         let first = validity.borrow().until;
         // A re-entry confirmed earlier (a shorter promise) keeps the later deadline.
-        let (again, _) = dog.register(key(), now - Duration::from_secs(5), Duration::from_secs(30));
+        let (again, _) = dog.register(
+            key(),
+            now - Duration::from_secs(5),
+            Duration::from_secs(30),
+            "reentrant",
+        );
         assert_eq!(again.epoch, registration.epoch, "one entry per holder");
         assert_eq!(validity.borrow().until, first);
         let later = now + Duration::from_secs(1);
@@ -396,8 +409,10 @@ mod tests {
     fn a_new_hold_never_joins_an_entry_that_counts_as_lost() {
         let dog = Watchdog::default();
         let long_ago = Instant::now() - Duration::from_secs(10);
-        let (old, old_validity) = dog.register(key(), long_ago, Duration::from_secs(1));
-        let (new, new_validity) = dog.register(key(), Instant::now(), Duration::from_secs(30));
+        let (old, old_validity) =
+            dog.register(key(), long_ago, Duration::from_secs(1), "reentrant");
+        let (new, new_validity) =
+            dog.register(key(), Instant::now(), Duration::from_secs(30), "reentrant");
         assert_ne!(old.epoch, new.epoch);
         assert!(old_validity.borrow().is_lost());
         assert!(!new_validity.borrow().is_lost());

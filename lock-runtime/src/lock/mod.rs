@@ -118,7 +118,7 @@ impl Target {
         }
     }
 
-    fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             Target::Reentrant { .. } => "reentrant",
             Target::Fair { .. } => "fair",
@@ -219,6 +219,10 @@ pub(crate) struct Options {
     /// The holder number of a new hold (a multi lock's parts share one);
     /// `None`: a fresh one. Ignored when the scope re-enters.
     pub(crate) number: Option<u64>,
+    /// The `kind` label of a part of a multi or quorum lock (`"multi"`,
+    /// `"quorum"`), which records its own acquisition; `None`: the lock's
+    /// own kind, and the acquisition is recorded here.
+    pub(crate) metric: Option<&'static str>,
 }
 
 /// Builds one acquisition of a lock: [`wait`](Self::wait) and
@@ -595,8 +599,9 @@ pub(crate) async fn acquire_hold(
         kind = target.kind(),
         reenter
     );
-    async {
-        let started = Instant::now();
+    let metric = options.metric.unwrap_or(target.kind());
+    let started = Instant::now();
+    let result = async {
         // A deadline the clock cannot represent is no deadline.
         let deadline = options.wait.and_then(|w| started.checked_add(w));
         let timeout = || LockError::Timeout {
@@ -630,6 +635,7 @@ pub(crate) async fn acquire_hold(
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(timeout());
                 }
+                let _waiting = crate::telemetry::WaiterMetric::start(metric);
                 let mut ticket = core.local.ticket(queue.clone());
                 // Only plain acquisitions of a reentrant lock take handovers
                 // (see `handoff`): the waiter offers to take the lock over
@@ -706,10 +712,16 @@ pub(crate) async fn acquire_hold(
             token,
             sent,
             options.lease,
+            metric,
         ))
     }
     .instrument(span)
-    .await
+    .await;
+    if options.metric.is_none() {
+        let outcome = crate::telemetry::outcome(&result);
+        crate::telemetry::acquired(metric, outcome, started.elapsed());
+    }
+    result
 }
 
 /// How the head of a local queue waits (see [`contend`]).

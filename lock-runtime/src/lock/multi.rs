@@ -106,13 +106,24 @@ impl MultiLock {
     /// two different kinds, and any error of the single locks. Nothing stays
     /// held after an error, nor when the future is dropped.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        let started = Instant::now();
+        let result = self.acquire_all().await;
+        let outcome = crate::telemetry::outcome(&result);
+        crate::telemetry::acquired("multi", outcome, started.elapsed());
+        result
+    }
+
+    async fn acquire_all(self) -> Result<LockGuard, LockError> {
         let locks = plan(self.locks)?;
         let name = locks
             .iter()
             .map(|l| l.target.name())
             .collect::<Vec<_>>()
             .join("+");
-        let options = self.options;
+        let options = Options {
+            metric: Some("multi"),
+            ..self.options
+        };
         let timeout = |busy: &Target| LockError::Timeout {
             name: busy.name().to_owned(),
             waited: options.wait.unwrap_or_default(),

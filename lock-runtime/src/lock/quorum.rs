@@ -129,13 +129,13 @@ impl QuorumLock {
     /// Errors: `NoQuorum` when the wait ended without a majority, `Config`
     /// for no clients or two clients of one server, `BadName`.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        self.run().await.map_err(|(e, _)| e)
+        self.measured().await.map_err(|(e, _)| e)
     }
 
     /// One round: `Ok(None)` when the lock is held by someone else.
     pub async fn try_acquire(mut self) -> Result<Option<LockGuard>, LockError> {
         self.options.wait = Some(Duration::ZERO);
-        match self.run().await {
+        match self.measured().await {
             Ok(guard) => Ok(Some(guard)),
             Err((_, true)) => Ok(None),
             Err((e, false)) => Err(e),
@@ -144,6 +144,20 @@ impl QuorumLock {
 
     /// The acquire loop. An error comes with whether only contention (not
     /// faults) kept the lock from a majority.
+    /// [`run`](Self::run), recorded as one `quorum` acquisition (see
+    /// `telemetry`): busy (no majority because others hold it) is a timeout.
+    async fn measured(self) -> Result<LockGuard, (LockError, bool)> {
+        let started = Instant::now();
+        let result = self.run().await;
+        let outcome = match &result {
+            Ok(_) => "acquired",
+            Err((_, true)) => "timeout",
+            Err((_, false)) => "error",
+        };
+        crate::telemetry::acquired("quorum", outcome, started.elapsed());
+        result
+    }
+
     async fn run(self) -> Result<LockGuard, (LockError, bool)> {
         let refuse = |e| (e, false);
         keys::check_name(&self.name).map_err(refuse)?;
@@ -167,7 +181,10 @@ impl QuorumLock {
         let round = Round {
             name: &self.name,
             nodes: &nodes,
-            options: self.options,
+            options: Options {
+                metric: Some("quorum"),
+                ..self.options
+            },
             lease,
             node_timeout,
         };

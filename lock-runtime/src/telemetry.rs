@@ -1,0 +1,157 @@
+//! Metrics through the `metrics` facade (feature `metrics`; the names and
+//! labels of DESIGN §3). Without the feature every function here is an
+//! empty inline function and every type is zero-sized: nothing is counted,
+//! stored or called.
+//!
+//! | name | type | labels | what |
+//! | --- | --- | --- | --- |
+//! | `lock_acquire_seconds` | histogram | `kind`, `outcome` | time to acquire; `outcome` is `acquired`, `timeout` (busy for the whole wait, or a `try_acquire` that found it busy) or `error` |
+//! | `lock_held_seconds` | histogram | `kind` | time from acquisition to release (or drop) of each hold |
+//! | `lock_lost_total` | counter | `kind` | holds lost before release (re-entries of one hold count once) |
+//! | `lock_renewals_total` | counter | | leases renewed: watchdog renewals and `extend` |
+//! | `lock_held` | gauge | `kind` | holds this process has now |
+//! | `lock_waiters` | gauge | `kind` | callers of this process waiting for a lock now |
+//!
+//! `kind` is `reentrant`, `fair`, `read`, `write`, `multi` or `quorum`: a
+//! multi or quorum lock records one `lock_acquire_seconds` sample per
+//! acquisition, and each of its holds counts in the other metrics under its
+//! kind. Lock names are never labels (their number is unbounded).
+
+use std::time::Duration;
+
+#[cfg(feature = "metrics")]
+use std::time::Instant;
+
+/// Describes the metrics (unit, help text) to the installed recorder, once
+/// per process: exporters print it (`# HELP` in Prometheus).
+pub(crate) fn describe() {
+    #[cfg(feature = "metrics")]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            use metrics::Unit;
+            metrics::describe_histogram!(
+                "lock_acquire_seconds",
+                Unit::Seconds,
+                "Time to acquire a lock, by kind and outcome (acquired, timeout, error)"
+            );
+            metrics::describe_histogram!(
+                "lock_held_seconds",
+                Unit::Seconds,
+                "Time from acquisition to release of each hold"
+            );
+            metrics::describe_counter!(
+                "lock_lost_total",
+                "Holds whose lease was lost before release"
+            );
+            metrics::describe_counter!("lock_renewals_total", "Leases renewed");
+            metrics::describe_gauge!("lock_held", "Holds this process has now");
+            metrics::describe_gauge!("lock_waiters", "Callers of this process waiting for a lock");
+        });
+    }
+}
+
+/// An acquisition's outcome label.
+pub(crate) fn outcome<T>(result: &Result<T, crate::LockError>) -> &'static str {
+    match result {
+        Ok(_) => "acquired",
+        Err(crate::LockError::Timeout { .. }) => "timeout",
+        Err(_) => "error",
+    }
+}
+
+/// Records one acquisition of `kind` that took `took`.
+#[inline]
+pub(crate) fn acquired(kind: &'static str, outcome: &'static str, took: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("lock_acquire_seconds", "kind" => kind, "outcome" => outcome)
+        .record(took.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (kind, outcome, took);
+}
+
+/// Counts one hold of `kind` lost.
+#[inline]
+pub(crate) fn lost(kind: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lock_lost_total", "kind" => kind).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = kind;
+}
+
+/// Counts `n` leases renewed.
+#[inline]
+pub(crate) fn renewed(n: u64) {
+    #[cfg(feature = "metrics")]
+    if n > 0 {
+        metrics::counter!("lock_renewals_total").increment(n);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = n;
+}
+
+/// One hold, in `lock_held` while it lives; its life goes to
+/// `lock_held_seconds` when dropped.
+pub(crate) struct HeldMetric {
+    #[cfg(feature = "metrics")]
+    kind: &'static str,
+    #[cfg(feature = "metrics")]
+    since: Instant,
+}
+
+impl HeldMetric {
+    #[inline]
+    pub(crate) fn start(kind: &'static str) -> HeldMetric {
+        #[cfg(feature = "metrics")]
+        {
+            metrics::gauge!("lock_held", "kind" => kind).increment(1.0);
+            HeldMetric {
+                kind,
+                since: Instant::now(),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = kind;
+            HeldMetric {}
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for HeldMetric {
+    fn drop(&mut self) {
+        metrics::gauge!("lock_held", "kind" => self.kind).decrement(1.0);
+        metrics::histogram!("lock_held_seconds", "kind" => self.kind)
+            .record(self.since.elapsed().as_secs_f64());
+    }
+}
+
+/// One waiting caller, in `lock_waiters` while it lives.
+pub(crate) struct WaiterMetric {
+    #[cfg(feature = "metrics")]
+    kind: &'static str,
+}
+
+impl WaiterMetric {
+    #[inline]
+    pub(crate) fn start(kind: &'static str) -> WaiterMetric {
+        #[cfg(feature = "metrics")]
+        {
+            metrics::gauge!("lock_waiters", "kind" => kind).increment(1.0);
+            WaiterMetric { kind }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = kind;
+            WaiterMetric {}
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+impl Drop for WaiterMetric {
+    fn drop(&mut self) {
+        metrics::gauge!("lock_waiters", "kind" => self.kind).decrement(1.0);
+    }
+}
