@@ -66,6 +66,61 @@
 //!   hot resource, such as the stock of one SKU in a flash sale, split into
 //!   `n` segments with a lock each, so `n` buyers proceed at once;
 //!   `segmented_lock!` declares one once, with a typed key template.
+//! - Operations: [`LockClient::inspect`], [`LockClient::locks`],
+//!   [`LockClient::force_unlock`], [`LockGuard::remaining`],
+//!   [`LockGuard::extend`]; the `lockctl` command line (feature `cli`) and
+//!   metrics (feature `metrics`). See [Operations](#operations).
+//!
+//! # Features
+//!
+//! - `tls`: `rediss://` URLs (rustls with the ring provider).
+//! - `cli`: the `lockctl` binary (`cargo install --path lock-runtime
+//!   --features cli`) and its module `cli`.
+//! - `metrics`: metrics through the `metrics` 0.24 facade. Off, nothing of
+//!   it is compiled in: the recording functions are empty and the types
+//!   that carry it are zero-sized.
+//!
+//! # Operations
+//!
+//! ```no_run
+//! # async fn demo(client: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+//! // Who holds it, how often, for how long still; a fair lock's queue.
+//! if let Some(info) = client.inspect("stock:42").await? {
+//!     for holder in &info.holders {
+//!         println!("{} x{} (client {})", holder.id, holder.count, holder.client_id());
+//!     }
+//!     println!("lease left: {:?}, queue: {:?}", info.ttl, info.queue);
+//! }
+//! // Free a stuck lock and wake every waiter (its holder learns the loss).
+//! let freed: bool = client.force_unlock("stock:42").await?;
+//! # let _ = freed;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! - **Recognising a lock.** [`LockClient::inspect`] reads the layout: a
+//!   hash with a `mode` field is a read-write lock; with a fair queue or
+//!   waiter deadlines beside it, a fair lock; else a reentrant lock (a fair
+//!   lock nobody waits for has the same layout and reads as reentrant). A
+//!   hash whose fields are not holder ids (`<id>:<n>`, `<id>:<n>:write`)
+//!   with counts is not a lock: [`LockError::WrongType`].
+//! - **Force-unlock** deletes the lock's hash, a read-write lock's read-hold
+//!   keys and a fair lock's queue, and publishes "wake all" (`1`, as
+//!   Redisson's `forceUnlock`) on every channel a waiter may listen on; the
+//!   fencing counter stays. The holder is not told at once: its guard finds
+//!   the loss at its next renewal or release.
+//! - **Extend** is for fixed leases; like every renewal it never shortens a
+//!   lease, and it never revives a lost one.
+//! - **Metrics** (see the README's "Operating it" for what to alert on):
+//!   `lock_acquire_seconds` (histogram; `kind`, `outcome`),
+//!   `lock_held_seconds` (histogram; `kind`), `lock_lost_total` (counter;
+//!   `kind`; once per lost hold: by the watchdog when it finds the loss, else
+//!   by the release that reports it), `lock_renewals_total` (counter),
+//!   `lock_held` and `lock_waiters` (gauges; `kind`). A multi or quorum
+//!   lock's acquisition is one sample of its kind, and each of its holds
+//!   counts under that kind in the others; a segmented lock's segments are
+//!   reentrant locks. Descriptions are given to the recorder when the first
+//!   client connects, so install the recorder before.
 //!
 //! # Decisions
 //!
