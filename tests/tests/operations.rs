@@ -19,6 +19,16 @@ async fn long_leases(server: &Server) -> lock_runtime::LockClient {
         .await
 }
 
+/// Every key the server has.
+async fn key_names(server: &Server) -> Vec<String> {
+    let mut raw = server.raw().await;
+    keys_and_ttls(&mut raw)
+        .await
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect()
+}
+
 /// A waiting task's outcome, once woken (bounded by [`WITHIN`], well below
 /// the lease it would otherwise sleep out).
 async fn woken<T>(task: tokio::task::JoinHandle<T>) -> T {
@@ -276,12 +286,7 @@ async fn force_unlock_clears_a_fair_queue_and_wakes_every_waiter() {
     for waiter in waiters {
         woken(waiter).await.expect("every waiter got its turn");
     }
-    let mut raw = server.raw().await;
-    let keys: Vec<String> = keys_and_ttls(&mut raw)
-        .await
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
+    let keys = key_names(&server).await;
     assert!(
         !keys
             .iter()
@@ -307,7 +312,7 @@ async fn force_unlock_frees_a_read_write_lock_and_its_read_holds() {
             .await?;
         guard.release().await
     });
-    let mut raw = server.raw().await;
+    let raw = server.raw().await;
     tests::eventually("the writer listens", WITHIN, || {
         let mut raw = raw.clone();
         async move { tests::numsub(&mut raw, "redisson_rwlock:{doc}").await >= 1 }
@@ -315,11 +320,7 @@ async fn force_unlock_frees_a_read_write_lock_and_its_read_holds() {
     .await;
     assert!(client.force_unlock("doc").await.unwrap());
     woken(writer).await.expect("the writer was woken");
-    let keys: Vec<String> = keys_and_ttls(&mut raw)
-        .await
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
+    let keys = key_names(&server).await;
     assert!(
         !keys
             .iter()

@@ -88,6 +88,19 @@ pub(super) async fn server_major_version(cluster: &ClusterConnection) -> Result<
 
 /// `(first slot, last slot, replicas)` from a `CLUSTER NODES` text: for each
 /// master's slot ranges, its replicas that are not marked failed.
+/// `CLUSTER NODES` as some node of the cluster sees it.
+pub(super) async fn nodes(cluster: &mut ClusterConnection) -> Result<String, RedisError> {
+    let mut nodes = redis::cmd("CLUSTER");
+    nodes.arg("NODES");
+    let text = cluster
+        .route_command(
+            nodes,
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+        )
+        .await?;
+    redis::from_redis_value(text).map_err(RedisError::from)
+}
+
 pub(super) fn replicas_per_range(text: &str) -> Vec<(u16, u16, usize)> {
     // <id> <addr> <flags> <master id or -> <ping> <pong> <epoch> <link> <slot>...
     let nodes: Vec<Vec<&str>> = text

@@ -104,17 +104,7 @@ impl ReplicaView {
         if let Link::Cluster(cluster) = &mut conn.link {
             // CLUSTER NODES rather than SLOTS: SLOTS hides replicas that have
             // not reported a replication offset yet (a fresh shard).
-            let mut nodes = redis::cmd("CLUSTER");
-            nodes.arg("NODES");
-            let text: String = redis::from_redis_value(
-                cluster
-                    .route_command(
-                        nodes,
-                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-                    )
-                    .await?,
-            )
-            .map_err(RedisError::from)?;
+            let text = super::cluster::nodes(cluster).await?;
             view.ranges = replicas_per_range(&text);
         } else {
             // ["master", offset, [[ip, port, offset], ...]]

@@ -19,17 +19,7 @@ impl Conn {
         let mut conn = self.clone();
         let mut keys = BTreeSet::new();
         if let Link::Cluster(cluster) = &mut conn.link {
-            let mut nodes = redis::cmd("CLUSTER");
-            nodes.arg("NODES");
-            let text: String = redis::from_redis_value(
-                cluster
-                    .route_command(
-                        nodes,
-                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
-                    )
-                    .await?,
-            )
-            .map_err(RedisError::from)?;
+            let text = super::cluster::nodes(cluster).await?;
             for (host, port) in masters(&text) {
                 let mut cursor = 0u64;
                 loop {
