@@ -74,7 +74,9 @@ impl LockClient {
                     std::io::ErrorKind::TimedOut,
                     "timed out connecting to redis",
                 )))
-            })??;
+            })
+            .and_then(|conn| conn)
+            .map_err(|e| config.connect_error(e))?;
             let pubsub = PubSub::start(conn.clone(), pushes);
             let period = config.watchdog_timeout / 3;
             let core = Arc::new(Core {

@@ -26,6 +26,9 @@ pub(crate) const UNLOCK_TRIES: u32 = 3;
 #[derive(Clone)]
 pub struct Config {
     url: String,
+    /// Where `url` came from, for error messages: `Config::new`, `REDIS_URL`
+    /// or the default.
+    origin: &'static str,
     username: Option<String>,
     password: Option<String>,
     database: Option<i64>,
@@ -85,6 +88,7 @@ impl Config {
     pub fn new(url: impl Into<String>) -> Self {
         Config {
             url: url.into(),
+            origin: "from Config",
             username: None,
             password: None,
             database: None,
@@ -153,7 +157,45 @@ impl Config {
 
     /// `REDIS_URL` from the environment, or [`DEFAULT_URL`].
     pub fn from_env() -> Self {
-        Config::new(std::env::var("REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned()))
+        match std::env::var("REDIS_URL") {
+            Ok(url) => Config {
+                origin: "from REDIS_URL",
+                ..Config::new(url)
+            },
+            Err(_) => Config {
+                origin: "the default; REDIS_URL is not set",
+                ..Config::new(DEFAULT_URL)
+            },
+        }
+    }
+
+    /// A failure to reach the servers, as [`LockError::Connect`]: which
+    /// servers (never a password), where their address came from, and why,
+    /// in words. Errors of other kinds pass through.
+    pub(crate) fn connect_error(&self, err: LockError) -> LockError {
+        let LockError::Redis(e) = err else {
+            return err;
+        };
+        let (server, origin) = match &self.topology {
+            Topology::Standalone => {
+                let server = parse_url(&self.url)
+                    .map(|info| info.addr().to_string())
+                    .unwrap_or_else(|_| redact(&self.url));
+                (server, self.origin)
+            }
+            Topology::Sentinel { sentinels, master } => (
+                format!("master {master:?} of sentinels {}", addresses(sentinels)),
+                "from Config",
+            ),
+            Topology::Cluster { seeds } => {
+                (format!("cluster seeds {}", addresses(seeds)), "from Config")
+            }
+        };
+        LockError::Connect {
+            server,
+            origin,
+            reason: connect_reason(&e, self.connect_timeout),
+        }
     }
 
     /// The lease of locks taken without a fixed `lease` (Redisson's
@@ -453,11 +495,83 @@ impl Config {
     }
 }
 
+/// `host:port` of each URL (the URL, redacted, when it does not parse).
+fn addresses(urls: &[String]) -> String {
+    urls.iter()
+        .map(|url| {
+            parse_url(url)
+                .map(|info| info.addr().to_string())
+                .unwrap_or_else(|_| redact(url))
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Why a connection failed, in words.
+fn connect_reason(e: &redis::RedisError, timeout: Duration) -> String {
+    use redis::ErrorKind;
+    if e.is_connection_refusal() && e.kind() == ErrorKind::Io {
+        return "connection refused (is redis-server running there, on that port?)".into();
+    }
+    if e.is_timeout() || e.to_string().contains("timed out") {
+        return format!("no answer within the connect timeout ({timeout:?})");
+    }
+    if matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM")) {
+        return format!("authentication failed: {e}");
+    }
+    match e.kind() {
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType => {
+            "the server did not answer as Redis does (is that port a Redis server's?)".into()
+        }
+        ErrorKind::AuthenticationFailed => format!("authentication failed: {e}"),
+        _ => e.to_string(),
+    }
+}
+
+/// What is wrong with `url`, in words, for the cases redis' parser words
+/// poorly: no scheme, a scheme that is not Redis's, a port that is no port.
+fn url_problem(url: &str) -> Option<String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Some(if url.contains(char::is_whitespace) || url.is_empty() {
+            "it is not a URL; write redis://host:port".to_owned()
+        } else {
+            format!("the scheme is missing; write redis://{}", redact(url))
+        });
+    };
+    if !matches!(scheme, "redis" | "rediss" | "redis+unix" | "unix") {
+        return Some(format!(
+            "the scheme {scheme}:// is not Redis's; use redis:// (or rediss:// for TLS)"
+        ));
+    }
+    if scheme.ends_with("unix") {
+        return None;
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    // `[::1]:6379`: the port follows the bracket.
+    let port = match host_port.rsplit_once(']') {
+        Some((_, after)) => after.strip_prefix(':'),
+        None => host_port.rsplit_once(':').map(|(_, port)| port),
+    };
+    match port {
+        Some(port) if port.parse::<u16>().map_or(true, |p| p == 0) => Some(format!(
+            "the port {port:?} is not a port number (1 to 65535)"
+        )),
+        _ => None,
+    }
+}
+
 /// A URL parsed and checked for what this build supports.
 fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
+    if let Some(problem) = url_problem(url) {
+        return Err(LockError::Config(format!(
+            "invalid redis URL {:?}: {problem}",
+            redact(url)
+        )));
+    }
     let info = url
         .into_connection_info()
-        .map_err(|e| LockError::Config(format!("invalid redis URL: {e}")))?;
+        .map_err(|e| LockError::Config(format!("invalid redis URL {:?}: {e}", redact(url))))?;
     if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) && !cfg!(feature = "tls") {
         return Err(LockError::Config(
             "rediss:// needs the `tls` feature of lock-runtime".into(),
@@ -603,6 +717,64 @@ mod tests {
     fn bad_url_is_a_config_error() {
         let err = Config::new("not a url").connection_info().unwrap_err();
         assert!(matches!(err, LockError::Config(_)), "{err:?}");
+    }
+
+    #[test]
+    fn url_problems_are_named() {
+        for (url, says) in [
+            (
+                "localhost:6379",
+                "scheme is missing; write redis://localhost:6379",
+            ),
+            ("", "not a URL"),
+            ("https://h:1", "https:// is not Redis's"),
+            ("redis://h:0", "\"0\" is not a port"),
+            ("redis://u:pw@h:70000/1", "\"70000\" is not a port"),
+            ("redis://[::1]:x", "\"x\" is not a port"),
+        ] {
+            assert!(
+                url_problem(url).is_some_and(|p| p.contains(says)),
+                "{url}: {:?}",
+                url_problem(url)
+            );
+        }
+        for fine in [
+            "redis://h",
+            "redis://h:6379/2",
+            "rediss://u:p@h:1",
+            "redis://[::1]:6379",
+            "unix:///tmp/r.sock",
+        ] {
+            assert_eq!(url_problem(fine), None, "{fine}");
+        }
+    }
+
+    #[test]
+    fn connect_errors_name_the_server_and_where_its_address_came_from() {
+        let refused = || {
+            LockError::Redis(redis::RedisError::from(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            )))
+        };
+        let default = Config {
+            origin: "the default; REDIS_URL is not set",
+            ..Config::new(DEFAULT_URL)
+        };
+        assert!(
+            default.connect_error(refused()).to_string().starts_with(
+                "cannot connect to redis at 127.0.0.1:6379 (the default; REDIS_URL is not set): connection refused"
+            )
+        );
+        let cluster = Config::cluster(["redis://:pw@10.0.0.1:7000", "redis://10.0.0.2:7000"]);
+        let text = cluster.connect_error(refused()).to_string();
+        assert!(
+            text.contains("cluster seeds 10.0.0.1:7000,10.0.0.2:7000 (from Config)"),
+            "{text}"
+        );
+        assert!(!text.contains("pw"), "{text}");
+        // Not a connection failure: passed through.
+        let other = Config::new(DEFAULT_URL).connect_error(LockError::Config("x".into()));
+        assert!(matches!(other, LockError::Config(_)));
     }
 
     #[test]

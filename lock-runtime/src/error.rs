@@ -9,8 +9,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// The lock stayed busy for the whole `wait`.
-    #[error("lock `{name}` was still held by another holder after waiting {waited:?}")]
+    /// The lock stayed busy for the whole `wait` (one attempt when `wait`
+    /// is zero).
+    #[error("{}", timeout_text(.name, .waited))]
     Timeout {
         /// The lock's name.
         name: String,
@@ -36,6 +37,21 @@ pub enum LockError {
     /// Redis answered with an error, or could not be reached.
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The client could not connect: which servers, where their address
+    /// came from, and why. For example: `cannot connect to redis at
+    /// 127.0.0.1:6380 (from REDIS_URL): connection refused (is redis-server
+    /// running there, on that port?)`. Never shows a password.
+    #[error("cannot connect to redis at {server} ({origin}): {reason}")]
+    Connect {
+        /// `host:port`, or the sentinels or cluster seeds.
+        server: String,
+        /// `from Config`, `from REDIS_URL`, or `the default; REDIS_URL is
+        /// not set`.
+        origin: &'static str,
+        /// Why, in words: refused, no answer in time, not a Redis server,
+        /// authentication failed, ...
+        reason: String,
+    },
     /// The configuration cannot be used (bad URL, missing feature, ...).
     #[error("bad configuration: {0}")]
     Config(String),
@@ -80,6 +96,15 @@ pub enum LockError {
     /// The client's background runtime is gone (the process is shutting down).
     #[error("the lock client has shut down")]
     Shutdown,
+}
+
+/// `Timeout`'s message: a zero wait was one attempt.
+fn timeout_text(name: &str, waited: &Duration) -> String {
+    if waited.is_zero() {
+        format!("lock `{name}` is busy (one attempt)")
+    } else {
+        format!("lock `{name}` was still held by another holder after waiting {waited:?}")
+    }
 }
 
 impl LockError {

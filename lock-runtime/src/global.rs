@@ -1,14 +1,35 @@
 //! The process-wide client that `#[distributed_lock]` uses.
 
+use std::sync::Mutex;
+
 use tokio::sync::OnceCell;
 
 use crate::{Config, LockClient, LockError};
 
 static GLOBAL: OnceCell<LockClient> = OnceCell::const_new();
 
-/// Sets the global client. Call it once, before the first locked call;
-/// a second call fails with [`LockError::Config`].
+/// The configuration of the last [`init`], kept when its connect failed:
+/// [`client`] connects with it, never with the environment.
+static CONFIGURED: Mutex<Option<Config>> = Mutex::new(None);
+
+fn configured() -> std::sync::MutexGuard<'static, Option<Config>> {
+    CONFIGURED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Sets the global client. Call it once, before the first locked call.
+///
+/// - When it fails (bad configuration, server unreachable), the error says
+///   why, and the configuration stays the global one: [`client`] (and so
+///   every locked call) tries that server again, and fails with its error,
+///   rather than connect to `REDIS_URL`. Calling `init` again, with the same
+///   configuration or another, is allowed.
+/// - Once it succeeded, or once [`client`] connected, a further call fails
+///   with [`LockError::Config`].
 pub async fn init(config: Config) -> Result<(), LockError> {
+    if GLOBAL.initialized() {
+        return Err(already());
+    }
+    *configured() = Some(config.clone());
     let mut fresh = false;
     GLOBAL
         .get_or_try_init(|| {
@@ -16,23 +37,26 @@ pub async fn init(config: Config) -> Result<(), LockError> {
             LockClient::connect(config)
         })
         .await?;
-    if fresh {
-        Ok(())
-    } else {
-        Err(LockError::Config(
-            "the global lock client was already initialised".into(),
-        ))
-    }
+    if fresh { Ok(()) } else { Err(already()) }
 }
 
-/// The global client. When [`init`] was never called, it connects from the
-/// environment: `REDIS_URL`, default `redis://127.0.0.1:6379`.
+fn already() -> LockError {
+    LockError::Config("the global lock client was already initialised".into())
+}
+
+/// The global client. It connects on first use: with the configuration of
+/// [`init`] when `init` was called (even if that call failed: the error is
+/// then this server's, and a later call tries it again), else from the
+/// environment (`REDIS_URL`, default `redis://127.0.0.1:6379`).
 ///
 /// The client runs on its own thread, so it keeps working when one process
 /// uses it from several tokio runtimes (one per `#[tokio::test]`, one per
 /// thread, or after the runtime that first used it has shut down).
 pub async fn client() -> Result<&'static LockClient, LockError> {
     GLOBAL
-        .get_or_try_init(|| LockClient::connect(Config::from_env()))
+        .get_or_try_init(|| {
+            let config = configured().clone().unwrap_or_else(Config::from_env);
+            LockClient::connect(config)
+        })
         .await
 }

@@ -121,6 +121,18 @@
 //!   counts under that kind in the others; a segmented lock's segments are
 //!   reentrant locks. Descriptions are given to the recorder when the first
 //!   client connects, so install the recorder before.
+//! - **Errors say where and why.** A failed connect is
+//!   [`LockError::Connect`]: the server's `host:port` (or the sentinels, or
+//!   the cluster seeds), where the address came from (`from Config`, `from
+//!   REDIS_URL`, or the default when `REDIS_URL` is not set), and the reason
+//!   in words (refused, no answer within the connect timeout, authentication
+//!   failed, or a server that does not speak Redis). A URL that does not
+//!   parse says what is wrong (no scheme, a scheme such as `http://`, a port
+//!   that is no port). No message shows a password. A timeout after a zero
+//!   wait reads "busy (one attempt)".
+//! - **A failed `init` stays the configuration.** [`client`] then tries the
+//!   configured server again (and reports its error); it never falls back
+//!   to `REDIS_URL`. `init` may be called again after a failure.
 //!
 //! # Decisions
 //!

@@ -1,5 +1,5 @@
 //! Connection settings against real servers: ACL users, passwords, database
-//! numbers, TLS.
+//! numbers, TLS; and the errors that say where and why a connection failed.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -55,7 +55,14 @@ async fn password_user_and_database_from_the_url() {
             .connect_timeout(Duration::from_secs(2)),
     )
     .await;
-    assert!(matches!(wrong, Err(LockError::Redis(_))), "{wrong:?}");
+    let Err(wrong) = wrong else {
+        panic!("connected with a wrong password")
+    };
+    assert!(matches!(wrong, LockError::Connect { .. }), "{wrong:?}");
+    let text = wrong.to_string();
+    assert!(text.contains("authentication failed"), "{text}");
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(!text.contains("nope"), "never the password: {text}");
 }
 
 /// A TLS-only redis-server with a throwaway self-signed certificate.
@@ -229,4 +236,109 @@ async fn rediss_sentinel_urls_reach_the_master_over_tls() {
 
     drop(sentinel.stdin.take());
     let _ = sentinel.wait();
+}
+
+/// A listener that answers whatever it is sent like a web server would.
+async fn http_endpoint() -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn connection_errors_say_where_and_why() {
+    // Nobody listens: refused, with the address and where it came from.
+    let closed = tests::free_port();
+    let Err(refused) = LockClient::connect(
+        Config::new(format!("redis://:hunter2@127.0.0.1:{closed}"))
+            .connect_timeout(Duration::from_secs(2)),
+    )
+    .await
+    else {
+        panic!("connected to a closed port")
+    };
+    let text = refused.to_string();
+    assert_eq!(
+        text,
+        format!(
+            "cannot connect to redis at 127.0.0.1:{closed} (from Config): connection refused \
+             (is redis-server running there, on that port?)"
+        )
+    );
+    assert!(!format!("{refused:?}").contains("hunter2"));
+
+    // A web server on the port: said so, not a parser's complaint.
+    let http = http_endpoint().await;
+    let Err(not_redis) = LockClient::connect(
+        Config::new(format!("redis://127.0.0.1:{http}")).connect_timeout(Duration::from_secs(2)),
+    )
+    .await
+    else {
+        panic!("a web server passed for Redis")
+    };
+    let text = not_redis.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "cannot connect to redis at 127.0.0.1:{http} (from Config): "
+        )),
+        "{text}"
+    );
+    assert!(text.contains("did not answer as Redis"), "{text}");
+
+    // URLs that do not parse say what is wrong.
+    for (url, says) in [
+        (
+            "127.0.0.1:6379",
+            "the scheme is missing; write redis://127.0.0.1:6379",
+        ),
+        ("http://127.0.0.1:6379", "the scheme http:// is not Redis's"),
+        ("redis://127.0.0.1:99999", "\"99999\" is not a port number"),
+        ("redis://:pw@127.0.0.1:abc", "\"abc\" is not a port number"),
+        ("not a url", "it is not a URL"),
+    ] {
+        let Err(e) = LockClient::connect(Config::new(url)).await else {
+            panic!("{url} was taken")
+        };
+        assert!(matches!(e, LockError::Config(_)), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains(says), "{url}: {text}");
+        assert!(!text.contains(":pw@"), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn a_zero_wait_timeout_reads_as_one_attempt() {
+    let server = Server::start();
+    let client = server.client().await;
+    let held = client.lock("busy").acquire().await.unwrap();
+    let once = client
+        .lock("busy")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(once.to_string(), "lock `busy` is busy (one attempt)");
+    let waited = client
+        .lock("busy")
+        .wait(Duration::from_millis(50))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        waited.to_string(),
+        "lock `busy` was still held by another holder after waiting 50ms"
+    );
+    held.release().await.unwrap();
 }

@@ -78,13 +78,78 @@ fn an_unreachable_redis_url_is_a_typed_error() {
         return;
     }
     tokio::runtime::Runtime::new().unwrap().block_on(async {
-        assert!(matches!(
-            lock_runtime::client().await,
-            Err(LockError::Redis(_))
-        ));
+        let url = std::env::var("REDIS_URL").unwrap();
+        let port = url.rsplit(':').next().unwrap().to_owned();
+        let Err(e) = lock_runtime::client().await else {
+            panic!("connected to a dead port")
+        };
+        // Where, where from, and why.
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "cannot connect to redis at 127.0.0.1:{port} (from REDIS_URL): connection refused"
+            )),
+            "{text}"
+        );
         assert!(matches!(
             locked(1).await,
-            Err(AppError::Lock(LockError::Redis(_)))
+            Err(AppError::Lock(LockError::Connect { .. }))
+        ));
+    });
+}
+
+#[test]
+fn after_a_failed_init_the_global_client_retries_the_configured_server_not_redis_url() {
+    let case = "after_a_failed_init_the_global_client_retries_the_configured_server_not_redis_url";
+    if !in_child() {
+        // REDIS_URL names a live server: the defect would connect there.
+        let decoy = Server::start();
+        run_child(case, &decoy.url());
+        return;
+    }
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let dead = tests::free_port();
+        let configured = lock_runtime::Config::new(format!("redis://127.0.0.1:{dead}"))
+            .connect_timeout(std::time::Duration::from_secs(2));
+        let Err(first) = lock_runtime::init(configured).await else {
+            panic!("init connected to a dead port")
+        };
+        assert!(
+            first
+                .to_string()
+                .contains(&format!("127.0.0.1:{dead} (from Config)")),
+            "{first}"
+        );
+        // Later calls try the configured server again, and say so.
+        let Err(again) = lock_runtime::client().await else {
+            panic!("client() connected somewhere else than the configured server")
+        };
+        assert!(
+            again
+                .to_string()
+                .contains(&format!("127.0.0.1:{dead} (from Config)")),
+            "{again}"
+        );
+        assert!(matches!(
+            locked(2).await,
+            Err(AppError::Lock(LockError::Connect { .. }))
+        ));
+
+        // A second init after a failure is allowed, and wins.
+        let live = Server::start();
+        lock_runtime::init(lock_runtime::Config::new(live.url()))
+            .await
+            .unwrap();
+        let client = lock_runtime::client().await.unwrap();
+        let guard = client.lock("after-init").acquire().await.unwrap();
+        let mut raw = live.raw().await;
+        let there: bool = raw.exists("after-init").await.unwrap();
+        assert!(there, "the lock is on the server given to init");
+        guard.release().await.unwrap();
+        // After a success, init is refused.
+        assert!(matches!(
+            lock_runtime::init(lock_runtime::Config::new(live.url())).await,
+            Err(LockError::Config(_))
         ));
     });
 }
