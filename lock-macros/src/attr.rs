@@ -22,10 +22,15 @@ mod kw {
     syn::custom_keyword!(lease);
     syn::custom_keyword!(kind);
     syn::custom_keyword!(on_lost);
+    syn::custom_keyword!(on_busy);
+    syn::custom_keyword!(fallback);
+    syn::custom_keyword!(hold_at_least);
+    syn::custom_keyword!(client);
 }
 
 /// The options listed in messages, in the order the docs give them.
-const OPTIONS: &str = "`key`, `keys`, `wait`, `lease`, `kind`, `on_lost`, `crate`";
+const OPTIONS: &str = "`key`, `keys`, `wait`, `lease`, `kind`, `on_lost`, `on_busy`, \
+                       `fallback`, `hold_at_least`, `client`, `crate`";
 
 /// The checked arguments of one `#[distributed_lock(...)]`.
 pub(crate) struct Args {
@@ -41,6 +46,24 @@ pub(crate) struct Args {
     pub(crate) on_lost: OnLost,
     /// `crate = "path"`: where the runtime is; `None` is `::lock_runtime`.
     pub(crate) krate: Option<Path>,
+    /// What a busy lock does: `on_busy` or `fallback`.
+    pub(crate) busy: Busy,
+    /// `hold_at_least`: the lock stays taken at least this long; and the
+    /// option's span.
+    pub(crate) hold_at_least: Option<(Duration, Span)>,
+    /// `client = expr`: the `LockClient` to use; `None` is the global one.
+    pub(crate) client: Option<Expr>,
+}
+
+/// What happens when the lock is still busy when the wait ends.
+pub(crate) enum Busy {
+    /// `on_busy = "error"`, the default: `LockError::Timeout`.
+    Error,
+    /// `on_busy = "skip"`: `Ok(())` / `Ok(None)`, the body not run. `span`:
+    /// the value's, for errors about it.
+    Skip { span: Span },
+    /// `fallback = path`: `path` is called with the same arguments.
+    Fallback(Path),
 }
 
 /// `kind = "..."`.
@@ -91,7 +114,13 @@ impl Parse for Parsed {
             kind: Kind::Reentrant,
             on_lost: OnLost::Finish,
             krate: None,
+            busy: Busy::Error,
+            hold_at_least: None,
+            client: None,
         };
+        // Where `fallback` was given, for the error when `on_busy` is "skip" too.
+        let mut fallback_span = None;
+        let mut skip_span = None;
         while !input.is_empty() {
             let lookahead = input.lookahead1();
             let (name, span): (&str, Span) = if lookahead.peek(kw::key) {
@@ -106,6 +135,14 @@ impl Parse for Parsed {
                 ("kind", input.parse::<kw::kind>()?.span)
             } else if lookahead.peek(kw::on_lost) {
                 ("on_lost", input.parse::<kw::on_lost>()?.span)
+            } else if lookahead.peek(kw::on_busy) {
+                ("on_busy", input.parse::<kw::on_busy>()?.span)
+            } else if lookahead.peek(kw::fallback) {
+                ("fallback", input.parse::<kw::fallback>()?.span)
+            } else if lookahead.peek(kw::hold_at_least) {
+                ("hold_at_least", input.parse::<kw::hold_at_least>()?.span)
+            } else if lookahead.peek(kw::client) {
+                ("client", input.parse::<kw::client>()?.span)
             } else if lookahead.peek(Token![crate]) {
                 ("crate", input.parse::<Token![crate]>()?.span)
             } else if input.peek(Ident::peek_any) {
@@ -164,11 +201,35 @@ impl Parse for Parsed {
                 "lease" => parse_lease(&value).map(|d| args.lease = Some(d)),
                 "kind" => parse_kind(&value).map(|k| args.kind = k),
                 "on_lost" => parse_on_lost(&value).map(|o| args.on_lost = o),
+                "on_busy" => parse_on_busy(&value).map(|skip| {
+                    if let Some(span) = skip {
+                        skip_span = Some(span);
+                        args.busy = Busy::Skip { span };
+                    }
+                }),
+                "fallback" => parse_fallback(&value).map(|path| {
+                    fallback_span = Some(span);
+                    args.busy = Busy::Fallback(path);
+                }),
+                "hold_at_least" => {
+                    parse_duration(name, &value).map(|d| args.hold_at_least = Some((d, span)))
+                }
+                "client" => {
+                    args.client = Some(value.clone());
+                    Ok(())
+                }
                 _ => parse_crate(&value).map(|p| args.krate = Some(p)),
             };
             if let Err(e) = parsed {
                 errors.push(e);
             }
+        }
+        if let (Some(fallback), Some(_)) = (fallback_span, skip_span) {
+            errors.push(syn::Error::new(
+                fallback,
+                "`fallback` and `on_busy = \"skip\"` are both given: a busy lock either skips \
+                 the call or calls the fallback; keep one",
+            ));
         }
         match keys {
             Some((_, templates)) => args.keys = templates,
@@ -195,6 +256,10 @@ fn example(name: &str) -> &'static str {
         "lease" => "\"10s\"",
         "kind" => "\"fair\"",
         "on_lost" => "\"cancel\"",
+        "on_busy" => "\"skip\"",
+        "fallback" => "busy_path",
+        "hold_at_least" => "\"30s\"",
+        "client" => "self.locks",
         _ => "\"lock_runtime\"",
     }
 }
@@ -332,6 +397,34 @@ fn parse_on_lost(value: &Expr) -> syn::Result<OnLost> {
                  body when the lease is lost); leave `on_lost` out to let the body finish \
                  and report the loss when it returns"
             ),
+        )),
+    }
+}
+
+/// `Some(span)` for `"skip"`, `None` for `"error"`.
+fn parse_on_busy(value: &Expr) -> syn::Result<Option<Span>> {
+    let lit = string("on_busy", value)?;
+    match lit.value().as_str() {
+        "skip" => Ok(Some(lit.span())),
+        "error" => Ok(None),
+        other => Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "unknown `on_busy` value {other:?}: write \"skip\" (a busy lock skips the call, \
+                 returning `Ok(())` or `Ok(None)`) or \"error\" (the default: \
+                 `LockError::Timeout`); to run other code instead, use `fallback = path`"
+            ),
+        )),
+    }
+}
+
+fn parse_fallback(value: &Expr) -> syn::Result<Path> {
+    match value {
+        Expr::Path(path) if path.qself.is_none() => Ok(path.path.clone()),
+        _ => Err(syn::Error::new_spanned(
+            value,
+            "`fallback` takes the path of a function called with the same arguments when the \
+             lock is busy, e.g. `fallback = busy_path` or `fallback = Self::busy_path`",
         )),
     }
 }

@@ -9,20 +9,26 @@ use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Ident, ItemFn, LitStr, Path, Type};
 
-use crate::attr::{Args, Kind, OnLost};
+use crate::attr::{Args, Busy, Kind, OnLost};
 use crate::key::{Piece, Template};
 
 /// ```text
 /// #attrs #vis #sig {
 ///     let __lock_keys = vec![format!("order:{}", key_part(&order.id))];
-///     run::<#ret, _>(__lock_keys, AttrSpec { .. }, async move #body).await
+///     match take::<#ret>(client, __lock_keys, AttrSpec { .. }).await {
+///         Taken::Held(guard) => run::<#ret, _>(guard, spec, async move #body).await,
+///         Taken::Busy(e) => busy::<#ret>(e) | skipped::<#ret>() | fallback(args).await,
+///         Taken::Failed(result) => result,
+///     }
 /// }
 /// ```
 ///
 /// The signature is the user's, unchanged. The body becomes an `async move`
 /// block, so its `return` and `?` end the block, not the function, and the
 /// lock is released after them. The turbofish gives the block's output type,
-/// which `?` needs to pick its error conversion.
+/// which `?` needs to pick its error conversion. The lock is taken before
+/// the body is built, so the busy path still has the arguments (a fallback
+/// is called with them) and `client = expr` is only borrowed while taking.
 pub(crate) fn expand(args: &Args, func: ItemFn, ret: &Type) -> TokenStream {
     let ItemFn {
         attrs,
@@ -42,35 +48,89 @@ pub(crate) fn expand(args: &Args, func: ItemFn, ret: &Type) -> TokenStream {
         Kind::Read => quote!(Read),
         Kind::Write => quote!(Write),
     };
-    let wait = duration(args.wait);
+    // A busy path of its own (skip, fallback) without a `wait`: one attempt.
+    let wait = duration(match args.busy {
+        Busy::Error => args.wait,
+        Busy::Skip { .. } | Busy::Fallback(_) => args.wait.or(Some(Duration::ZERO)),
+    });
     let lease = duration(args.lease);
     let cancel_on_lost = args.on_lost == OnLost::Cancel;
-    // Hygienic: the body cannot see or shadow it.
+    let hold_at_least = duration(args.hold_at_least.map(|(d, _)| d));
+    // Hygienic: the body cannot see or shadow them.
     let lock_keys = Ident::new("__lock_keys", Span::mixed_site());
+    let guard = Ident::new("__lock_guard", Span::mixed_site());
+    let busy = Ident::new("__lock_busy", Span::mixed_site());
+    let failed = Ident::new("__lock_failed", Span::mixed_site());
     let spec = quote! {
         #private::AttrSpec {
             kind: #private::AttrKind::#kind,
             wait: #wait,
             lease: #lease,
             cancel_on_lost: #cancel_on_lost,
+            hold_at_least: #hold_at_least,
         }
+    };
+    let client = match &args.client {
+        Some(expr) => {
+            let span = expr.span();
+            quote_spanned! {span=> ::core::option::Option::Some(#private::attr_client(&(#expr))) }
+        }
+        None => quote!(::core::option::Option::None),
     };
     // Every token of the call on one span, the return type's first token:
     // rustc reports an error type without `From<LockError>` at the turbofish,
     // the call and the `.await`, and merges the three when their spans agree.
     let span = ret.span();
     let ret = respan(ret.to_token_stream(), span);
+    let take = respan(quote!(#private::take), span);
     let run = respan(quote!(#private::run), span);
-    let call = quote_spanned! {span=>
-        #run::<#ret, _>(#lock_keys, #spec, async move #block).await
+    let taking = quote_spanned! {span=>
+        #take::<#ret>(#client, #lock_keys, #spec).await
+    };
+    let running = quote_spanned! {span=>
+        #run::<#ret, _>(#guard, #spec, async move #block).await
+    };
+    let on_busy = match &args.busy {
+        Busy::Error => quote_spanned! {span=> #private::busy::<#ret>(#busy) },
+        Busy::Skip { span: skip } => {
+            let skipped = respan(quote!(#private::skipped), *skip);
+            quote_spanned! {*skip=> { let _ = #busy; #skipped::<#ret>() } }
+        }
+        Busy::Fallback(path) => {
+            let path_span = path.span();
+            let arguments = arguments(&sig, path_span);
+            quote_spanned! {path_span=> { let _ = #busy; #path(#(#arguments),*).await } }
+        }
     };
     quote! {
         #(#attrs)*
         #vis #sig {
             let #lock_keys: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#keys),*];
-            #call
+            match #taking {
+                #private::Taken::Held(#guard) => #running,
+                #private::Taken::Busy(#busy) => #on_busy,
+                #private::Taken::Failed(#failed) => #failed,
+            }
         }
     }
+}
+
+/// The function's arguments, as its fallback is called with them: `self`
+/// first in methods, then every parameter by name. Each is located on the
+/// fallback's path and resolved as the expansion's, so that rustc reports a
+/// mismatch there and suggests no rewrite of the signature or attribute.
+fn arguments(sig: &syn::Signature, at: Span) -> Vec<TokenStream> {
+    let quiet = at.resolved_at(Span::call_site());
+    sig.inputs
+        .iter()
+        .filter_map(|input| match input {
+            syn::FnArg::Receiver(_) => Some(quote_spanned!(quiet=> self)),
+            syn::FnArg::Typed(typed) => match &*typed.pat {
+                syn::Pat::Ident(pat) => Some(Ident::new(&pat.ident.to_string(), quiet).to_token_stream()),
+                _ => None,
+            },
+        })
+        .collect()
 }
 
 /// The expression that builds one key. Each placeholder's value goes through
@@ -86,8 +146,24 @@ fn key(template: &Template, private: &TokenStream) -> TokenStream {
             Piece::Text(text) => format.push_str(text),
             Piece::Value(placeholder) => {
                 format.push_str("{}");
-                let root = &placeholder.root;
-                let fields = &placeholder.fields;
+                // Located on the literal, but resolved as the expansion's:
+                // rustc reports a bad field on the key and suggests no
+                // rewrite of the attribute (it makes no suggestion in
+                // macro-expanded code).
+                let quiet = span.resolved_at(Span::call_site());
+                let mut root = placeholder.root.clone();
+                root.set_span(quiet);
+                let fields = placeholder.fields.iter().map(|member| match member {
+                    syn::Member::Named(name) => {
+                        let mut name = name.clone();
+                        name.set_span(quiet);
+                        syn::Member::Named(name)
+                    }
+                    syn::Member::Unnamed(index) => syn::Member::Unnamed(syn::Index {
+                        index: index.index,
+                        span: quiet,
+                    }),
+                });
                 values.push(quote_spanned! {span=>
                     #private::key_part(&#root #(.#fields)*)
                 });

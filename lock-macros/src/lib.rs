@@ -234,7 +234,9 @@ fn lock(
         ),
         Err(_) => Ok(()),
     };
-    let args = parsed.and_then(attr::Parsed::into_args);
+    let args = parsed
+        .and_then(attr::Parsed::into_args)
+        .and_then(|args| sig::check_options(&args, &func.sig).map(|()| args));
     let ret = sig::check(&func.sig);
     let (args, (ret, ())) = both(args, both(ret, keys))?;
     Ok(expand::expand(&args, func, &ret))

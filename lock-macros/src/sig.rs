@@ -2,8 +2,11 @@
 //! `Result`) and the parameter names a key may use.
 
 use proc_macro2::Span;
+use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
-use syn::{FnArg, Ident, Pat, ReturnType, Signature, Type};
+use syn::{FnArg, GenericArgument, Ident, Pat, PathArguments, ReturnType, Signature, Type};
+
+use crate::attr::{Args, Busy, Kind};
 
 /// What the function offers to key placeholders.
 pub(crate) struct Params {
@@ -106,6 +109,91 @@ pub(crate) fn check(sig: &Signature) -> syn::Result<Type> {
     };
     let ((), ret) = crate::both(asyncness, ret)?;
     Ok(ret)
+}
+
+/// The checks of options against the function: `on_busy = "skip"` needs an
+/// `Ok` type of `()` or `Option<_>`; `fallback` needs parameters bound to
+/// plain names (it is called with them); `hold_at_least` needs one key of a
+/// reentrant or fair lock.
+pub(crate) fn check_options(args: &Args, sig: &Signature) -> syn::Result<()> {
+    let mut errors = crate::Errors::default();
+    if let Busy::Skip { span } = &args.busy
+        && let ReturnType::Type(_, ty) = &sig.output
+        && let Some(ok) = ok_type(ty)
+        && !skippable(ok)
+    {
+        let mut error = syn::Error::new(
+            ok.span(),
+            "`on_busy = \"skip\"` returns `Ok(())` or `Ok(None)` when the lock is busy, so \
+             the function must return `Result<(), E>` or `Result<Option<T>, E>`; wrap this \
+             type in `Option`, or use `fallback = path` to compute a value instead",
+        );
+        error.combine(syn::Error::new(*span, "the call is skipped here"));
+        errors.push(error);
+    }
+    if let Busy::Fallback(path) = &args.busy {
+        for input in &sig.inputs {
+            if let FnArg::Typed(typed) = input
+                && !matches!(&*typed.pat, Pat::Ident(_))
+            {
+                errors.push(syn::Error::new(
+                    path.span(),
+                    "`fallback` is called with the function's arguments, so every parameter \
+                     needs a plain name: bind the destructured parameter to a name \
+                     (`point: Point`) and destructure it in the body",
+                ));
+                break;
+            }
+        }
+    }
+    if let Some((_, span)) = args.hold_at_least {
+        if args.keys.len() > 1 {
+            errors.push(syn::Error::new(
+                span,
+                "`hold_at_least` works with one key (`key = \"...\"`), not a multi lock",
+            ));
+        }
+        if matches!(args.kind, Kind::Read | Kind::Write) {
+            errors.push(syn::Error::new(
+                span,
+                "`hold_at_least` works with reentrant and fair locks, not read or write locks",
+            ));
+        }
+    }
+    errors.finish()
+}
+
+/// The `T` of a `Result<T, E>` (or of an alias `Result<T>`), when written.
+fn ok_type(ty: &Type) -> Option<&Type> {
+    match ty {
+        Type::Group(group) => ok_type(&group.elem),
+        Type::Paren(paren) => ok_type(&paren.elem),
+        Type::Path(path) => {
+            let PathArguments::AngleBracketed(args) = &path.path.segments.last()?.arguments else {
+                return None;
+            };
+            args.args.iter().find_map(|arg| match arg {
+                GenericArgument::Type(ty) => Some(ty),
+                _ => None,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// `()` or `Option<_>` (any path ending in `Option`).
+fn skippable(ty: &Type) -> bool {
+    match ty {
+        Type::Tuple(tuple) => tuple.elems.is_empty(),
+        Type::Group(group) => skippable(&group.elem),
+        Type::Paren(paren) => skippable(&paren.elem),
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|segment| segment.ident == "Option"),
+        _ => false,
+    }
 }
 
 /// Whether the type is syntactically a `Result`: its path's last segment is

@@ -41,6 +41,8 @@ pub(crate) struct Held {
     metric: &'static str,
     /// In `lock_held` until dropped.
     _held: HeldMetric,
+    /// `hold_at_least`: a release before this leaves the lock taken until then.
+    keep_until: Option<Instant>,
 }
 
 impl Held {
@@ -89,7 +91,15 @@ impl Held {
             _listed: listed,
             metric,
             _held: HeldMetric::start(metric),
+            keep_until: None,
         }
+    }
+
+    /// Keeps the lock taken until `until` when released before
+    /// (`hold_at_least`); `None` (a time the clock cannot hold): for ever,
+    /// which the lease then bounds.
+    pub(crate) fn keep_until(&mut self, until: Option<Instant>) {
+        self.keep_until = Some(until.unwrap_or_else(|| Instant::now() + crate::MAX_DURATION));
     }
 
     pub(crate) fn token(&self) -> u64 {
@@ -231,8 +241,14 @@ impl Held {
             token,
             lease,
             _listed: listed,
+            keep_until,
             ..
         } = self;
+        // What is left of `hold_at_least`, in whole ms rounded up.
+        let keep_ms = keep_until
+            .map(|until| until.saturating_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero())
+            .map_or(0, |left| u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX));
         // A guard being released is no longer listed as live.
         drop(listed);
         if let Lease::Watchdog { registration, .. } = &lease {
@@ -252,7 +268,12 @@ impl Held {
                 // client. Retries (same request id) are plain unlocks: a
                 // handover's latch reads as released there, while a retried
                 // handover would name a holder other than the one it made.
-                let unlocked = if tries == 1 {
+                let unlocked = if keep_ms > 0 {
+                    // Left taken, so not handed over either.
+                    target
+                        .unlock_keeping(&core, &conn, &holder, &request, token, keep_ms)
+                        .await
+                } else if tries == 1 {
                     crate::lock::handoff::unlock_or_hand_off(
                         &core, &conn, &target, &holder, &request, token,
                     )

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::lock::multi::MultiLock;
 use crate::lock::{Options, Target, acquire_hold};
-use crate::{LockError, LockGuard};
+use crate::{LockClient, LockError, LockGuard};
 
 pub use std::format;
 
@@ -35,6 +35,85 @@ pub struct AttrSpec {
     pub lease: Option<Duration>,
     /// `on_lost = "cancel"`: drop the body when the lease is lost.
     pub cancel_on_lost: bool,
+    /// `hold_at_least = "..."`: the lock stays taken at least this long.
+    pub hold_at_least: Option<Duration>,
+}
+
+/// The outcome of taking the attribute's lock.
+pub enum Taken<R> {
+    /// Held: run the body.
+    Held(LockGuard),
+    /// Still busy when the wait ended (the `LockError::Timeout`): the
+    /// attribute's busy path runs (`on_busy`, `fallback`, or the error).
+    Busy(LockError),
+    /// Any other failure, already the function's result.
+    Failed(R),
+}
+
+/// What `client = expr` may evaluate to.
+#[diagnostic::on_unimplemented(
+    message = "`client = ...` must be a `LockClient` (or a reference to one, or an `Arc` of one), not `{Self}`",
+    label = "this is not a lock client",
+    note = "e.g. `client = self.locks` for a `LockClient` field, or `client = shop_locks()` returning `&'static LockClient`"
+)]
+pub trait AttrClient {
+    /// The client.
+    fn lock_client(&self) -> &LockClient;
+}
+
+impl AttrClient for LockClient {
+    fn lock_client(&self) -> &LockClient {
+        self
+    }
+}
+
+impl<T: AttrClient + ?Sized> AttrClient for &T {
+    fn lock_client(&self) -> &LockClient {
+        (**self).lock_client()
+    }
+}
+
+impl<T: AttrClient + ?Sized> AttrClient for std::sync::Arc<T> {
+    fn lock_client(&self) -> &LockClient {
+        (**self).lock_client()
+    }
+}
+
+/// The client of `client = expr`.
+pub fn attr_client<T: AttrClient + ?Sized>(client: &T) -> &LockClient {
+    client.lock_client()
+}
+
+/// The value a skipped call returns: `Ok(())` or `Ok(None)`.
+#[diagnostic::on_unimplemented(
+    message = "`on_busy = \"skip\"` needs a function returning `Result<(), E>` or `Result<Option<T>, E>`, not `{Self}`",
+    note = "a skipped call returns `Ok(())` or `Ok(None)`; for another `Ok` type use `fallback = path` or leave `on_busy` out"
+)]
+pub trait Skipped {
+    /// `Ok(())` or `Ok(None)`.
+    fn skipped() -> Self;
+}
+
+impl<E> Skipped for Result<(), E> {
+    fn skipped() -> Self {
+        Ok(())
+    }
+}
+
+impl<T, E> Skipped for Result<Option<T>, E> {
+    fn skipped() -> Self {
+        Ok(None)
+    }
+}
+
+/// `R`'s skipped value (`on_busy = "skip"`).
+pub fn skipped<R: Skipped>() -> R {
+    R::skipped()
+}
+
+/// `R`'s error for a busy lock (the default `on_busy = "error"`).
+pub fn busy<R: LockResult>(error: LockError) -> R {
+    R::from_lock_error(error)
 }
 
 /// A value that can stand in a lock key placeholder.
@@ -85,13 +164,21 @@ fn target(kind: AttrKind, name: String) -> Result<Target, LockError> {
     }
 }
 
-async fn acquire(keys: Vec<String>, spec: AttrSpec) -> Result<LockGuard, LockError> {
-    let client = crate::client().await?;
+async fn acquire(
+    client: Option<&LockClient>,
+    keys: Vec<String>,
+    spec: AttrSpec,
+) -> Result<LockGuard, LockError> {
+    let client = match client {
+        Some(client) => client,
+        None => crate::client().await?,
+    };
     let options = Options {
         wait: spec.wait,
         lease: spec.lease,
         number: None,
         metric: None,
+        hold_at_least: spec.hold_at_least,
     };
     match keys.len() {
         0 => Err(LockError::Config(
@@ -119,25 +206,35 @@ async fn acquire(keys: Vec<String>, spec: AttrSpec) -> Result<LockGuard, LockErr
     }
 }
 
-/// Runs `body` under the lock named by `keys`.
+/// Takes the lock named by `keys` on `client` (the global client when
+/// `None`). A lock still busy when the wait ends is [`Taken::Busy`]; any
+/// other failure comes back through `R`.
+pub async fn take<R: LockResult>(
+    client: Option<&LockClient>,
+    keys: Vec<String>,
+    spec: AttrSpec,
+) -> Taken<R> {
+    // Boxed: the acquire future (multi lock included) is deep, and inlined
+    // into every locked fn's future it overflows rustc's query depth there.
+    match Box::pin(acquire(client, keys, spec)).await {
+        Ok(guard) => Taken::Held(guard),
+        Err(e @ LockError::Timeout { .. }) => Taken::Busy(e),
+        Err(e) => Taken::Failed(R::from_lock_error(e)),
+    }
+}
+
+/// Runs `body` under `guard`, then releases it.
 ///
-/// - A lock that cannot be taken returns its error through `R`.
 /// - With `cancel_on_lost`, a lost lease drops the body and returns
 ///   [`LockError::Lost`].
 /// - A release that reports a lost lease turns a successful body into
 ///   `Err(LockError::Lost)`: the body ran without the exclusion it relied on.
 ///   A failed body keeps its own error (the release error is logged).
-pub async fn run<R, F>(keys: Vec<String>, spec: AttrSpec, body: F) -> R
+pub async fn run<R, F>(guard: LockGuard, spec: AttrSpec, body: F) -> R
 where
     R: LockResult,
     F: Future<Output = R>,
 {
-    // Boxed: the acquire future (multi lock included) is deep, and inlined
-    // into every locked fn's future it overflows rustc's query depth there.
-    let guard = match Box::pin(acquire(keys, spec)).await {
-        Ok(guard) => guard,
-        Err(e) => return R::from_lock_error(e),
-    };
     // The body runs in the hold's scope: locked calls awaited inside re-enter.
     let body = guard.scope(body);
     let result = if spec.cancel_on_lost {

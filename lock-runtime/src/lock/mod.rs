@@ -185,14 +185,38 @@ impl Target {
     ) -> Result<i64, LockError> {
         match self {
             Target::Reentrant { name } => {
-                reentrant::unlock(core, conn, name, holder, request).await
+                reentrant::unlock(core, conn, name, holder, request, 0).await
             }
-            Target::Fair { name } => fair::unlock(core, conn, name, holder, request).await,
+            Target::Fair { name } => fair::unlock(core, conn, name, holder, request, 0).await,
             Target::Read { name } => {
                 read_write::unlock_read(core, conn, name, holder, request, token).await
             }
             Target::Write { name } => {
                 read_write::unlock_write(core, conn, name, holder, request).await
+            }
+        }
+    }
+
+    /// [`unlock`](Self::unlock), except that a last hold leaves the lock
+    /// taken for `keep_ms` more (`hold_at_least`): it expires then, and
+    /// nobody is woken. Reentrant and fair locks only (acquire refuses the
+    /// option for the others); they are given back as [`unlock`] does.
+    pub(crate) async fn unlock_keeping(
+        &self,
+        core: &Core,
+        conn: &Conn,
+        holder: &str,
+        request: &str,
+        token: u64,
+        keep_ms: u64,
+    ) -> Result<i64, LockError> {
+        match self {
+            Target::Reentrant { name } => {
+                reentrant::unlock(core, conn, name, holder, request, keep_ms).await
+            }
+            Target::Fair { name } => fair::unlock(core, conn, name, holder, request, keep_ms).await,
+            Target::Read { .. } | Target::Write { .. } => {
+                self.unlock(core, conn, holder, request, token).await
             }
         }
     }
@@ -223,6 +247,9 @@ pub(crate) struct Options {
     /// `"quorum"`), which records its own acquisition; `None`: the lock's
     /// own kind, and the acquisition is recorded here.
     pub(crate) metric: Option<&'static str>,
+    /// Keep the lock taken at least this long after it was acquired, even
+    /// when released sooner (`hold_at_least`).
+    pub(crate) hold_at_least: Option<Duration>,
 }
 
 /// Builds one acquisition of a lock: [`wait`](Self::wait) and
@@ -259,6 +286,22 @@ impl LockBuilder {
     /// the watchdog leaves it alone.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.options.lease = Some(lease);
+        self
+    }
+
+    /// Keeps the lock taken at least `minimum` after it was acquired, even
+    /// when the guard is released sooner (ShedLock's `lockAtLeastFor`): the
+    /// release then sets the lock to expire when the minimum ends, instead
+    /// of freeing it, and wakes nobody. A release after the minimum frees
+    /// it as usual. For run-once jobs on several instances whose timers
+    /// drift: the instance that ran a slot keeps the others out of it.
+    ///
+    /// Reentrant and fair locks; a read or write lock refuses it with
+    /// [`LockError::Config`]. A re-entry's release only counts down; the
+    /// last hold's release applies the minimum of the acquisition that made
+    /// the hold. A lost lease is reported as usual.
+    pub fn hold_at_least(mut self, minimum: Duration) -> Self {
+        self.options.hold_at_least = Some(minimum);
         self
     }
 
@@ -577,6 +620,15 @@ pub(crate) async fn acquire_hold(
 ) -> Result<Held, LockError> {
     keys::check_name(target.name())?;
     check_lease(options.lease)?;
+    if let Some(minimum) = options.hold_at_least {
+        crate::config::check_duration("hold_at_least", minimum)?;
+        if matches!(target, Target::Read { .. } | Target::Write { .. }) {
+            return Err(LockError::Config(format!(
+                "lock `{}`: hold_at_least is for reentrant and fair locks, not read-write locks",
+                target.name()
+            )));
+        }
+    }
     let core = client.core();
     let scoped = holder::in_scope(&core.id, target.name());
     let reenter = scoped.is_some();
@@ -705,7 +757,7 @@ pub(crate) async fn acquire_hold(
         };
         give_up.armed = false;
         tracing::debug!(token, "acquired");
-        Ok(Held::new(
+        let mut held = Held::new(
             client.clone(),
             target.clone(),
             holder_id,
@@ -713,7 +765,12 @@ pub(crate) async fn acquire_hold(
             sent,
             options.lease,
             metric,
-        ))
+        );
+        if let Some(minimum) = options.hold_at_least {
+            // From the answer: the lock was taken no later than now.
+            held.keep_until(Instant::now().checked_add(minimum));
+        }
+        Ok(held)
     }
     .instrument(span)
     .await;

@@ -32,12 +32,15 @@ pub(crate) async fn attempt(
 
 /// Gives back one hold; `request` makes a retried call idempotent.
 /// Returns 1 freed, 0 still held by the holder's other holds, -1 not held.
+/// With `keep_ms` > 0 a last hold leaves the lock taken for that long
+/// (`hold_at_least`) instead of freeing it.
 pub(crate) async fn unlock(
     core: &Core,
     conn: &Conn,
     name: &str,
     holder: &str,
     request: &str,
+    keep_ms: u64,
 ) -> Result<i64, LockError> {
     let mut conn = conn.clone();
     SCRIPTS
@@ -49,6 +52,7 @@ pub(crate) async fn unlock(
         .arg(crate::config::millis(core.config.unlock_latch_ttl()))
         .arg(core.conn.publish_command())
         .arg("0")
+        .arg(keep_ms)
         .invoke_async(&mut conn)
         .await
         .map_err(|e| LockError::from_redis(name, e))

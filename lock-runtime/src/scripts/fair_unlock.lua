@@ -9,20 +9,32 @@
 -- ARGV[1]  holder id
 -- ARGV[2]  latch lifetime in milliseconds
 -- ARGV[3]  the publish command: 'publish', or 'spublish' for sharded pub/sub
+-- ARGV[4]  optional, ms the lock must stay taken after this release
+--          (hold_at_least): when the last hold goes, the holder's count is
+--          set to 0 and the key expires then, waking nobody, instead of being
+--          deleted; '0' or absent: delete and wake the head
 --
 -- Returns 1 when the lock was freed (the first live waiter, if any, is told
 -- on its own channel with '0'), 0 when the holder still has holds left, -1
--- when the holder does not hold the lock. A retried request (same latch)
--- returns the first answer instead of running again.
+-- when the holder does not hold the lock (a count of 0 is a hold already
+-- released). A retried request (same latch) returns the first answer
+-- instead of running again.
 local done = redis.call('get', KEYS[5])
 if done then
   return tonumber(done)
 end
+local keep = tonumber(ARGV[4] or '0') or 0
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0') or 0
 local result
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+if count <= 0 then
   result = -1
-elseif redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+elseif count > 1 then
+  redis.call('hincrby', KEYS[1], ARGV[1], -1)
   result = 0
+elseif keep > 0 then
+  redis.call('hset', KEYS[1], ARGV[1], 0)
+  redis.call('pexpire', KEYS[1], keep)
+  result = 1
 else
   redis.call('del', KEYS[1])
   result = 1

@@ -1,4 +1,4 @@
--- Release one hold of a reentrant or fair lock, idempotently.
+-- Release one hold of a reentrant lock, idempotently.
 --
 -- KEYS[1]  the lock HASH
 -- KEYS[2]  the channel to announce the release on
@@ -7,20 +7,34 @@
 -- ARGV[2]  latch lifetime in milliseconds
 -- ARGV[3]  the publish command: 'publish', or 'spublish' for sharded pub/sub
 -- ARGV[4]  the message: '0' wakes one waiter, '1' wakes all
+-- ARGV[5]  optional, ms the lock must stay taken after this release
+--          (hold_at_least): when the last hold goes, the holder's count is
+--          set to 0 and the key expires then, unannounced, instead of
+--          being deleted; '0' or absent: delete and announce
 --
--- Returns 1 when the lock was freed (and announced), 0 when the holder still
--- has holds left, -1 when the holder does not hold the lock. A retried request
--- (same latch) returns the first answer instead of running again; a latch of
--- handoff.lua's that handed the lock over (2) reads as freed.
+-- Returns 1 when the holder's last hold went (the lock freed and announced,
+-- or left to expire), 0 when the holder still has holds left, -1 when the
+-- holder does not hold the lock (a count of 0 is a hold already released).
+-- A retried request (same latch) returns the first answer instead of
+-- running again; a latch of handoff.lua's that handed the lock over (2)
+-- reads as freed.
 local done = redis.call('get', KEYS[3])
 if done then
   return math.min(tonumber(done), 1)
 end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+local keep = tonumber(ARGV[5] or '0') or 0
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0') or 0
+if count <= 0 then
   return -1
 end
 local result = 0
-if redis.call('hincrby', KEYS[1], ARGV[1], -1) <= 0 then
+if count > 1 then
+  redis.call('hincrby', KEYS[1], ARGV[1], -1)
+elseif keep > 0 then
+  redis.call('hset', KEYS[1], ARGV[1], 0)
+  redis.call('pexpire', KEYS[1], keep)
+  result = 1
+else
   redis.call('del', KEYS[1])
   redis.call(ARGV[3], KEYS[2], ARGV[4])
   result = 1
