@@ -126,7 +126,9 @@ fn arguments(sig: &syn::Signature, at: Span) -> Vec<TokenStream> {
         .filter_map(|input| match input {
             syn::FnArg::Receiver(_) => Some(quote_spanned!(quiet=> self)),
             syn::FnArg::Typed(typed) => match &*typed.pat {
-                syn::Pat::Ident(pat) => Some(Ident::new(&pat.ident.to_string(), quiet).to_token_stream()),
+                syn::Pat::Ident(pat) => {
+                    Some(Ident::new(&pat.ident.to_string(), quiet).to_token_stream())
+                }
                 _ => None,
             },
         })

@@ -114,7 +114,7 @@ pub(crate) fn check(sig: &Signature) -> syn::Result<Type> {
 /// The checks of options against the function: `on_busy = "skip"` needs an
 /// `Ok` type of `()` or `Option<_>`; `fallback` needs parameters bound to
 /// plain names (it is called with them); `hold_at_least` needs one key of a
-/// reentrant or fair lock.
+/// reentrant or fair lock, and no shorter `lease`.
 pub(crate) fn check_options(args: &Args, sig: &Signature) -> syn::Result<()> {
     let mut errors = crate::Errors::default();
     if let Busy::Skip { span } = &args.busy
@@ -157,6 +157,16 @@ pub(crate) fn check_options(args: &Args, sig: &Signature) -> syn::Result<()> {
             errors.push(syn::Error::new(
                 span,
                 "`hold_at_least` works with reentrant and fair locks, not read or write locks",
+            ));
+        }
+        if let (Some((minimum, _)), Some(lease)) = (args.hold_at_least, args.lease)
+            && minimum > lease
+        {
+            errors.push(syn::Error::new(
+                span,
+                "`hold_at_least` is longer than `lease`, which ends the hold first: make \
+                 `lease` at least as long, or leave `lease` out (the watchdog then keeps the \
+                 lock until the minimum)",
             ));
         }
     }

@@ -244,11 +244,16 @@ impl Held {
             keep_until,
             ..
         } = self;
-        // What is left of `hold_at_least`, in whole ms rounded up.
-        let keep_ms = keep_until
-            .map(|until| until.saturating_duration_since(Instant::now()))
-            .filter(|left| !left.is_zero())
-            .map_or(0, |left| u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX));
+        // What is left of `hold_at_least`, in whole ms rounded up; a fixed
+        // lease bounds it (the key is never given a longer life).
+        let keep = crate::lock::Keep {
+            ms: keep_until
+                .map(|until| until.saturating_duration_since(Instant::now()))
+                .map_or(0, |left| {
+                    u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+                }),
+            within_lease: matches!(lease, Lease::Fixed { .. }),
+        };
         // A guard being released is no longer listed as live.
         drop(listed);
         if let Lease::Watchdog { registration, .. } = &lease {
@@ -268,10 +273,10 @@ impl Held {
                 // client. Retries (same request id) are plain unlocks: a
                 // handover's latch reads as released there, while a retried
                 // handover would name a holder other than the one it made.
-                let unlocked = if keep_ms > 0 {
+                let unlocked = if keep.ms > 0 {
                     // Left taken, so not handed over either.
                     target
-                        .unlock_keeping(&core, &conn, &holder, &request, token, keep_ms)
+                        .unlock_keeping(&core, &conn, &holder, &request, token, keep)
                         .await
                 } else if tries == 1 {
                     crate::lock::handoff::unlock_or_hand_off(

@@ -58,7 +58,7 @@ pub(crate) async fn unlock(
     name: &str,
     holder: &str,
     request: &str,
-    keep_ms: u64,
+    keep: super::Keep,
 ) -> Result<i64, LockError> {
     let mut conn = conn.clone();
     SCRIPTS
@@ -71,7 +71,8 @@ pub(crate) async fn unlock(
         .arg(holder)
         .arg(crate::config::millis(core.config.unlock_latch_ttl()))
         .arg(core.conn.publish_command())
-        .arg(keep_ms)
+        .arg(keep.ms)
+        .arg(if keep.within_lease { "1" } else { "0" })
         .invoke_async(&mut conn)
         .await
         .map_err(|e| LockError::from_redis(name, e))

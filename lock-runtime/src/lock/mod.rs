@@ -185,9 +185,11 @@ impl Target {
     ) -> Result<i64, LockError> {
         match self {
             Target::Reentrant { name } => {
-                reentrant::unlock(core, conn, name, holder, request, 0).await
+                reentrant::unlock(core, conn, name, holder, request, Keep::NONE).await
             }
-            Target::Fair { name } => fair::unlock(core, conn, name, holder, request, 0).await,
+            Target::Fair { name } => {
+                fair::unlock(core, conn, name, holder, request, Keep::NONE).await
+            }
             Target::Read { name } => {
                 read_write::unlock_read(core, conn, name, holder, request, token).await
             }
@@ -198,9 +200,9 @@ impl Target {
     }
 
     /// [`unlock`](Self::unlock), except that a last hold leaves the lock
-    /// taken for `keep_ms` more (`hold_at_least`): it expires then, and
-    /// nobody is woken. Reentrant and fair locks only (acquire refuses the
-    /// option for the others); they are given back as [`unlock`] does.
+    /// taken as `keep` says (`hold_at_least`): it expires then, and nobody
+    /// is woken. Reentrant and fair locks only (acquire refuses the option
+    /// for the others); they are given back as [`unlock`](Self::unlock) does.
     pub(crate) async fn unlock_keeping(
         &self,
         core: &Core,
@@ -208,13 +210,13 @@ impl Target {
         holder: &str,
         request: &str,
         token: u64,
-        keep_ms: u64,
+        keep: Keep,
     ) -> Result<i64, LockError> {
         match self {
             Target::Reentrant { name } => {
-                reentrant::unlock(core, conn, name, holder, request, keep_ms).await
+                reentrant::unlock(core, conn, name, holder, request, keep).await
             }
-            Target::Fair { name } => fair::unlock(core, conn, name, holder, request, keep_ms).await,
+            Target::Fair { name } => fair::unlock(core, conn, name, holder, request, keep).await,
             Target::Read { .. } | Target::Write { .. } => {
                 self.unlock(core, conn, holder, request, token).await
             }
@@ -233,6 +235,24 @@ impl Target {
             Target::Reentrant { .. } | Target::Read { .. } | Target::Write { .. } => None,
         }
     }
+}
+
+/// What a last release leaves behind (`hold_at_least`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Keep {
+    /// The lock stays taken this many ms more; 0: it is freed.
+    pub(crate) ms: u64,
+    /// The lease is fixed and bounds the minimum: a key that expires sooner
+    /// is left to expire as it is, never lengthened.
+    pub(crate) within_lease: bool,
+}
+
+impl Keep {
+    /// Free the lock.
+    pub(crate) const NONE: Keep = Keep {
+        ms: 0,
+        within_lease: false,
+    };
 }
 
 /// Options of one acquisition, shared by every kind's builder.
@@ -625,6 +645,16 @@ pub(crate) async fn acquire_hold(
         if matches!(target, Target::Read { .. } | Target::Write { .. }) {
             return Err(LockError::Config(format!(
                 "lock `{}`: hold_at_least is for reentrant and fair locks, not read-write locks",
+                target.name()
+            )));
+        }
+        if let Some(lease) = options.lease
+            && minimum > lease
+        {
+            return Err(LockError::Config(format!(
+                "lock `{}`: hold_at_least ({minimum:?}) is longer than the fixed lease \
+                 ({lease:?}), which ends the hold first; make the lease at least as long, \
+                 or leave it out (the watchdog then keeps the lock until the minimum)",
                 target.name()
             )));
         }

@@ -32,7 +32,7 @@ pub(crate) async fn attempt(
 
 /// Gives back one hold; `request` makes a retried call idempotent.
 /// Returns 1 freed, 0 still held by the holder's other holds, -1 not held.
-/// With `keep_ms` > 0 a last hold leaves the lock taken for that long
+/// With `keep.ms` > 0 a last hold leaves the lock taken for that long
 /// (`hold_at_least`) instead of freeing it.
 pub(crate) async fn unlock(
     core: &Core,
@@ -40,7 +40,7 @@ pub(crate) async fn unlock(
     name: &str,
     holder: &str,
     request: &str,
-    keep_ms: u64,
+    keep: super::Keep,
 ) -> Result<i64, LockError> {
     let mut conn = conn.clone();
     SCRIPTS
@@ -52,7 +52,8 @@ pub(crate) async fn unlock(
         .arg(crate::config::millis(core.config.unlock_latch_ttl()))
         .arg(core.conn.publish_command())
         .arg("0")
-        .arg(keep_ms)
+        .arg(keep.ms)
+        .arg(if keep.within_lease { "1" } else { "0" })
         .invoke_async(&mut conn)
         .await
         .map_err(|e| LockError::from_redis(name, e))

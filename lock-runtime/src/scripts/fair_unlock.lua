@@ -13,6 +13,8 @@
 --          (hold_at_least): when the last hold goes, the holder's count is
 --          set to 0 and the key expires then, waking nobody, instead of being
 --          deleted; '0' or absent: delete and wake the head
+-- ARGV[5]  optional, '1': the lease is fixed and bounds the minimum: a key
+--          that expires sooner than ARGV[4] is left to expire as it is
 --
 -- Returns 1 when the lock was freed (the first live waiter, if any, is told
 -- on its own channel with '0'), 0 when the holder still has holds left, -1
@@ -33,7 +35,10 @@ elseif count > 1 then
   result = 0
 elseif keep > 0 then
   redis.call('hset', KEYS[1], ARGV[1], 0)
-  redis.call('pexpire', KEYS[1], keep)
+  local ttl = redis.call('pttl', KEYS[1])
+  if ARGV[5] ~= '1' or ttl < 0 or ttl > keep then
+    redis.call('pexpire', KEYS[1], keep)
+  end
   result = 1
 else
   redis.call('del', KEYS[1])

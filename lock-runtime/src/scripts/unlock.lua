@@ -11,6 +11,8 @@
 --          (hold_at_least): when the last hold goes, the holder's count is
 --          set to 0 and the key expires then, unannounced, instead of
 --          being deleted; '0' or absent: delete and announce
+-- ARGV[6]  optional, '1': the lease is fixed and bounds the minimum: a key
+--          that expires sooner than ARGV[5] is left to expire as it is
 --
 -- Returns 1 when the holder's last hold went (the lock freed and announced,
 -- or left to expire), 0 when the holder still has holds left, -1 when the
@@ -32,7 +34,10 @@ if count > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
 elseif keep > 0 then
   redis.call('hset', KEYS[1], ARGV[1], 0)
-  redis.call('pexpire', KEYS[1], keep)
+  local ttl = redis.call('pttl', KEYS[1])
+  if ARGV[6] ~= '1' or ttl < 0 or ttl > keep then
+    redis.call('pexpire', KEYS[1], keep)
+  end
   result = 1
 else
   redis.call('del', KEYS[1])

@@ -18,4 +18,10 @@ async fn bad(id: u64) -> Result<(), LockError> {
     Ok(())
 }
 
+#[distributed_lock(key = "a:<id>", lease = "10s", hold_at_least = "1m")]
+async fn short_lease(id: u64) -> Result<(), LockError> {
+    let _ = id;
+    Ok(())
+}
+
 fn main() {}
