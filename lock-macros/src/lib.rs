@@ -2,7 +2,7 @@
 //!
 //! Use it through `lock_runtime`, which re-exports it: a project depends on
 //! `lock-runtime` alone. This crate only parses, checks and expands; the
-//! lock itself is `lock_runtime::__private::run`.
+//! lock itself is `lock_runtime::__private::{take, run}`.
 //!
 //! ```ignore
 //! use lock_runtime::{distributed_lock, LockError};
@@ -23,6 +23,10 @@
 //! | `lease` | duration text, at least `"1ms"`: a fixed lease, never renewed | the watchdog renews |
 //! | `kind` | `"reentrant"`, `"fair"`, `"read"`, `"write"` | `"reentrant"` |
 //! | `on_lost` | `"cancel"`: drop the body when the lease is lost | the body finishes |
+//! | `on_busy` | `"skip"`: a lock still busy after `wait` returns `Ok(())` / `Ok(None)`; `"error"` | `"error"`: `LockError::Timeout` |
+//! | `fallback` | path of a function called with the same arguments when the lock is busy | |
+//! | `hold_at_least` | duration text: the lock stays taken this long after it was taken | freed at release |
+//! | `client` | an expression giving a `LockClient` (`&`, `Arc` too), e.g. `self.locks` | the global client |
 //! | `crate` | path of the runtime crate, e.g. `"my_locks"` | `::lock_runtime` |
 //!
 //! Durations are parsed at compile time with `humantime`'s syntax.
@@ -47,11 +51,16 @@
 //!   empty key, a `{` or `}`, a placeholder naming a name bound inside a
 //!   destructuring parameter, `<self>` outside a method;
 //! - in the options: an unknown or repeated option, a value of the wrong
-//!   form, a bad duration, a bad `kind` or `on_lost`, no `key`, both `key`
-//!   and `keys`, an empty `keys`, the same key twice in `keys`, a `lease`
-//!   under 1 ms;
+//!   form, a bad duration, a bad `kind`, `on_lost` or `on_busy`, no `key`,
+//!   both `key` and `keys`, an empty `keys`, the same key twice in `keys`, a
+//!   `lease` under 1 ms, `fallback` that is not a path or comes with
+//!   `on_busy = "skip"`, `hold_at_least` on a multi, read or write lock or
+//!   over a fixed `lease`;
 //! - on the function: not `async`, no return type, a return type that is not
-//!   a `Result`, an error type without `From<LockError>`.
+//!   a `Result`, an error type without `From<LockError>`, `on_busy = "skip"`
+//!   on an `Ok` type other than `()` or `Option<_>`, a `fallback` whose
+//!   signature does not take the function's arguments (reported on the
+//!   path), a `client` that is not a `LockClient`.
 //!
 //! Errors do not stop at the first: one build reports every bad option and
 //! key. With any error the function is still emitted unchanged next to the
@@ -86,6 +95,28 @@
 //!   templates that format to the same name at run time are the runtime's
 //!   concern.
 //! - **`crate`** takes a string, as in `tokio::main`.
+//! - **Busy paths.** "Busy" is exactly `LockError::Timeout`: the lock was
+//!   not taken within `wait`. With `on_busy = "skip"` or `fallback` and no
+//!   `wait`, one attempt is made (waiting for ever would never be busy).
+//!   Any other failure (Redis unreachable, a bad name) is still returned
+//!   as the error: neither option is a circuit breaker.
+//! - **`fallback`** is awaited: an `async fn` taking the same arguments in
+//!   the same order (`self` first in methods) and returning the same type.
+//!   Every parameter needs a plain name, since it is passed on. A mismatch
+//!   is reported on the path.
+//! - **`hold_at_least`** counts from the acquire's answer, so the lock is
+//!   held at least that long after the server granted it. The release of
+//!   the last hold sets the lock to expire when the minimum ends (a
+//!   watchdog lease is lengthened or shortened to it; a fixed lease only
+//!   shortened) and wakes nobody; a release after the minimum frees at
+//!   once. A minimum over a fixed `lease` is refused: the lease would end
+//!   the hold first.
+//! - **`client`** is evaluated when the function is called, before the
+//!   body, and borrowed only while the lock is taken: `client = self.locks`
+//!   works in `&mut self` methods too.
+//! - **Spans.** Generated field accesses of placeholders are located on the
+//!   key literal but resolved as the expansion's, so rustc's suggestions
+//!   (e.g. for a misspelt field) never rewrite the attribute.
 
 use proc_macro::TokenStream;
 use quote::quote;
@@ -127,6 +158,16 @@ mod sig;
 /// // Several keys: all or none (a multi lock).
 /// #[distributed_lock(keys = ["account:<from>", "account:<to>"], on_lost = "cancel")]
 /// async fn transfer(from: u64, to: u64, cents: u64) -> Result<(), ShopError> { Ok(()) }
+///
+/// // A scheduled job: one instance runs each slot, the others skip it, and
+/// // the lock stays taken 30 s so that late timers skip too.
+/// #[distributed_lock(key = "report:<slot>", on_busy = "skip", hold_at_least = "30s")]
+/// async fn nightly(slot: u64) -> Result<(), ShopError> { Ok(()) }
+///
+/// // Busy for 200 ms: serve the cached price instead, on this service's client.
+/// #[distributed_lock(key = "price:<id>", wait = "200ms", fallback = cached_price, client = shop_locks())]
+/// async fn price(id: u64) -> Result<u64, ShopError> { Ok(100) }
+/// async fn cached_price(id: u64) -> Result<u64, ShopError> { Ok(99) }
 /// ```
 ///
 /// # Options
@@ -145,6 +186,20 @@ mod sig;
 /// - `on_lost = "cancel"`: when the lease is lost, drop the body and return
 ///   `LockError::Lost`. Left out, the body finishes, and if the lease was
 ///   lost meanwhile a successful result becomes `Err(LockError::Lost)`.
+/// - `on_busy = "skip"`: when the lock is not taken within `wait` (one
+///   attempt if `wait` is left out), the body does not run and the function
+///   returns `Ok(())` or `Ok(None)`; the `Ok` type must be `()` or
+///   `Option<_>`. `on_busy = "error"` is the default: `LockError::Timeout`.
+/// - `fallback = path`: when the lock is not taken within `wait` (one
+///   attempt if left out), `path(args..).await` is returned instead, with
+///   the same arguments (`self` first in methods). Redis failures are still
+///   errors. Not together with `on_busy = "skip"`.
+/// - `hold_at_least = "30s"`: the lock stays taken at least this long after
+///   it was taken, even when the body returns sooner (ShedLock's
+///   `lockAtLeastFor`). Reentrant and fair locks, one key.
+/// - `client = expr`: lock on this `LockClient` (or `&LockClient`,
+///   `Arc<LockClient>`), e.g. `client = self.locks` or
+///   `client = shop_locks()`. Left out, the global client.
 /// - `crate = "path"`: where `lock_runtime` is, if you renamed it.
 ///
 /// Durations are text such as `"250ms"`, `"2s"`, `"1m30s"`, parsed at
@@ -159,7 +214,7 @@ mod sig;
 /// along the call chain: a locked function awaited inside the body re-enters
 /// the same key, while a call joined beside it (`join!`, `select!`) is
 /// another holder and waits. It uses the global client
-/// (`lock_runtime::client()`).
+/// (`lock_runtime::client()`) unless `client = expr` names another.
 ///
 /// Every misuse (unknown placeholder, non-`Display` value, bad option or
 /// duration, non-async function, non-`Result` return...) is a compile error

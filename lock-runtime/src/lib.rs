@@ -71,6 +71,86 @@
 //!   [`LockGuard::extend`]; the `lockctl` command line (feature `cli`) and
 //!   metrics (feature `metrics`). See [Operations](#operations).
 //!
+//! # Jobs and busy paths
+//!
+//! A scheduled job that must run on one instance per slot: the instance that
+//! takes the lock runs it, the others skip, and `hold_at_least` keeps the
+//! lock after a short job so that instances whose timers fire late skip too
+//! (ShedLock's `lockAtLeastFor`). `fallback` answers from elsewhere while the
+//! lock is busy, and `client` picks the [`LockClient`] (a service with two
+//! Redis deployments, or a test).
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use lock_runtime::{distributed_lock, Config, LockClient, LockError};
+//!
+//! #[distributed_lock(key = "report:<slot>", on_busy = "skip", hold_at_least = "2s", client = locks)]
+//! async fn nightly(locks: &LockClient, slot: u64, runs: &AtomicUsize) -> Result<(), LockError> {
+//!     runs.fetch_add(1, Ordering::SeqCst);
+//!     Ok(())
+//! }
+//!
+//! // While the lock is busy (one attempt: no `wait`), serve the cached value.
+//! #[distributed_lock(key = "price:<id>", fallback = cached_price, client = locks)]
+//! async fn price(locks: &LockClient, id: u64) -> Result<String, LockError> {
+//!     Ok(format!("fresh price of {id}"))
+//! }
+//! async fn cached_price(_locks: &LockClient, id: u64) -> Result<String, LockError> {
+//!     Ok(format!("cached price of {id}"))
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let Some(server) = doc_server::start() else { return Ok(()) };
+//! # let url = server.url.clone();
+//! # tokio::runtime::Runtime::new()?.block_on(async move {
+//! // Two instances fire the same slot: one runs it, the other skips.
+//! let (a, b) = (LockClient::connect(Config::new(&url)).await?, LockClient::connect(Config::new(&url)).await?);
+//! let runs = AtomicUsize::new(0);
+//! nightly(&a, 7, &runs).await?;
+//! nightly(&b, 7, &runs).await?; // the lock is kept 2 s: skipped
+//! assert_eq!(runs.load(Ordering::SeqCst), 1);
+//!
+//! let held = b.lock("price:1").acquire().await?;
+//! assert_eq!(price(&a, 1).await?, "cached price of 1");
+//! held.release().await?;
+//! assert_eq!(price(&a, 1).await?, "fresh price of 1");
+//! # Ok::<_, Box<dyn std::error::Error>>(())
+//! # })
+//! # }
+//! # mod doc_server {
+//! #     pub struct Server { child: std::process::Child, pub url: String }
+//! #     impl Drop for Server { fn drop(&mut self) { let _ = self.child.kill(); let _ = self.child.wait(); } }
+//! #     pub fn start() -> Option<Server> {
+//! #         let port = std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+//! #         let child = std::process::Command::new("redis-server")
+//! #             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+//! #             .stdout(std::process::Stdio::null()).spawn().ok()?;
+//! #         let server = Server { child, url: format!("redis://127.0.0.1:{port}") };
+//! #         for _ in 0..200 {
+//! #             if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() { return Some(server); }
+//! #             std::thread::sleep(std::time::Duration::from_millis(10));
+//! #         }
+//! #         None
+//! #     }
+//! # }
+//! ```
+//!
+//! - **Busy** means the lock was not taken within `wait`
+//!   ([`LockError::Timeout`]); with `on_busy = "skip"` or `fallback` and no
+//!   `wait`, one attempt is made. Redis failures are still errors.
+//! - **`hold_at_least`** ([`LockBuilder::hold_at_least`] on the builder)
+//!   counts from the acquire's answer. The release of the last hold before
+//!   the minimum keeps the lock's hash with the holder's count at 0 and sets
+//!   it to expire when the minimum ends, publishing nothing (waiters retry
+//!   when the TTL they were told runs out; a Redisson client sees a held
+//!   lock). A watchdog lease is lengthened or shortened to the minimum; a
+//!   fixed lease is only shortened, and a minimum over it is refused with
+//!   [`LockError::Config`]. Such a release never hands the lock to a local
+//!   waiter. A release after the minimum frees the lock at once. Reentrant
+//!   and fair locks only; re-entries just count down.
+//! - **Skipping with the builder** is [`LockBuilder::try_acquire`] (or a
+//!   `wait` and `Ok(None)` on [`LockError::Timeout`]).
+//!
 //! # Features
 //!
 //! - `tls`: `rediss://` URLs (rustls with the ring provider).

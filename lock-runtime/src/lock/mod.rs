@@ -316,10 +316,14 @@ impl LockBuilder {
     /// it as usual. For run-once jobs on several instances whose timers
     /// drift: the instance that ran a slot keeps the others out of it.
     ///
-    /// Reentrant and fair locks; a read or write lock refuses it with
-    /// [`LockError::Config`]. A re-entry's release only counts down; the
-    /// last hold's release applies the minimum of the acquisition that made
-    /// the hold. A lost lease is reported as usual.
+    /// The minimum counts from the acquire's answer. A watchdog lease is
+    /// lengthened or shortened to what is left of it; a fixed
+    /// [`lease`](Self::lease) is only shortened, and a minimum longer than
+    /// it is refused with [`LockError::Config`] (the lease would end the
+    /// hold first). Reentrant and fair locks; a read or write lock refuses
+    /// it with [`LockError::Config`]. A re-entry's release only counts down;
+    /// the last hold's release applies the minimum of the acquisition that
+    /// made the hold. A lost lease is reported as usual.
     pub fn hold_at_least(mut self, minimum: Duration) -> Self {
         self.options.hold_at_least = Some(minimum);
         self
