@@ -424,13 +424,7 @@ fn parse_args() -> Result<Sale, String> {
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut value = |name: &str| -> Result<u64, String> {
-            let v = args.next().ok_or(format!("{name} needs a value"))?;
-            match v.parse() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err(format!("{name}: expected a positive number, got {v:?}")),
-            }
-        };
+        let mut value = |name: &str| examples::positive::<u64>(&mut args, name);
         match arg.as_str() {
             "--stock" => sale.stock = value("--stock")?,
             "--clients" => sale.clients = value("--clients")? as usize,

@@ -715,13 +715,7 @@ fn parse_args() -> Result<Args, String> {
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut value = |name: &str| -> Result<usize, String> {
-            let v = args.next().ok_or(format!("{name} needs a value"))?;
-            match v.parse() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err(format!("{name}: expected a positive number, got {v:?}")),
-            }
-        };
+        let mut value = |name: &str| examples::positive::<usize>(&mut args, name);
         match arg.as_str() {
             "--rounds" => parsed.rounds = value("--rounds")?,
             "--ops" => parsed.ops = value("--ops")?,

@@ -191,13 +191,7 @@ fn parse_args() -> Result<Schedule, String> {
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
-        let mut value = |name: &str| -> Result<u64, String> {
-            let v = args.next().ok_or(format!("{name} needs a value"))?;
-            match v.parse() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err(format!("{name}: expected a positive number, got {v:?}")),
-            }
-        };
+        let mut value = |name: &str| examples::positive::<u64>(&mut args, name);
         match arg.as_str() {
             "--instances" => schedule.instances = value("--instances")? as usize,
             "--slots" => schedule.slots = value("--slots")?,

@@ -234,6 +234,19 @@ pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples[rank.clamp(1, samples.len()) - 1]
 }
 
+/// The value of the command-line flag `name`: the next argument, a number
+/// above zero. The error says which flag and what was wrong.
+pub fn positive<T>(args: &mut impl Iterator<Item = String>, name: &str) -> Result<T, String>
+where
+    T: std::str::FromStr + Default + PartialOrd,
+{
+    let v = args.next().ok_or(format!("{name} needs a value"))?;
+    match v.parse::<T>() {
+        Ok(n) if n > T::default() => Ok(n),
+        _ => Err(format!("{name}: expected a positive number, got {v:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -118,9 +118,10 @@ impl Parse for Parsed {
             hold_at_least: None,
             client: None,
         };
-        // Where `fallback` was given, for the error when `on_busy` is "skip" too.
+        // Where `fallback` was given, and whether `on_busy` was "skip" (and
+        // where), for the error when both are given.
         let mut fallback_span = None;
-        let mut skip_span = None;
+        let mut on_busy = None;
         while !input.is_empty() {
             let lookahead = input.lookahead1();
             let (name, span): (&str, Span) = if lookahead.peek(kw::key) {
@@ -201,9 +202,9 @@ impl Parse for Parsed {
                 "lease" => parse_lease(&value).map(|d| args.lease = Some(d)),
                 "kind" => parse_kind(&value).map(|k| args.kind = k),
                 "on_lost" => parse_on_lost(&value).map(|o| args.on_lost = o),
-                "on_busy" => parse_on_busy(&value).map(|skip| {
-                    if let Some(span) = skip {
-                        skip_span = Some(span);
+                "on_busy" => parse_on_busy(&value).map(|(skip, span)| {
+                    on_busy = Some((skip, span));
+                    if skip {
                         args.busy = Busy::Skip { span };
                     }
                 }),
@@ -224,12 +225,18 @@ impl Parse for Parsed {
                 errors.push(e);
             }
         }
-        if let (Some(fallback), Some(_)) = (fallback_span, skip_span) {
-            errors.push(syn::Error::new(
+        match (fallback_span, on_busy) {
+            (Some(fallback), Some((true, _))) => errors.push(syn::Error::new(
                 fallback,
                 "`fallback` and `on_busy = \"skip\"` are both given: a busy lock either skips \
                  the call or calls the fallback; keep one",
-            ));
+            )),
+            (Some(fallback), Some((false, _))) => errors.push(syn::Error::new(
+                fallback,
+                "`fallback` and `on_busy = \"error\"` are both given: a busy lock either returns \
+                 `LockError::Timeout` or calls the fallback; keep one",
+            )),
+            _ => {}
         }
         match keys {
             Some((_, templates)) => args.keys = templates,
@@ -401,12 +408,12 @@ fn parse_on_lost(value: &Expr) -> syn::Result<OnLost> {
     }
 }
 
-/// `Some(span)` for `"skip"`, `None` for `"error"`.
-fn parse_on_busy(value: &Expr) -> syn::Result<Option<Span>> {
+/// Whether the value is `"skip"` (else `"error"`), and its span.
+fn parse_on_busy(value: &Expr) -> syn::Result<(bool, Span)> {
     let lit = string("on_busy", value)?;
     match lit.value().as_str() {
-        "skip" => Ok(Some(lit.span())),
-        "error" => Ok(None),
+        "skip" => Ok((true, lit.span())),
+        "error" => Ok((false, lit.span())),
         other => Err(syn::Error::new(
             lit.span(),
             format!(

@@ -15,7 +15,8 @@ use crate::key::{Piece, Template};
 /// ```text
 /// #attrs #vis #sig {
 ///     let __lock_keys = vec![format!("order:{}", key_part(&order.id))];
-///     match take::<#ret>(client, __lock_keys, AttrSpec { .. }).await {
+///     let __lock_taken = take::<#ret>(client, __lock_keys, AttrSpec { .. }).await;
+///     match __lock_taken {
 ///         Taken::Held(guard) => run::<#ret, _>(guard, spec, async move #body).await,
 ///         Taken::Busy(e) => busy::<#ret>(e) | skipped::<#ret>() | fallback(args).await,
 ///         Taken::Failed(result) => result,
@@ -61,6 +62,7 @@ pub(crate) fn expand(args: &Args, func: ItemFn, ret: &Type) -> TokenStream {
     let guard = Ident::new("__lock_guard", Span::mixed_site());
     let busy = Ident::new("__lock_busy", Span::mixed_site());
     let failed = Ident::new("__lock_failed", Span::mixed_site());
+    let taken = Ident::new("__lock_taken", Span::mixed_site());
     let spec = quote! {
         #private::AttrSpec {
             kind: #private::AttrKind::#kind,
@@ -106,7 +108,10 @@ pub(crate) fn expand(args: &Args, func: ItemFn, ret: &Type) -> TokenStream {
         #(#attrs)*
         #vis #sig {
             let #lock_keys: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#keys),*];
-            match #taking {
+            // A statement of its own: what `client = expr` made (a borrow, a
+            // mutex guard) is dropped before the body runs.
+            let #taken = #taking;
+            match #taken {
                 #private::Taken::Held(#guard) => #running,
                 #private::Taken::Busy(#busy) => #on_busy,
                 #private::Taken::Failed(#failed) => #failed,
@@ -127,7 +132,13 @@ fn arguments(sig: &syn::Signature, at: Span) -> Vec<TokenStream> {
             syn::FnArg::Receiver(_) => Some(quote_spanned!(quiet=> self)),
             syn::FnArg::Typed(typed) => match &*typed.pat {
                 syn::Pat::Ident(pat) => {
-                    Some(Ident::new(&pat.ident.to_string(), quiet).to_token_stream())
+                    // `r#type` stays a raw identifier.
+                    let name = pat.ident.to_string();
+                    let ident = match name.strip_prefix("r#") {
+                        Some(raw) => Ident::new_raw(raw, quiet),
+                        None => Ident::new(&name, quiet),
+                    };
+                    Some(ident.to_token_stream())
                 }
                 _ => None,
             },

@@ -54,7 +54,7 @@
 //!   form, a bad duration, a bad `kind`, `on_lost` or `on_busy`, no `key`,
 //!   both `key` and `keys`, an empty `keys`, the same key twice in `keys`, a
 //!   `lease` under 1 ms, `fallback` that is not a path or comes with
-//!   `on_busy = "skip"`, `hold_at_least` on a multi, read or write lock or
+//!   `on_busy`, `hold_at_least` on a multi, read or write lock or
 //!   over a fixed `lease`;
 //! - on the function: not `async`, no return type, a return type that is not
 //!   a `Result`, an error type without `From<LockError>`, `on_busy = "skip"`
@@ -108,8 +108,8 @@
 //!   held at least that long after the server granted it. The release of
 //!   the last hold sets the lock to expire when the minimum ends (a
 //!   watchdog lease is lengthened or shortened to it; a fixed lease only
-//!   shortened) and wakes nobody; a release after the minimum frees at
-//!   once. A minimum over a fixed `lease` is refused: the lease would end
+//!   shortened), waking waiters only to tell them of a shorter lease; a
+//!   release after the minimum frees at once. A minimum over a fixed `lease` is refused: the lease would end
 //!   the hold first.
 //! - **`client`** is evaluated when the function is called, before the
 //!   body, and borrowed only while the lock is taken: `client = self.locks`
@@ -193,7 +193,7 @@ mod sig;
 /// - `fallback = path`: when the lock is not taken within `wait` (one
 ///   attempt if left out), `path(args..).await` is returned instead, with
 ///   the same arguments (`self` first in methods). Redis failures are still
-///   errors. Not together with `on_busy = "skip"`.
+///   errors. Not together with `on_busy`.
 /// - `hold_at_least = "30s"`: the lock stays taken at least this long after
 ///   it was taken, even when the body returns sooner (ShedLock's
 ///   `lockAtLeastFor`). Reentrant and fair locks, one key.

@@ -41,8 +41,10 @@ pub(crate) struct Held {
     metric: &'static str,
     /// In `lock_held` until dropped.
     _held: HeldMetric,
-    /// `hold_at_least`: a release before this leaves the lock taken until then.
-    keep_until: Option<Instant>,
+    /// `hold_at_least`: when the lock was taken (by the acquire's answer)
+    /// and the minimum; a release before it ends leaves the lock taken until
+    /// then.
+    keep: Option<(Instant, Duration)>,
 }
 
 impl Held {
@@ -91,15 +93,26 @@ impl Held {
             _listed: listed,
             metric,
             _held: HeldMetric::start(metric),
-            keep_until: None,
+            keep: None,
         }
     }
 
-    /// Keeps the lock taken until `until` when released before
-    /// (`hold_at_least`); `None` (a time the clock cannot hold): for ever,
-    /// which the lease then bounds.
-    pub(crate) fn keep_until(&mut self, until: Option<Instant>) {
-        self.keep_until = Some(until.unwrap_or_else(|| Instant::now() + crate::MAX_DURATION));
+    /// Keeps the lock taken until `minimum` after `taken` when released
+    /// sooner (`hold_at_least`).
+    pub(crate) fn hold_at_least(&mut self, taken: Instant, minimum: Duration) {
+        self.keep = Some((taken, minimum));
+    }
+
+    /// What a release now leaves behind: what is left of `hold_at_least`,
+    /// in whole ms rounded up; a fixed lease bounds it.
+    fn keep_now(keep: Option<(Instant, Duration)>, fixed: bool) -> crate::lock::Keep {
+        let left = keep.map_or(Duration::ZERO, |(taken, minimum)| {
+            minimum.saturating_sub(taken.elapsed())
+        });
+        crate::lock::Keep {
+            ms: u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
+            within_lease: fixed,
+        }
     }
 
     pub(crate) fn token(&self) -> u64 {
@@ -241,19 +254,10 @@ impl Held {
             token,
             lease,
             _listed: listed,
-            keep_until,
+            keep,
             ..
         } = self;
-        // What is left of `hold_at_least`, in whole ms rounded up; a fixed
-        // lease bounds it (the key is never given a longer life).
-        let keep = crate::lock::Keep {
-            ms: keep_until
-                .map(|until| until.saturating_duration_since(Instant::now()))
-                .map_or(0, |left| {
-                    u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
-                }),
-            within_lease: matches!(lease, Lease::Fixed { .. }),
-        };
+        let fixed = matches!(lease, Lease::Fixed { .. });
         // A guard being released is no longer listed as live.
         drop(listed);
         if let Lease::Watchdog { registration, .. } = &lease {
@@ -273,6 +277,9 @@ impl Held {
                 // client. Retries (same request id) are plain unlocks: a
                 // handover's latch reads as released there, while a retried
                 // handover would name a holder other than the one it made.
+                // Each try from now: a retry that runs after a failed one
+                // keeps no longer than the minimum.
+                let keep = Held::keep_now(keep, fixed);
                 let unlocked = if keep.ms > 0 {
                     // Left taken, so not handed over either.
                     target

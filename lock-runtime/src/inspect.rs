@@ -100,7 +100,9 @@ pub struct HolderInfo {
     /// For a read-write lock's writer, without the `:write` suffix of its
     /// hash field.
     pub id: String,
-    /// How many times it holds the lock (re-entries).
+    /// How many times it holds the lock (re-entries). 0: its holds are
+    /// released, and the lock is kept taken until its `hold_at_least`
+    /// minimum ends (the TTL says when).
     pub count: u64,
     /// A read-write lock's writer (its field is `<id>:write`); false for a
     /// reader and for the other kinds.

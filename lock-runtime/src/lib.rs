@@ -84,7 +84,7 @@
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //! use lock_runtime::{distributed_lock, Config, LockClient, LockError};
 //!
-//! #[distributed_lock(key = "report:<slot>", on_busy = "skip", hold_at_least = "2s", client = locks)]
+//! #[distributed_lock(key = "report:<slot>", on_busy = "skip", hold_at_least = "1m", client = locks)]
 //! async fn nightly(locks: &LockClient, slot: u64, runs: &AtomicUsize) -> Result<(), LockError> {
 //!     runs.fetch_add(1, Ordering::SeqCst);
 //!     Ok(())
@@ -107,7 +107,7 @@
 //! let (a, b) = (LockClient::connect(Config::new(&url)).await?, LockClient::connect(Config::new(&url)).await?);
 //! let runs = AtomicUsize::new(0);
 //! nightly(&a, 7, &runs).await?;
-//! nightly(&b, 7, &runs).await?; // the lock is kept 2 s: skipped
+//! nightly(&b, 7, &runs).await?; // the lock is kept 1 min: skipped
 //! assert_eq!(runs.load(Ordering::SeqCst), 1);
 //!
 //! let held = b.lock("price:1").acquire().await?;
@@ -137,13 +137,18 @@
 //!
 //! - **Busy** means the lock was not taken within `wait`
 //!   ([`LockError::Timeout`]); with `on_busy = "skip"` or `fallback` and no
-//!   `wait`, one attempt is made. Redis failures are still errors.
+//!   `wait`, one attempt is made. Redis failures are still errors. A lock
+//!   that tasks of the same client already wait for is busy without asking
+//!   Redis (FIFO inside a client): a one-attempt call then skips or falls
+//!   back at once.
 //! - **`hold_at_least`** ([`LockBuilder::hold_at_least`] on the builder)
 //!   counts from the acquire's answer. The release of the last hold before
 //!   the minimum keeps the lock's hash with the holder's count at 0 and sets
-//!   it to expire when the minimum ends, publishing nothing (waiters retry
-//!   when the TTL they were told runs out; a Redisson client sees a held
-//!   lock). A watchdog lease is lengthened or shortened to the minimum; a
+//!   it to expire when the minimum ends (a count of 0 is no hold: it is
+//!   never renewed, re-entered or handed over; a Redisson client sees a
+//!   held lock). When that is sooner than the lease waiters were told, they
+//!   are woken to retry (`1` on the channel; a fair lock's head on its
+//!   own); otherwise nothing is published and they retry when it expires. A watchdog lease is lengthened or shortened to the minimum; a
 //!   fixed lease is only shortened, and a minimum over it is refused with
 //!   [`LockError::Config`]. Such a release never hands the lock to a local
 //!   waiter. A release after the minimum frees the lock at once. Reentrant

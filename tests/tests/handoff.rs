@@ -244,7 +244,10 @@ async fn a_resent_handover_hands_the_lock_over_once() {
     let server = Server::start();
     let mut raw = server.raw().await;
     let script = redis::Script::new(HANDOFF);
-    let unlock = redis::Script::new(include_str!("../../lock-runtime/src/scripts/unlock.lua"));
+    let unlock = redis::Script::new(concat!(
+        include_str!("../../lock-runtime/src/scripts/keep_taken.lua"),
+        include_str!("../../lock-runtime/src/scripts/unlock.lua")
+    ));
 
     // Handed over once; the resend (a cluster connection resends a command
     // whose answer was lost) returns the first answer, token included when

@@ -274,14 +274,15 @@ async fn hold_at_least_keeps_other_instances_out_until_the_minimum_then_frees() 
     let start = Instant::now();
     report(&a, 1, &ran).await.expect("instance a runs the slot");
     assert_eq!(ran.load(Ordering::SeqCst), 1);
+    // Read first, then judge by the time: all of it within the minimum.
     let ttl = pttl(&server, "report:1").await;
+    let fields = holds(&server, "report:1").await;
     if start.elapsed() < MINIMUM {
         // Released, yet still taken: by nobody's hold, until the minimum.
         assert!(
             ttl > 0 && ttl <= MINIMUM.as_millis() as i64,
             "left to expire at the minimum: {ttl}"
         );
-        let fields = holds(&server, "report:1").await;
         assert_eq!(fields.len(), 1);
         assert_eq!(fields[0].1, 0, "no hold left, only the key");
     }
@@ -333,17 +334,17 @@ async fn hold_at_least_on_the_builder_for_reentrant_and_fair_locks() {
         guard.release().await.expect("release");
         // The watchdog's 30 s lease is lengthened to what is left of 40 s.
         let ttl = pttl(&server, name).await;
+        let other = lock(&theirs).try_acquire().await.expect("try");
         if start.elapsed() < Duration::from_secs(10) {
             assert!(
                 ttl > 30_000 && ttl <= 40_000,
                 "{name}: kept for the minimum: {ttl}"
             );
+            assert!(
+                other.is_none(),
+                "{name}: another client got in within the minimum"
+            );
         }
-        let other = lock(&theirs).try_acquire().await.expect("try");
-        assert!(
-            other.is_none(),
-            "{name}: another client got in within the minimum"
-        );
     }
 
     // A fixed lease longer than the minimum is shortened to it.
@@ -378,6 +379,105 @@ async fn a_release_after_the_minimum_frees_at_once() {
     tokio::time::sleep_until((answered + minimum).into()).await;
     guard.release().await.expect("release");
     assert!(holds(&server, "short:1").await.is_empty(), "freed at once");
+}
+
+/// A waiter already asleep when the release leaves the lock to expire: it
+/// was told the holder's 10 min watchdog lease, and must learn the shorter
+/// minimum (else it sleeps on far past [`WITHIN`]).
+#[tokio::test]
+async fn waiters_asleep_on_the_lease_are_woken_when_the_minimum_is_shorter() {
+    let server = Server::start();
+    let ours = server
+        .client_with(|c| c.watchdog_timeout(Duration::from_secs(600)))
+        .await;
+    let theirs = server.client().await;
+    let raw = server.raw().await;
+    for (name, fair) in [("wake:plain", false), ("wake:fair", true)] {
+        let lock = |client: &LockClient| {
+            if fair {
+                client.fair_lock(name)
+            } else {
+                client.lock(name)
+            }
+        };
+        let guard = lock(&ours)
+            .hold_at_least(Duration::from_millis(300))
+            .acquire()
+            .await
+            .expect("acquire");
+        // Waits as long as it takes: only a wake-up ends its sleep early.
+        let waiter = tokio::spawn(lock(&theirs).acquire());
+        eventually("the waiter waits", WITHIN, || {
+            let mut raw = raw.clone();
+            async move {
+                if fair {
+                    let queued: i64 = raw
+                        .llen(format!("redisson_lock_queue:{{{name}}}"))
+                        .await
+                        .expect("LLEN");
+                    queued == 1
+                } else {
+                    numsub(&mut raw, &format!("redisson_lock__channel:{{{name}}}")).await > 0
+                }
+            }
+        })
+        .await;
+        guard.release().await.expect("release");
+        let taken = timeout(WITHIN, waiter)
+            .await
+            .unwrap_or_else(|_| panic!("{name}: the waiter slept on past the minimum"))
+            .expect("the waiter ran")
+            .expect("the waiter took the lock");
+        taken.release().await.expect("release");
+    }
+}
+
+/// A scope opened before its guard's release cannot bring the hold back:
+/// the kept lock has no hold left to re-enter.
+#[tokio::test]
+async fn a_kept_lock_cannot_be_reentered_after_its_release() {
+    let server = Server::start();
+    let client = server.client().await;
+    let guard = client
+        .lock("kept:1")
+        .hold_at_least(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("acquire");
+    let reentry = guard.scope(client.lock("kept:1").acquire());
+    guard.release().await.expect("release");
+    let reentered = reentry.await;
+    assert!(
+        matches!(reentered, Err(LockError::Lost { .. })),
+        "a released hold came back: {reentered:?}"
+    );
+    let fields = holds(&server, "kept:1").await;
+    assert_eq!(fields.len(), 1);
+    assert_eq!(fields[0].1, 0, "still no hold, only the kept key");
+}
+
+/// The watchdog's renewal may reach Redis after the release it raced: a
+/// kept lock is not renewed (its minimum, not the lease, ends it).
+#[tokio::test]
+async fn a_kept_lock_is_not_renewed() {
+    const RENEW: &str = concat!(
+        include_str!("../../lock-runtime/src/scripts/counter.lua"),
+        include_str!("../../lock-runtime/src/scripts/renew.lua"),
+    );
+    let server = Server::start();
+    let mut raw = server.raw().await;
+    let () = raw.hset("kept:2", "client:1", 0).await.expect("HSET");
+    let () = raw.pexpire("kept:2", 5_000).await.expect("PEXPIRE");
+    let renewed: Vec<i64> = redis::Script::new(RENEW)
+        .key("kept:2")
+        .arg(30_000)
+        .arg("client:1")
+        .invoke_async(&mut raw)
+        .await
+        .expect("renew");
+    assert_eq!(renewed, vec![0], "a count of 0 is no hold");
+    let ttl = pttl(&server, "kept:2").await;
+    assert!(ttl > 0 && ttl <= 5_000, "the minimum still ends it: {ttl}");
 }
 
 #[tokio::test]

@@ -558,7 +558,10 @@ async fn scripts_survive_a_flushed_script_cache() {
 async fn unlock_is_idempotent_under_retry() {
     let server = Server::start();
     let mut raw = server.raw().await;
-    let unlock = redis::Script::new(include_str!("../../lock-runtime/src/scripts/unlock.lua"));
+    let unlock = redis::Script::new(concat!(
+        include_str!("../../lock-runtime/src/scripts/keep_taken.lua"),
+        include_str!("../../lock-runtime/src/scripts/unlock.lua")
+    ));
     let _: () = raw.hset("idem", "h:1", 1).await.unwrap();
     let run = || {
         let mut conn = raw.clone();

@@ -183,26 +183,14 @@ impl Target {
         request: &str,
         token: u64,
     ) -> Result<i64, LockError> {
-        match self {
-            Target::Reentrant { name } => {
-                reentrant::unlock(core, conn, name, holder, request, Keep::NONE).await
-            }
-            Target::Fair { name } => {
-                fair::unlock(core, conn, name, holder, request, Keep::NONE).await
-            }
-            Target::Read { name } => {
-                read_write::unlock_read(core, conn, name, holder, request, token).await
-            }
-            Target::Write { name } => {
-                read_write::unlock_write(core, conn, name, holder, request).await
-            }
-        }
+        self.unlock_keeping(core, conn, holder, request, token, Keep::NONE)
+            .await
     }
 
-    /// [`unlock`](Self::unlock), except that a last hold leaves the lock
-    /// taken as `keep` says (`hold_at_least`): it expires then, and nobody
-    /// is woken. Reentrant and fair locks only (acquire refuses the option
-    /// for the others); they are given back as [`unlock`](Self::unlock) does.
+    /// [`unlock`](Self::unlock), except that a last hold of a reentrant or
+    /// fair lock leaves the lock taken as `keep` says (`hold_at_least`): it
+    /// expires then, and nobody is woken. Read and write holds (acquire
+    /// refuses the option for them) are given back as `unlock` does.
     pub(crate) async fn unlock_keeping(
         &self,
         core: &Core,
@@ -217,8 +205,11 @@ impl Target {
                 reentrant::unlock(core, conn, name, holder, request, keep).await
             }
             Target::Fair { name } => fair::unlock(core, conn, name, holder, request, keep).await,
-            Target::Read { .. } | Target::Write { .. } => {
-                self.unlock(core, conn, holder, request, token).await
+            Target::Read { name } => {
+                read_write::unlock_read(core, conn, name, holder, request, token).await
+            }
+            Target::Write { name } => {
+                read_write::unlock_write(core, conn, name, holder, request).await
             }
         }
     }
@@ -312,7 +303,7 @@ impl LockBuilder {
     /// Keeps the lock taken at least `minimum` after it was acquired, even
     /// when the guard is released sooner (ShedLock's `lockAtLeastFor`): the
     /// release then sets the lock to expire when the minimum ends, instead
-    /// of freeing it, and wakes nobody. A release after the minimum frees
+    /// of freeing it (no one takes it before). A release after the minimum frees
     /// it as usual. For run-once jobs on several instances whose timers
     /// drift: the instance that ran a slot keeps the others out of it.
     ///
@@ -321,9 +312,13 @@ impl LockBuilder {
     /// [`lease`](Self::lease) is only shortened, and a minimum longer than
     /// it is refused with [`LockError::Config`] (the lease would end the
     /// hold first). Reentrant and fair locks; a read or write lock refuses
-    /// it with [`LockError::Config`]. A re-entry's release only counts down;
-    /// the last hold's release applies the minimum of the acquisition that
-    /// made the hold. A lost lease is reported as usual.
+    /// it with [`LockError::Config`]. A release that leaves other holds of
+    /// the holder (re-entries) only counts down; the release of the last
+    /// hold applies its own guard's minimum. Inside a scope the inner guard
+    /// is released first, so the outer guard's minimum is the one applied;
+    /// a builder user who releases an outer guard before its re-entry gets
+    /// the re-entry's. Waiters told a longer lease are woken to retry. A
+    /// lost lease is reported as usual.
     pub fn hold_at_least(mut self, minimum: Duration) -> Self {
         self.options.hold_at_least = Some(minimum);
         self
@@ -802,7 +797,7 @@ pub(crate) async fn acquire_hold(
         );
         if let Some(minimum) = options.hold_at_least {
             // From the answer: the lock was taken no later than now.
-            held.keep_until(Instant::now().checked_add(minimum));
+            held.hold_at_least(Instant::now(), minimum);
         }
         Ok(held)
     }

@@ -37,7 +37,8 @@ local refused = refusal(KEYS[4], lease)
 if refused or not wait then
   return redis.error_reply(refused or 'ERR wait must be a number of milliseconds')
 end
-if redis.call('hexists', lock, holder) == 1 then
+-- A count of 0 is a hold released but kept taken (hold_at_least): not held.
+if (tonumber(redis.call('hget', lock, holder)) or 0) > 0 then
   redis.call('hincrby', lock, holder, 1)
   keep_longest(lock, lease)
   return {1, next_token(KEYS[4], lease)}

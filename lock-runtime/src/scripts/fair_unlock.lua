@@ -1,4 +1,4 @@
--- Release one hold of a fair lock, idempotently, and wake the head of the queue.
+-- (Headed by keep_taken.lua.) Release one hold of a fair lock, idempotently, and wake the head of the queue.
 --
 -- KEYS[1]  the lock HASH
 -- KEYS[2]  the queue LIST, redisson_lock_queue:{name}
@@ -11,8 +11,9 @@
 -- ARGV[3]  the publish command: 'publish', or 'spublish' for sharded pub/sub
 -- ARGV[4]  optional, ms the lock must stay taken after this release
 --          (hold_at_least): when the last hold goes, the holder's count is
---          set to 0 and the key expires then, waking nobody, instead of being
---          deleted; '0' or absent: delete and wake the head
+--          set to 0 and the key expires then instead of being deleted (when
+--          that is sooner than before, the head is woken to learn it); '0'
+--          or absent: delete and wake the head
 -- ARGV[5]  optional, '1': the lease is fixed and bounds the minimum: a key
 --          that expires sooner than ARGV[4] is left to expire as it is
 --
@@ -27,22 +28,20 @@ if done then
 end
 local keep = tonumber(ARGV[4] or '0') or 0
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0') or 0
-local result
+local result, wake = 0, false
 if count <= 0 then
   result = -1
 elseif count > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
-  result = 0
 elseif keep > 0 then
-  redis.call('hset', KEYS[1], ARGV[1], 0)
-  local ttl = redis.call('pttl', KEYS[1])
-  if ARGV[5] ~= '1' or ttl < 0 or ttl > keep then
-    redis.call('pexpire', KEYS[1], keep)
-  end
   result = 1
+  -- Expiring sooner than the head was told: wake it to retry.
+  wake = keep_taken(KEYS[1], ARGV[1], keep, ARGV[5])
 else
   redis.call('del', KEYS[1])
-  result = 1
+  result, wake = 1, true
+end
+if wake then
   -- Wake only the head; heads whose deadline passed are gone and skipped.
   local time = redis.call('time')
   local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)

@@ -34,7 +34,8 @@ if done then
   return {tonumber(done), 0}
 end
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
-if not count then
+-- 0: released and kept taken by hold_at_least, no hold left to hand over.
+if not count or count <= 0 then
   return {-1, 0}
 end
 local lease, record = tonumber(ARGV[5]), tonumber(ARGV[6])

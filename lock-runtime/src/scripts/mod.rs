@@ -90,7 +90,11 @@ pub(crate) fn latch_record(conn: &Conn, record: bool) -> u64 {
 /// Built once per process: building hashes the source.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     reentrant_acquire: acquire_script!("reentrant_acquire.lua"),
-    unlock: Script::new(include_str!("unlock.lua")),
+    // keep_taken.lua defines `keep_taken` (hold_at_least), shared by both unlocks.
+    unlock: Script::new(concat!(
+        include_str!("keep_taken.lua"),
+        include_str!("unlock.lua")
+    )),
     handoff: Script::new(concat!(
         include_str!("counter.lua"),
         include_str!("handoff.lua")
@@ -100,7 +104,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         include_str!("renew.lua")
     )),
     fair_acquire: acquire_script!("fair_acquire.lua"),
-    fair_unlock: Script::new(include_str!("fair_unlock.lua")),
+    fair_unlock: Script::new(concat!(
+        include_str!("keep_taken.lua"),
+        include_str!("fair_unlock.lua")
+    )),
     fair_give_up: Script::new(include_str!("fair_give_up.lua")),
     rw_read_acquire: acquire_script!("rw_read_acquire.lua"),
     // rw_holds.lua defines `live_reads`, shared by the scripts it heads.

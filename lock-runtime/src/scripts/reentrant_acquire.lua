@@ -18,7 +18,8 @@ local refused = refusal(KEYS[2], lease)
 if refused then
   return redis.error_reply(refused)
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+-- A count of 0 is a hold released but kept taken (hold_at_least): not held.
+if (tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0) > 0 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
   keep_longest(KEYS[1], lease)
   return {1, next_token(KEYS[2], lease)}

@@ -8,12 +8,15 @@
 -- Returns a list with, for each KEYS[i], 1 when renewed (the key now lives at
 -- least the lease; a longer remaining lease, promised to another hold of
 -- the holder, is kept) or 0 when that holder no longer holds it (expired,
--- deleted, taken over, or not a hash any more).
+-- deleted, taken over, released and kept by hold_at_least, or not a hash
+-- any more).
 local lease = tonumber(ARGV[1])
 local out = {}
 for i, key in ipairs(KEYS) do
-  local ok, held = pcall(redis.call, 'hexists', key, ARGV[i + 1])
-  if ok and held == 1 then
+  -- A count of 0 is a hold released but kept taken (hold_at_least): its
+  -- lock expires at the minimum, never renewed.
+  local ok, count = pcall(redis.call, 'hget', key, ARGV[i + 1])
+  if ok and (tonumber(count) or 0) > 0 then
     keep_longest(key, lease)
     out[i] = 1
   else

@@ -1,4 +1,4 @@
--- Release one hold of a reentrant lock, idempotently.
+-- (Headed by keep_taken.lua.) Release one hold of a reentrant lock, idempotently.
 --
 -- KEYS[1]  the lock HASH
 -- KEYS[2]  the channel to announce the release on
@@ -9,13 +9,14 @@
 -- ARGV[4]  the message: '0' wakes one waiter, '1' wakes all
 -- ARGV[5]  optional, ms the lock must stay taken after this release
 --          (hold_at_least): when the last hold goes, the holder's count is
---          set to 0 and the key expires then, unannounced, instead of
---          being deleted; '0' or absent: delete and announce
+--          set to 0 and the key expires then instead of being deleted (when
+--          that is sooner than before, '1' wakes every waiter to learn it);
+--          '0' or absent: delete and announce
 -- ARGV[6]  optional, '1': the lease is fixed and bounds the minimum: a key
 --          that expires sooner than ARGV[5] is left to expire as it is
 --
 -- Returns 1 when the holder's last hold went (the lock freed and announced,
--- or left to expire), 0 when the holder still has holds left, -1 when the
+-- or left to expire as ARGV[5] says), 0 when the holder still has holds left, -1 when the
 -- holder does not hold the lock (a count of 0 is a hold already released).
 -- A retried request (same latch) returns the first answer instead of
 -- running again; a latch of handoff.lua's that handed the lock over (2)
@@ -33,10 +34,9 @@ local result = 0
 if count > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
 elseif keep > 0 then
-  redis.call('hset', KEYS[1], ARGV[1], 0)
-  local ttl = redis.call('pttl', KEYS[1])
-  if ARGV[6] ~= '1' or ttl < 0 or ttl > keep then
-    redis.call('pexpire', KEYS[1], keep)
+  if keep_taken(KEYS[1], ARGV[1], keep, ARGV[6]) then
+    -- Expiring sooner than waiters were told: wake them all to retry.
+    redis.call(ARGV[3], KEYS[2], '1')
   end
   result = 1
 else

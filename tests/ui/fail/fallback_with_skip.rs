@@ -11,4 +11,10 @@ async fn job(id: u64) -> Result<(), LockError> {
     Ok(())
 }
 
+#[distributed_lock(key = "job:<id>", fallback = other, on_busy = "error")]
+async fn strict(id: u64) -> Result<(), LockError> {
+    let _ = id;
+    Ok(())
+}
+
 fn main() {}

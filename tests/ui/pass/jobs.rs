@@ -68,7 +68,50 @@ impl Shop {
     }
 }
 
+/// Parameters as the fallback receives them: a raw identifier, `self` by
+/// value, `&mut self` with the client a field of it.
+async fn typed(r#type: String, id: u64) -> Result<String, LockError> {
+    Ok(format!("{type} {id}", type = r#type))
+}
+
+#[distributed_lock(key = "kind:<r#type>:<id>", fallback = typed)]
+async fn kind(r#type: String, id: u64) -> Result<String, LockError> {
+    Ok(r#type)
+}
+
+struct Worker {
+    locks: Arc<LockClient>,
+    done: u32,
+}
+
+impl Worker {
+    #[distributed_lock(key = "work:<id>", client = self.locks, fallback = Self::later)]
+    async fn work(&mut self, id: u64) -> Result<u32, LockError> {
+        self.done += 1;
+        Ok(self.done + id as u32)
+    }
+
+    async fn later(&mut self, id: u64) -> Result<u32, LockError> {
+        Ok(id as u32)
+    }
+
+    #[distributed_lock(key = "finish:<id>", client = self.locks.clone(), fallback = Self::abandon)]
+    async fn finish(self, id: u64) -> Result<u32, LockError> {
+        Ok(self.done + id as u32)
+    }
+
+    async fn abandon(self, id: u64) -> Result<u32, LockError> {
+        Ok(id as u32)
+    }
+}
+
+fn is_send<T: Send>(_: T) {}
+
 fn main() {
     let _ = (nightly(1), maybe(1), strict(1), price(1, "EUR"), pay(1));
     let _ = (Shop::sell, Shop::restock);
+    let _ = kind(String::new(), 1);
+    let _ = (Worker::work, Worker::finish);
+    is_send(nightly(1));
+    is_send(kind(String::new(), 1));
 }
