@@ -110,9 +110,7 @@ async fn report(
     slot: u64,
     instance: usize,
 ) -> Result<(), JobError> {
-    ledger.ran("held", slot, instance).await?;
-    tokio::time::sleep(REPORT).await;
-    Ok(())
+    write_report(ledger, "held", slot, instance).await
 }
 
 /// The same job without `hold_at_least`: a late timer finds the lock free.
@@ -123,7 +121,17 @@ async fn naive_report(
     slot: u64,
     instance: usize,
 ) -> Result<(), JobError> {
-    ledger.ran("naive", slot, instance).await?;
+    write_report(ledger, "naive", slot, instance).await
+}
+
+/// The report itself: records who ran it, then takes [`REPORT`].
+async fn write_report(
+    ledger: &Ledger,
+    schedule: &str,
+    slot: u64,
+    instance: usize,
+) -> Result<(), JobError> {
+    ledger.ran(schedule, slot, instance).await?;
     tokio::time::sleep(REPORT).await;
     Ok(())
 }

@@ -118,8 +118,8 @@ impl Parse for Parsed {
             hold_at_least: None,
             client: None,
         };
-        // Where `fallback` was given, and whether `on_busy` was "skip" (and
-        // where), for the error when both are given.
+        // Where `fallback` was given, and whether `on_busy` was "skip", for
+        // the error when both are given.
         let mut fallback_span = None;
         let mut on_busy = None;
         while !input.is_empty() {
@@ -203,7 +203,7 @@ impl Parse for Parsed {
                 "kind" => parse_kind(&value).map(|k| args.kind = k),
                 "on_lost" => parse_on_lost(&value).map(|o| args.on_lost = o),
                 "on_busy" => parse_on_busy(&value).map(|(skip, span)| {
-                    on_busy = Some((skip, span));
+                    on_busy = Some(skip);
                     if skip {
                         args.busy = Busy::Skip { span };
                     }
@@ -226,12 +226,12 @@ impl Parse for Parsed {
             }
         }
         match (fallback_span, on_busy) {
-            (Some(fallback), Some((true, _))) => errors.push(syn::Error::new(
+            (Some(fallback), Some(true)) => errors.push(syn::Error::new(
                 fallback,
                 "`fallback` and `on_busy = \"skip\"` are both given: a busy lock either skips \
                  the call or calls the fallback; keep one",
             )),
-            (Some(fallback), Some((false, _))) => errors.push(syn::Error::new(
+            (Some(fallback), Some(false)) => errors.push(syn::Error::new(
                 fallback,
                 "`fallback` and `on_busy = \"error\"` are both given: a busy lock either returns \
                  `LockError::Timeout` or calls the fallback; keep one",

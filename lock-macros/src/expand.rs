@@ -121,29 +121,28 @@ pub(crate) fn expand(args: &Args, func: ItemFn, ret: &Type) -> TokenStream {
 }
 
 /// The function's arguments, as its fallback is called with them: `self`
-/// first in methods, then every parameter by name. Each is located on the
-/// fallback's path and resolved as the expansion's, so that rustc reports a
-/// mismatch there and suggests no rewrite of the signature or attribute.
+/// first in methods, then every parameter by name, each [`quiet`] on the
+/// fallback's path: rustc reports a mismatch there and suggests no rewrite
+/// of the signature or attribute.
 fn arguments(sig: &syn::Signature, at: Span) -> Vec<TokenStream> {
-    let quiet = at.resolved_at(Span::call_site());
     sig.inputs
         .iter()
         .filter_map(|input| match input {
-            syn::FnArg::Receiver(_) => Some(quote_spanned!(quiet=> self)),
+            syn::FnArg::Receiver(receiver) => Some(receiver.self_token.to_token_stream()),
             syn::FnArg::Typed(typed) => match &*typed.pat {
-                syn::Pat::Ident(pat) => {
-                    // `r#type` stays a raw identifier.
-                    let name = pat.ident.to_string();
-                    let ident = match name.strip_prefix("r#") {
-                        Some(raw) => Ident::new_raw(raw, quiet),
-                        None => Ident::new(&name, quiet),
-                    };
-                    Some(ident.to_token_stream())
-                }
+                syn::Pat::Ident(pat) => Some(pat.ident.to_token_stream()),
                 _ => None,
             },
         })
+        .map(|argument| respan(argument, quiet(at)))
         .collect()
+}
+
+/// Located at `at` but resolved as the expansion's: rustc reports an error
+/// in generated code there, and makes no suggestion (it makes none in
+/// macro-expanded code), so no suggestion rewrites the attribute.
+fn quiet(at: Span) -> Span {
+    at.resolved_at(Span::call_site())
 }
 
 /// The expression that builds one key. Each placeholder's value goes through
@@ -159,26 +158,12 @@ fn key(template: &Template, private: &TokenStream) -> TokenStream {
             Piece::Text(text) => format.push_str(text),
             Piece::Value(placeholder) => {
                 format.push_str("{}");
-                // Located on the literal, but resolved as the expansion's:
-                // rustc reports a bad field on the key and suggests no
-                // rewrite of the attribute (it makes no suggestion in
-                // macro-expanded code).
-                let quiet = span.resolved_at(Span::call_site());
-                let mut root = placeholder.root.clone();
-                root.set_span(quiet);
-                let fields = placeholder.fields.iter().map(|member| match member {
-                    syn::Member::Named(name) => {
-                        let mut name = name.clone();
-                        name.set_span(quiet);
-                        syn::Member::Named(name)
-                    }
-                    syn::Member::Unnamed(index) => syn::Member::Unnamed(syn::Index {
-                        index: index.index,
-                        span: quiet,
-                    }),
-                });
+                // A bad field is reported on the key, with no suggestion.
+                let root = &placeholder.root;
+                let fields = &placeholder.fields;
+                let access = respan(quote!(#root #(.#fields)*), quiet(span));
                 values.push(quote_spanned! {span=>
-                    #private::key_part(&#root #(.#fields)*)
+                    #private::key_part(&#access)
                 });
             }
         }

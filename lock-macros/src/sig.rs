@@ -4,7 +4,9 @@
 use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
-use syn::{FnArg, GenericArgument, Ident, Pat, PathArguments, ReturnType, Signature, Type};
+use syn::{
+    FnArg, GenericArgument, Ident, Pat, PathArguments, PathSegment, ReturnType, Signature, Type,
+};
 
 use crate::attr::{Args, Busy, Kind};
 
@@ -173,53 +175,45 @@ pub(crate) fn check_options(args: &Args, sig: &Signature) -> syn::Result<()> {
     errors.finish()
 }
 
-/// The `T` of a `Result<T, E>` (or of an alias `Result<T>`), when written.
-fn ok_type(ty: &Type) -> Option<&Type> {
+/// `ty` without the parentheses and invisible groups around it.
+fn peel(ty: &Type) -> &Type {
     match ty {
-        Type::Group(group) => ok_type(&group.elem),
-        Type::Paren(paren) => ok_type(&paren.elem),
-        Type::Path(path) => {
-            let PathArguments::AngleBracketed(args) = &path.path.segments.last()?.arguments else {
-                return None;
-            };
-            args.args.iter().find_map(|arg| match arg {
-                GenericArgument::Type(ty) => Some(ty),
-                _ => None,
-            })
-        }
+        Type::Group(group) => peel(&group.elem),
+        Type::Paren(paren) => peel(&paren.elem),
+        _ => ty,
+    }
+}
+
+/// The last segment of a path type (`Result` of `std::io::Result<T>`).
+fn last_segment(ty: &Type) -> Option<&PathSegment> {
+    match peel(ty) {
+        Type::Path(path) => path.path.segments.last(),
         _ => None,
     }
 }
 
+/// The `T` of a `Result<T, E>` (or of an alias `Result<T>`), when written.
+fn ok_type(ty: &Type) -> Option<&Type> {
+    let PathArguments::AngleBracketed(args) = &last_segment(ty)?.arguments else {
+        return None;
+    };
+    args.args.iter().find_map(|arg| match arg {
+        GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    })
+}
+
 /// `()` or `Option<_>` (any path ending in `Option`).
 fn skippable(ty: &Type) -> bool {
-    match ty {
-        Type::Tuple(tuple) => tuple.elems.is_empty(),
-        Type::Group(group) => skippable(&group.elem),
-        Type::Paren(paren) => skippable(&paren.elem),
-        Type::Path(path) => path
-            .path
-            .segments
-            .last()
-            .is_some_and(|segment| segment.ident == "Option"),
-        _ => false,
-    }
+    matches!(peel(ty), Type::Tuple(tuple) if tuple.elems.is_empty())
+        || last_segment(ty).is_some_and(|segment| segment.ident == "Option")
 }
 
 /// Whether the type is syntactically a `Result`: its path's last segment is
 /// `Result` (`std::io::Result<T>` and `anyhow::Result<T>` aliases included).
 /// Whether the error type takes a `LockError` is the compiler's check.
 fn is_result(ty: &Type) -> bool {
-    match ty {
-        Type::Group(group) => is_result(&group.elem),
-        Type::Paren(paren) => is_result(&paren.elem),
-        Type::Path(path) => path
-            .path
-            .segments
-            .last()
-            .is_some_and(|segment| segment.ident == "Result"),
-        _ => false,
-    }
+    last_segment(ty).is_some_and(|segment| segment.ident == "Result")
 }
 
 /// The return type as a turbofish argument: `impl Trait` (allowed in return

@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use crate::conn::connection_lost;
 use crate::holder::ScopedHold;
-use crate::lock::Target;
+use crate::lock::{Keep, Target};
 use crate::own::Listed;
 use crate::telemetry::HeldMetric;
 use crate::watchdog::{HoldKey, Registration, Validity, valid_until};
@@ -101,18 +101,6 @@ impl Held {
     /// sooner (`hold_at_least`).
     pub(crate) fn hold_at_least(&mut self, taken: Instant, minimum: Duration) {
         self.keep = Some((taken, minimum));
-    }
-
-    /// What a release now leaves behind: what is left of `hold_at_least`,
-    /// in whole ms rounded up; a fixed lease bounds it.
-    fn keep_now(keep: Option<(Instant, Duration)>, fixed: bool) -> crate::lock::Keep {
-        let left = keep.map_or(Duration::ZERO, |(taken, minimum)| {
-            minimum.saturating_sub(taken.elapsed())
-        });
-        crate::lock::Keep {
-            ms: u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
-            within_lease: fixed,
-        }
     }
 
     pub(crate) fn token(&self) -> u64 {
@@ -277,21 +265,18 @@ impl Held {
                 // client. Retries (same request id) are plain unlocks: a
                 // handover's latch reads as released there, while a retried
                 // handover would name a holder other than the one it made.
-                // Each try from now: a retry that runs after a failed one
-                // keeps no longer than the minimum.
-                let keep = Held::keep_now(keep, fixed);
-                let unlocked = if keep.ms > 0 {
-                    // Left taken, so not handed over either.
-                    target
-                        .unlock_keeping(&core, &conn, &holder, &request, token, keep)
-                        .await
-                } else if tries == 1 {
+                // From each try's time: a retry keeps no longer than the
+                // minimum. A lock kept taken is not handed over either.
+                let kept = Keep::left(keep, fixed);
+                let unlocked = if tries == 1 && kept.ms == 0 {
                     crate::lock::handoff::unlock_or_hand_off(
                         &core, &conn, &target, &holder, &request, token,
                     )
                     .await
                 } else {
-                    target.unlock(&core, &conn, &holder, &request, token).await
+                    target
+                        .unlock_keeping(&core, &conn, &holder, &request, token, kept)
+                        .await
                 };
                 match unlocked {
                     Ok(-1) => {

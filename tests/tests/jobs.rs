@@ -23,6 +23,15 @@ async fn holds(server: &Server, key: &str) -> Vec<(String, i64)> {
     raw.hgetall(key).await.expect("HGETALL")
 }
 
+/// A reentrant or a fair lock of that name.
+fn builder(client: &LockClient, name: &str, fair: bool) -> lock_runtime::LockBuilder {
+    if fair {
+        client.fair_lock(name)
+    } else {
+        client.lock(name)
+    }
+}
+
 async fn pttl(server: &Server, key: &str) -> i64 {
     let mut raw = server.raw().await;
     raw.pttl(key).await.expect("PTTL")
@@ -318,13 +327,7 @@ async fn hold_at_least_on_the_builder_for_reentrant_and_fair_locks() {
     let (ours, theirs) = (server.client().await, server.client().await);
 
     for (name, fair) in [("built:plain", false), ("built:fair", true)] {
-        let lock = |client: &LockClient| {
-            if fair {
-                client.fair_lock(name)
-            } else {
-                client.lock(name)
-            }
-        };
+        let lock = |client: &LockClient| builder(client, name, fair);
         let start = Instant::now();
         let guard = lock(&ours)
             .hold_at_least(Duration::from_secs(40))
@@ -393,13 +396,7 @@ async fn waiters_asleep_on_the_lease_are_woken_when_the_minimum_is_shorter() {
     let theirs = server.client().await;
     let raw = server.raw().await;
     for (name, fair) in [("wake:plain", false), ("wake:fair", true)] {
-        let lock = |client: &LockClient| {
-            if fair {
-                client.fair_lock(name)
-            } else {
-                client.lock(name)
-            }
-        };
+        let lock = |client: &LockClient| builder(client, name, fair);
         let guard = lock(&ours)
             .hold_at_least(Duration::from_millis(300))
             .acquire()

@@ -244,6 +244,19 @@ impl Keep {
         ms: 0,
         within_lease: false,
     };
+
+    /// What a release now leaves of `hold_at_least` (when the lock was
+    /// taken, and the minimum), in whole ms rounded up; `fixed`: the lease
+    /// is fixed and bounds it.
+    pub(crate) fn left(hold_at_least: Option<(Instant, Duration)>, fixed: bool) -> Keep {
+        let left = hold_at_least.map_or(Duration::ZERO, |(taken, minimum)| {
+            minimum.saturating_sub(taken.elapsed())
+        });
+        Keep {
+            ms: u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
+            within_lease: fixed,
+        }
+    }
 }
 
 /// Options of one acquisition, shared by every kind's builder.

@@ -27,7 +27,7 @@ if done then
   return tonumber(done)
 end
 local keep = tonumber(ARGV[4] or '0') or 0
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0') or 0
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[1])) or 0
 local result, wake = 0, false
 if count <= 0 then
   result = -1

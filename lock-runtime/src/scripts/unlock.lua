@@ -16,8 +16,9 @@
 --          that expires sooner than ARGV[5] is left to expire as it is
 --
 -- Returns 1 when the holder's last hold went (the lock freed and announced,
--- or left to expire as ARGV[5] says), 0 when the holder still has holds left, -1 when the
--- holder does not hold the lock (a count of 0 is a hold already released).
+-- or left to expire as ARGV[5] says), 0 when the holder still has holds
+-- left, -1 when the holder does not hold the lock (a count of 0 is a hold
+-- already released).
 -- A retried request (same latch) returns the first answer instead of
 -- running again; a latch of handoff.lua's that handed the lock over (2)
 -- reads as freed.
@@ -26,7 +27,7 @@ if done then
   return math.min(tonumber(done), 1)
 end
 local keep = tonumber(ARGV[5] or '0') or 0
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0') or 0
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[1])) or 0
 if count <= 0 then
   return -1
 end
