@@ -257,7 +257,7 @@ impl Held {
         let mut conn = near.clone().unwrap_or_else(|| core.conn.clone());
         let span = tracing::debug_span!("release", lock = target.name());
         let work = async move {
-            let request = uuid::Uuid::new_v4().to_string();
+            let request = crate::holder::call_id(&core.id);
             let mut tries = 0;
             loop {
                 tries += 1;

@@ -48,6 +48,14 @@ pub(crate) fn id(client: &str, number: u64) -> String {
     format!("{client}:{number}")
 }
 
+/// A fresh id for one call (an acquire attempt, a release request: the
+/// names of their latches), `<client>:r<number>`: unique across clients (the
+/// client id is random) and never reused in this process. Counted, not
+/// random, so an acquire + release makes no `getrandom` system call.
+pub(crate) fn call_id(client: &str) -> String {
+    format!("{client}:r{}", fresh_number())
+}
+
 /// The holder id under which the current scope holds `name` on `client`,
 /// if it does (innermost first).
 pub(crate) fn in_scope(client: &str, name: &str) -> Option<String> {

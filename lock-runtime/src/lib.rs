@@ -290,10 +290,11 @@
 //!   [`LockError::Config`]; a `wait` whose deadline the clock cannot
 //!   represent (`Duration::MAX`) waits without a deadline.
 //! - **Fencing tokens: bounded and monotonic.** The counter
-//!   `redisson_lock_token:{name}` lives as long as its last acquisition's
-//!   lease (each acquisition extends its expiry to at least its lease, never
-//!   less than it has), so Redis keeps no key per name once a name's locks
-//!   are over. When missing, it is made again at the server's clock in
+//!   `redisson_lock_token:{name}` lives one to two leases past its last
+//!   acquisition (an acquisition that finds less than its lease left gives
+//!   it two leases, never less than it has, so acquisitions less than a
+//!   lease apart do not each pay an expiry write), so Redis keeps no key per
+//!   name once a name's locks are over. When missing, it is made again at the server's clock in
 //!   microseconds (`TIME`), then `INCR`ed. Why tokens still only increase
 //!   per name:
 //!   - *While the counter exists*, every acquisition `INCR`s it: strictly
@@ -335,7 +336,7 @@
 //!   unlock latches (each answer kept for its retries: three response
 //!   timeouts + 1 s, 16 s with the defaults), acquire latches (30 s, on a
 //!   cluster and for re-entries) and `abandoned` marks of attempts whose
-//!   answer was lost (16 min). The counter goes one lease after its last
+//!   answer was lost (16 min). The counter goes one to two leases after its last
 //!   acquisition. A fair lock's queue and deadline keys expire at the latest
 //!   deadline in them, so a waiter that died leaves nothing for good. Every
 //!   key the library writes has an expiry.

@@ -66,7 +66,7 @@ pub(crate) async fn unlock_or_hand_off(
         holder: crate::holder::id(&core.id, crate::holder::fresh_number()),
         lease: slot.lease.unwrap_or(core.config.watchdog_timeout),
         reenter: false,
-        attempt: uuid::Uuid::new_v4().to_string(),
+        attempt: crate::holder::call_id(&core.id),
     };
     let settle = |to: Try| {
         core.runtime

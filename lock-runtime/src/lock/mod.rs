@@ -397,7 +397,7 @@ async fn attempt_on(
     let core = core.clone();
     let conn = near.clone().unwrap_or_else(|| core.conn.clone());
     let how = Try {
-        attempt: uuid::Uuid::new_v4().to_string(),
+        attempt: holder::call_id(&core.id),
         ..how.clone()
     };
     let call = {

@@ -53,18 +53,21 @@ end
 --   below it, never lowered, and from then on expires like ours;
 -- - the counter lives at least `lease` ms past this acquisition (never
 --   less than it has), so it outlives the hold's first lease and then goes.
+--   When it has less left it is given two leases, so that acquisitions less
+--   than a lease apart pay no PEXPIRE of it (a lean script: issue 11); it
+--   goes at most two leases after the name's last acquisition.
 -- Call it after refusal(): bad_counter has vetted the value.
 local function next_token(counter, lease)
   local ttl = redis.call('pttl', counter)
   if ttl < 0 then
     local clock = clock_token()
     if ttl == -2 or tonumber(redis.call('get', counter)) < tonumber(clock) then
-      redis.call('set', counter, clock, 'px', lease)
+      redis.call('set', counter, clock, 'px', 2 * lease)
     else
-      redis.call('pexpire', counter, lease)
+      redis.call('pexpire', counter, 2 * lease)
     end
   elseif ttl < lease then
-    redis.call('pexpire', counter, lease)
+    redis.call('pexpire', counter, 2 * lease)
   end
   return redis.call('incr', counter)
 end

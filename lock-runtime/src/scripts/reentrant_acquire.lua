@@ -13,23 +13,33 @@
 -- lease in ms, -1 when it has none), or {3, 0} when a re-entry finds its
 -- hold gone: nothing is taken then. Every check comes before the first
 -- write. The key's remaining lease never shrinks.
+--
+-- Lean (issue 11): a free lock costs one EXISTS before the writes (a new
+-- holder's id is fresh, so only a lock that exists can hold it), and a busy
+-- answer writes nothing, so it skips the counter's check.
 local lease = tonumber(ARGV[1])
+-- The holder's hold count when the lock exists (or the caller re-enters);
+-- nil for a free lock. A count of 0 is a hold released but kept taken
+-- (hold_at_least): not held.
+local count
+if ARGV[3] == '1' or redis.call('exists', KEYS[1]) == 1 then
+  count = tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0
+  if count <= 0 then
+    if ARGV[3] == '1' then
+      return {3, 0}
+    end
+    return {0, redis.call('pttl', KEYS[1])}
+  end
+end
 local refused = refusal(KEYS[2], lease)
 if refused then
   return redis.error_reply(refused)
 end
--- A count of 0 is a hold released but kept taken (hold_at_least): not held.
-if (tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0) > 0 then
+if count then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
   keep_longest(KEYS[1], lease)
-  return {1, next_token(KEYS[2], lease)}
-end
-if ARGV[3] == '1' then
-  return {3, 0}
-end
-if redis.call('exists', KEYS[1]) == 0 then
+else
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], lease)
-  return {1, next_token(KEYS[2], lease)}
 end
-return {0, redis.call('pttl', KEYS[1])}
+return {1, next_token(KEYS[2], lease)}
