@@ -8,12 +8,7 @@ use tokio::sync::mpsc;
 
 use crate::background::{self, Background};
 use crate::conn::Conn;
-use crate::inspect::LockInfo;
 use crate::local::LocalQueues;
-use crate::lock::multi::MultiLock;
-use crate::lock::read_write::ReadWriteLock;
-use crate::lock::segmented::SegmentedLock;
-use crate::lock::{LockBuilder, Target};
 use crate::own::OwnHolds;
 use crate::pubsub::PubSub;
 use crate::watchdog::{self, Watchdog};
@@ -43,7 +38,7 @@ pub(crate) struct Core {
     pub(crate) conn: Conn,
     pub(crate) config: Config,
     pub(crate) pubsub: PubSub,
-    pub(crate) watchdog: Watchdog,
+    pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) local: LocalQueues,
     /// This client's live guards, for `inspect`.
     pub(crate) own: OwnHolds,
@@ -84,12 +79,17 @@ impl LockClient {
                 conn,
                 config,
                 pubsub,
-                watchdog: Watchdog::default(),
+                watchdog: Arc::new(Watchdog::default()),
                 local: LocalQueues::default(),
                 own: OwnHolds::default(),
                 runtime: handle,
             });
-            watchdog::spawn(Arc::downgrade(&core), period);
+            watchdog::spawn(
+                Arc::downgrade(&core.watchdog),
+                core.conn.clone(),
+                core.config.watchdog_timeout,
+                period,
+            );
             Ok::<_, LockError>(core)
         })
         .await??;
@@ -118,102 +118,6 @@ impl LockClient {
     /// Number of holds the watchdog is keeping alive.
     pub fn renewed_locks(&self) -> usize {
         self.inner.core.watchdog.len()
-    }
-
-    /// A reentrant lock (Redisson's `RLock`): one holder at a time, which may
-    /// take it again inside its guard's [`scope`](crate::LockGuard::scope).
-    pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
-        LockBuilder::new(self.clone(), Target::Reentrant { name: name.into() })
-    }
-
-    /// A fair lock (Redisson's `RFairLock`): a reentrant lock that goes to
-    /// waiters in the order they first asked for it, across tasks and
-    /// clients. A waiter that gives up or dies does not block those behind
-    /// it (see [`Config::fair_wait_timeout`]).
-    pub fn fair_lock(&self, name: impl Into<String>) -> LockBuilder {
-        LockBuilder::new(self.clone(), Target::Fair { name: name.into() })
-    }
-
-    /// A read-write lock (Redisson's `RReadWriteLock`): take its
-    /// [`read`](ReadWriteLock::read) side (shared) or its
-    /// [`write`](ReadWriteLock::write) side (exclusive).
-    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
-        ReadWriteLock::new(self.clone(), name.into())
-    }
-
-    /// Several reentrant locks of this client taken as one, all or none
-    /// (Redisson's `MultiLock`). For locks on several clients (servers) or
-    /// of other kinds, build a [`MultiLock`] with `with` / `with_lock`.
-    pub fn multi_lock<I>(&self, names: I) -> MultiLock
-    where
-        I: IntoIterator,
-        I::Item: Into<String>,
-    {
-        names
-            .into_iter()
-            .fold(MultiLock::new(), |multi, name| multi.with(self, name))
-    }
-
-    /// A lock split into `segments` reentrant locks (segment `i` is the lock
-    /// `{name:seg:i}`, its own cluster hash tag): one holder per segment at a
-    /// time, all segments taken in ascending order. See [`SegmentedLock`].
-    pub fn segmented_lock(&self, name: impl Into<String>, segments: usize) -> SegmentedLock {
-        SegmentedLock::on_client(self.clone(), name.into(), segments)
-    }
-
-    /// What lock `name` looks like in Redis, whatever its kind (recognised
-    /// by its layout, see [`LockInfo`]): its holders with their hold counts,
-    /// the remaining lease, a fair lock's queue, a read-write lock's mode.
-    /// `None` when it is free. For holder ids of this client, each holder
-    /// also lists its live guards (token, task, age). Works on locks held
-    /// by any client, Redisson's included. Read in one script call.
-    ///
-    /// Fails with [`LockError::WrongType`] when the key holds something
-    /// that is not a lock.
-    pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
-        let core = self.inner.core.clone();
-        let name = name.to_owned();
-        crate::background::run(&core.runtime.clone(), async move {
-            crate::inspect::inspect(&core, &name).await
-        })
-        .await?
-    }
-
-    /// The held locks whose names match `pattern` (glob-style, as Redis
-    /// `SCAN ... MATCH`: `"stock:*"`; `"*"` for all), with what
-    /// [`inspect`](Self::inspect) tells of each, sorted by name. Scans every
-    /// master of a cluster. Hashes that are not locks are skipped.
-    ///
-    /// An operator's tool: it walks the whole key space (`SCAN`, which does
-    /// not block the server, then one call per lock found). A lock taken or
-    /// freed during the walk may or may not be listed.
-    pub async fn locks(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
-        let core = self.inner.core.clone();
-        let pattern = pattern.to_owned();
-        crate::background::run(&core.runtime.clone(), async move {
-            crate::inspect::locks(&core, &pattern).await
-        })
-        .await?
-    }
-
-    /// Frees lock `name` whatever its kind and whoever holds it, and wakes
-    /// every waiter (Redisson's `forceUnlock`): the lock's hash goes, with a
-    /// read-write lock's read holds and a fair lock's queue (its waiters ask
-    /// again when woken). The fencing token counter stays, so tokens keep
-    /// rising. Returns whether a lock was there.
-    ///
-    /// The holder is not told at once: its guard learns the loss at its next
-    /// renewal (watchdog leases; [`LockGuard::lost`](crate::LockGuard::lost)
-    /// resolves) or at its release ([`LockError::Lost`]). An operator's tool
-    /// for a lock whose holder is stuck; a working holder loses its
-    /// exclusion.
-    pub async fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
-        let core = self.inner.core.clone();
-        let name = name.to_owned();
-        crate::background::run(&core.runtime.clone(), async move {
-            crate::inspect::force_unlock(&core, &name).await
-        })
-        .await?
     }
 }
 

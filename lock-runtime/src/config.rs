@@ -649,6 +649,17 @@ pub(crate) fn millis(value: Duration) -> u64 {
     u64::try_from(value.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
+/// Checks a lease asked for: longer than zero, at most [`crate::MAX_DURATION`].
+pub(crate) fn check_lease(lease: Option<Duration>) -> Result<(), LockError> {
+    match lease {
+        Some(lease) if lease.is_zero() => {
+            Err(LockError::Config("a lease must be longer than zero".into()))
+        }
+        Some(lease) => crate::config::check_duration("lease", lease),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,8 +8,8 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::conn::connection_lost;
+use crate::hold::{Keep, Target};
 use crate::holder::ScopedHold;
-use crate::lock::{Keep, Target};
 use crate::own::Listed;
 use crate::telemetry::HeldMetric;
 use crate::watchdog::{HoldKey, Registration, Validity, valid_until};
@@ -171,8 +171,8 @@ impl Held {
         };
         let core = self.client.core().clone();
         let sent = Instant::now();
-        let renewed = crate::lock::on_background(&self.client, async move {
-            crate::watchdog::renew_one(&core, &key, lease).await
+        let renewed = crate::hold::on_background(&self.client, async move {
+            crate::watchdog::renew_one(&core.conn, &key, lease).await
         })
         .await?
         .map_err(|e| LockError::from_redis(&name, e))?;
@@ -269,7 +269,7 @@ impl Held {
                 // minimum. A lock kept taken is not handed over either.
                 let kept = Keep::left(keep, fixed);
                 let unlocked = if tries == 1 && kept.ms == 0 {
-                    crate::lock::handoff::unlock_or_hand_off(
+                    crate::hold::handoff::unlock_or_hand_off(
                         &core, &conn, &target, &holder, &request, token,
                     )
                     .await
@@ -308,7 +308,7 @@ impl Held {
             let runtime = client.core().runtime.clone();
             return crate::background::finish_on_drop(&runtime, work, |_| async {}).await;
         }
-        crate::lock::on_background(&client, work).await?
+        crate::hold::on_background(&client, work).await?
     }
 }
 
@@ -465,7 +465,7 @@ impl LockGuard {
     /// # }
     /// ```
     pub async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
-        crate::lock::check_lease(Some(lease))?;
+        crate::config::check_lease(Some(lease))?;
         let results =
             futures_util::future::join_all(self.holds.iter_mut().map(|h| h.extend(lease))).await;
         let mut errors = results.into_iter().filter_map(Result::err);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use tokio::sync::Notify;
 
-use crate::lock::on_background;
+use crate::hold::on_background;
 use crate::lock::segmented::{
     SegmentBuilder, SegmentGuard, SegmentedLock, SegmentsGuard, segment_name,
 };

@@ -499,6 +499,22 @@
 //! The keys, fields and channels are Redisson's (see the README), so Rust and
 //! Java holders exclude each other and wake each other.
 
+// Modules import downwards only. From the bottom up:
+// - error, config, keys, holder, own, telemetry, background: plain parts;
+// - conn (one file per topology, the near connections), then scripts (the
+//   Lua files), pubsub and retry on top of it;
+// - local (the in-process queues) and watchdog (the renewal registry and its
+//   task, on a connection it is given);
+// - client: `LockClient` and what its tasks share (`Core`);
+// - hold: what one hold is on, the scripts that take and give it back,
+//   handovers, and the reconciling of lost answers;
+// - guard: a hold's lease and release (through `hold`);
+// - lock: the builders and the acquire loop (which turns a taken hold into a
+//   guard), and the kinds built on guards (multi, quorum, segmented);
+// - inspect, inventory, global, private, cli: what users and the macros
+//   call. The entry points (`LockClient::lock`, `::inspect`, ...) are
+//   defined beside what they return, so `client` needs none of these.
+// Data flows builder -> acquire loop -> script -> guard -> watchdog -> release.
 mod background;
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -508,6 +524,7 @@ mod conn;
 mod error;
 mod global;
 mod guard;
+mod hold;
 mod holder;
 mod inspect;
 mod inventory;

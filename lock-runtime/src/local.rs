@@ -10,7 +10,7 @@
 //! - **Offers**: every waiter of a queue (the head and those behind it)
 //!   leaves an [`Offer`] to take the lock over, in FIFO order. A task of the
 //!   same client that releases the lock takes the first one and hands the
-//!   lock over in the same script (see `lock::handoff`), so that waiter holds
+//!   lock over in the same script (see `hold::handoff`), so that waiter holds
 //!   it one round trip after the release began, with no message in between,
 //!   even before it reached the head. At most [`MAX_STREAK`] handoffs follow
 //!   one another; then a release frees the lock and announces it, so that

@@ -5,8 +5,9 @@ use std::fmt::Display;
 use std::future::Future;
 use std::time::Duration;
 
+use crate::hold::Target;
 use crate::lock::multi::MultiLock;
-use crate::lock::{Options, Target, acquire_hold};
+use crate::lock::{Options, acquire_hold};
 use crate::{LockClient, LockError, LockGuard};
 
 pub use std::format;

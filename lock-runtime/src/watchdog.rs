@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::client::Core;
+use crate::conn::Conn;
 use crate::scripts::SCRIPTS;
 
 /// How a hold is renewed: which script and which keys.
@@ -230,28 +230,32 @@ impl Watchdog {
     }
 }
 
-/// Starts the client's watchdog task on the current (background) runtime. It
-/// ends when the client is gone.
-pub(crate) fn spawn(core: Weak<Core>, period: Duration) {
+/// Starts the client's watchdog task on the current (background) runtime:
+/// every `period` it renews the holds of `registry` for `lease` through
+/// `conn`. It ends when the registry (the client) is gone.
+pub(crate) fn spawn(registry: Weak<Watchdog>, conn: Conn, lease: Duration, period: Duration) {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;
         loop {
             ticks.tick().await;
-            let Some(core) = core.upgrade() else { break };
-            if core.watchdog.len() > 0 {
-                tick(&core).instrument(tracing::debug_span!("renew")).await;
+            let Some(registry) = registry.upgrade() else {
+                break;
+            };
+            if registry.len() > 0 {
+                tick(&registry, &conn, lease)
+                    .instrument(tracing::debug_span!("renew"))
+                    .await;
             }
         }
     });
 }
 
-async fn tick(core: &Core) {
-    let lease = core.config.watchdog_timeout;
+async fn tick(registry: &Watchdog, conn: &Conn, lease: Duration) {
     let mut batches = Vec::new();
-    for (kind, holds) in core.watchdog.snapshot() {
-        for group in by_slot(core, holds) {
+    for (kind, holds) in registry.snapshot() {
+        for group in by_slot(conn, holds) {
             for batch in group.chunks(BATCH) {
                 batches.push((kind, batch.to_vec()));
             }
@@ -263,11 +267,11 @@ async fn tick(core: &Core) {
         // The lease counts from before the call: an answer that arrives
         // late must not stretch it.
         let sent = Instant::now();
-        match renew(core, *kind, batch, lease).await {
-            Ok(renewed) => core.watchdog.settle(batch, &renewed, sent, lease),
+        match renew(conn, *kind, batch, lease).await {
+            Ok(renewed) => registry.settle(batch, &renewed, sent, lease),
             Err(e) => {
                 tracing::warn!(error = %e, locks = batch.len(), "renewal failed");
-                core.watchdog.expire(batch);
+                registry.expire(batch);
             }
         }
     });
@@ -277,8 +281,8 @@ async fn tick(core: &Core) {
 /// On a cluster one script call may only touch keys of one slot, so holds
 /// are renewed per slot (a lock's derived keys share its slot); elsewhere
 /// they stay one group.
-fn by_slot(core: &Core, holds: Vec<(HoldKey, u64)>) -> Vec<Vec<(HoldKey, u64)>> {
-    if !core.conn.is_cluster() {
+fn by_slot(conn: &Conn, holds: Vec<(HoldKey, u64)>) -> Vec<Vec<(HoldKey, u64)>> {
+    if !conn.is_cluster() {
         return vec![holds];
     }
     let mut groups: HashMap<u16, Vec<(HoldKey, u64)>> = HashMap::new();
@@ -294,22 +298,22 @@ fn by_slot(core: &Core, holds: Vec<(HoldKey, u64)>) -> Vec<Vec<(HoldKey, u64)>> 
 /// Renews one hold for `lease` (a guard extending its fixed lease): whether
 /// the holder still held it.
 pub(crate) async fn renew_one(
-    core: &Core,
+    conn: &Conn,
     key: &HoldKey,
     lease: Duration,
 ) -> Result<bool, redis::RedisError> {
-    let renewed = renew(core, key.kind, &[(key.clone(), 0)], lease).await?;
+    let renewed = renew(conn, key.kind, &[(key.clone(), 0)], lease).await?;
     Ok(renewed.first().copied().unwrap_or(false))
 }
 
 /// Renews one batch of holds of one layout; one script call.
 async fn renew(
-    core: &Core,
+    conn: &Conn,
     kind: RenewKind,
     batch: &[(HoldKey, u64)],
     lease: Duration,
 ) -> Result<Vec<bool>, redis::RedisError> {
-    let mut conn = core.conn.clone();
+    let mut conn = conn.clone();
     match kind {
         RenewKind::Hash => {
             let mut call = SCRIPTS.renew.prepare_invoke();

@@ -1,263 +1,27 @@
-//! The lock kinds, their builder, and the one acquire loop they share.
+//! The builders and the one acquire loop every single-name kind shares.
 //!
-//! Data flows one way: the builder runs the acquire loop, which runs the
-//! kind's script (in the caller's task, on its runtime's near connection)
-//! and wraps a success in a
-//! [`LockGuard`]; the guard registers with the watchdog and, at release,
-//! unregisters and runs the kind's unlock script.
-
-pub(crate) mod fair;
-pub(crate) mod handoff;
+//! Data flows one way: the builder runs the acquire loop, which takes the
+//! hold through the kind's script (`hold`, in the caller's task, on its
+//! runtime's near connection) and wraps a success in a [`LockGuard`]; the
+//! guard registers with the watchdog and, at release, unregisters and gives
+//! the hold back through `hold` again. The kinds made of several holds
+//! (`multi`, `quorum`, `segmented`) are built on guards.
 pub(crate) mod multi;
 pub(crate) mod quorum;
 pub(crate) mod read_write;
-pub(crate) mod reentrant;
 pub(crate) mod segmented;
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use crate::background;
 use crate::client::Core;
-use crate::conn::Conn;
+use crate::config::check_lease;
 use crate::guard::{Held, LockGuard};
+use crate::hold::{Attempt, Target, Try, attempt_once, handoff};
 use crate::holder;
 use crate::keys;
-use crate::retry;
-use crate::watchdog::RenewKind;
 use crate::{LockClient, LockError};
-
-/// What one hold is on: the kind of lock and its name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// Redisson's `RLock`.
-    Reentrant { name: String },
-    /// Redisson's `RFairLock`.
-    Fair { name: String },
-    /// The read side of Redisson's `RReadWriteLock`.
-    Read { name: String },
-    /// The write side of Redisson's `RReadWriteLock`.
-    Write { name: String },
-}
-
-/// The answer of one acquire script.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Attempt {
-    /// Taken (or re-entered); the fencing token of this acquisition.
-    Acquired { token: u64 },
-    /// Someone else has it; its remaining lease in ms (-1: none, -2: gone).
-    Busy { ttl_ms: i64 },
-    /// A re-entry found the hold of its scope gone: nothing was taken.
-    Gone,
-}
-
-/// What one acquire script call is asked to do.
-#[derive(Debug, Clone)]
-pub(crate) struct Try {
-    /// The holder id written into the lock.
-    pub(crate) holder: String,
-    /// The lease the new hold is promised.
-    pub(crate) lease: Duration,
-    /// Re-entering a hold of the caller's scope: the holder must still hold
-    /// the lock (else [`Attempt::Gone`]), and a taken hold is recorded in
-    /// the latch so that a lost answer can be reconciled.
-    pub(crate) reenter: bool,
-    /// This attempt's id: names its latch, and is the request id of every
-    /// give-back of what it took, so that the unlock latch lets only one of
-    /// them count (a give-back retried by [`reconcile`] counts once).
-    pub(crate) attempt: String,
-}
-
-impl Try {
-    /// `'1'` / `'0'`, the scripts' re-entry argument.
-    pub(crate) fn reenter_arg(&self) -> &'static str {
-        if self.reenter { "1" } else { "0" }
-    }
-
-    /// This attempt's latch key on lock `name` (see
-    /// `scripts/acquire_latch.lua`).
-    pub(crate) fn latch(&self, name: &str) -> String {
-        keys::acquire_latch(name, &self.attempt)
-    }
-
-    /// The lease in whole milliseconds, for the scripts.
-    pub(crate) fn lease_ms(&self) -> u64 {
-        crate::config::millis(self.lease)
-    }
-}
-
-/// Decodes an acquire script's `{code, value}` answer.
-pub(crate) fn answer(name: &str, (code, value): (i64, i64)) -> Result<Attempt, LockError> {
-    match code {
-        1 => Ok(Attempt::Acquired {
-            token: value as u64,
-        }),
-        0 => Ok(Attempt::Busy { ttl_ms: value }),
-        3 => Ok(Attempt::Gone),
-        // Abandoned before it ran: nothing taken, try again at once.
-        4 => Ok(Attempt::Busy { ttl_ms: -2 }),
-        _ => Err(LockError::NotHeld {
-            name: name.to_owned(),
-            reason: "this call chain holds a read lock and asked for the write lock: upgrading \
-                     a read lock is not supported (two readers upgrading would wait for each \
-                     other for ever); release the read lock first, or take the write lock \
-                     first and read under it"
-                .to_owned(),
-        }),
-    }
-}
-
-impl Target {
-    pub(crate) fn name(&self) -> &str {
-        match self {
-            Target::Reentrant { name } => name,
-            Target::Fair { name } | Target::Read { name } | Target::Write { name } => name,
-        }
-    }
-
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            Target::Reentrant { .. } => "reentrant",
-            Target::Fair { .. } => "fair",
-            Target::Read { .. } => "read",
-            Target::Write { .. } => "write",
-        }
-    }
-
-    /// Waiters of the same local queue take turns contending in Redis.
-    fn local_queue(&self, holder: &str) -> String {
-        match self {
-            // The Redis queue orders fair waiters (each joins it at its first
-            // attempt) and unlock wakes only its head: a local queue could
-            // only disagree with that order, so each fair waiter is alone.
-            Target::Fair { name } => format!("fair:{name}:{holder}"),
-            _ => format!("{}:{}", self.kind(), self.name()),
-        }
-    }
-
-    /// The channel whose messages mean "try again now".
-    fn channel(&self, holder: &str) -> String {
-        match self {
-            Target::Reentrant { name } => keys::lock_channel(name),
-            Target::Fair { name } => keys::fair_waiter_channel(name, holder),
-            Target::Read { name } | Target::Write { name } => keys::rw_channel(name),
-        }
-    }
-
-    pub(crate) fn renew_kind(&self) -> RenewKind {
-        match self {
-            Target::Reentrant { .. } | Target::Fair { .. } => RenewKind::Hash,
-            Target::Read { .. } | Target::Write { .. } => RenewKind::ReadWrite,
-        }
-    }
-
-    /// One acquire script call on `conn`, then replica sync when it took the
-    /// lock (on the same connection: `WAIT` counts that connection's writes).
-    async fn attempt(&self, core: &Core, conn: &Conn, how: &Try) -> Result<Attempt, LockError> {
-        let attempt = match self {
-            Target::Reentrant { name } => reentrant::attempt(core, conn, name, how).await,
-            Target::Fair { name } => fair::attempt(core, conn, name, how).await,
-            Target::Read { name } => read_write::attempt(core, conn, name, how, false).await,
-            Target::Write { name } => read_write::attempt(core, conn, name, how, true).await,
-        }?;
-        if let Attempt::Acquired { .. } = attempt {
-            // A hold no replica confirmed could vanish in a failover: the
-            // error makes the caller reconcile the attempt, which gives the
-            // hold back (see [`needs_reconcile`]).
-            conn.sync_replicas(self.name()).await?;
-        }
-        Ok(attempt)
-    }
-
-    /// One unlock script call on `conn` for the hold with fencing `token`
-    /// (a read hold is found by it; 0: any one hold of the holder): 1 freed,
-    /// 0 still held (re-entries), -1 not held.
-    pub(crate) async fn unlock(
-        &self,
-        core: &Core,
-        conn: &Conn,
-        holder: &str,
-        request: &str,
-        token: u64,
-    ) -> Result<i64, LockError> {
-        self.unlock_keeping(core, conn, holder, request, token, Keep::NONE)
-            .await
-    }
-
-    /// [`unlock`](Self::unlock), except that a last hold of a reentrant or
-    /// fair lock leaves the lock taken as `keep` says (`hold_at_least`): it
-    /// expires then, and nobody is woken. Read and write holds (acquire
-    /// refuses the option for them) are given back as `unlock` does.
-    pub(crate) async fn unlock_keeping(
-        &self,
-        core: &Core,
-        conn: &Conn,
-        holder: &str,
-        request: &str,
-        token: u64,
-        keep: Keep,
-    ) -> Result<i64, LockError> {
-        match self {
-            Target::Reentrant { name } => {
-                reentrant::unlock(core, conn, name, holder, request, keep).await
-            }
-            Target::Fair { name } => fair::unlock(core, conn, name, holder, request, keep).await,
-            Target::Read { name } => {
-                read_write::unlock_read(core, conn, name, holder, request, token).await
-            }
-            Target::Write { name } => {
-                read_write::unlock_write(core, conn, name, holder, request).await
-            }
-        }
-    }
-
-    /// Clean-up when a waiter gives up (timeout or cancellation) without the lock.
-    fn give_up(
-        &self,
-        core: &Core,
-        holder: &str,
-    ) -> Option<impl Future<Output = ()> + Send + 'static> {
-        match self {
-            // A fair waiter leaves the queue.
-            Target::Fair { name } => Some(fair::give_up(core, name, holder)),
-            Target::Reentrant { .. } | Target::Read { .. } | Target::Write { .. } => None,
-        }
-    }
-}
-
-/// What a last release leaves behind (`hold_at_least`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Keep {
-    /// The lock stays taken this many ms more; 0: it is freed.
-    pub(crate) ms: u64,
-    /// The lease is fixed and bounds the minimum: a key that expires sooner
-    /// is left to expire as it is, never lengthened.
-    pub(crate) within_lease: bool,
-}
-
-impl Keep {
-    /// Free the lock.
-    pub(crate) const NONE: Keep = Keep {
-        ms: 0,
-        within_lease: false,
-    };
-
-    /// What a release now leaves of `hold_at_least` (when the lock was
-    /// taken, and the minimum), in whole ms rounded up; `fixed`: the lease
-    /// is fixed and bounds it.
-    pub(crate) fn left(hold_at_least: Option<(Instant, Duration)>, fixed: bool) -> Keep {
-        let left = hold_at_least.map_or(Duration::ZERO, |(taken, minimum)| {
-            minimum.saturating_sub(taken.elapsed())
-        });
-        Keep {
-            ms: u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
-            within_lease: fixed,
-        }
-    }
-}
 
 /// Options of one acquisition, shared by every kind's builder.
 #[derive(Debug, Clone, Copy, Default)]
@@ -354,251 +118,6 @@ impl LockBuilder {
     }
 }
 
-/// Runs `target`'s acquire script once. If the caller goes away before the
-/// answer arrives, the call is finished without it and a hold taken for it
-/// is given back, so a cancelled acquire never leaves a lock behind. When
-/// the answer is lost (a timeout, a broken connection), the attempt is
-/// reconciled before the error is returned (see [`reconcile`]).
-///
-/// The call goes through the near connection of the caller's runtime when it
-/// has one. When its connection turns out dead (closed while idle, by an
-/// idle timeout, a proxy or `CLIENT KILL`) and the reconcile proved that the
-/// attempt took nothing and never will, it is made once more on the client's
-/// own connection, which reconnects: a connection lost between calls costs
-/// the caller nothing.
-async fn attempt_once(
-    client: &LockClient,
-    target: &Target,
-    how: &Try,
-) -> Result<Attempt, LockError> {
-    let core = client.core();
-    match attempt_on(core, target, how, core.conn.near_here()).await {
-        (Err(LockError::Redis(e)), true) if crate::conn::connection_lost(&e) => {
-            tracing::debug!(error = %e, "an attempt's connection was lost; trying again on the client's own");
-            attempt_on(core, target, how, None).await.0
-        }
-        (result, _) => result,
-    }
-}
-
-/// One attempt on `near` (the caller's runtime's near connection), or on the
-/// client's own connection (`None`). Also says whether a lost answer was
-/// reconciled in time: then the attempt holds nothing and never will.
-///
-/// On a near connection the call runs in the caller's task (see
-/// [`background::finish_on_drop`]); otherwise as a task on the client's
-/// background runtime.
-async fn attempt_on(
-    core: &std::sync::Arc<Core>,
-    target: &Target,
-    how: &Try,
-    near: Option<Conn>,
-) -> (Result<Attempt, LockError>, bool) {
-    let core = core.clone();
-    let conn = near.clone().unwrap_or_else(|| core.conn.clone());
-    let how = Try {
-        attempt: holder::call_id(&core.id),
-        ..how.clone()
-    };
-    let call = {
-        let (core, conn) = (core.clone(), conn.clone());
-        let (target, how) = (target.clone(), how.clone());
-        async move { target.attempt(&core, &conn, &how).await }
-    };
-    let result = if near.is_some() {
-        let runtime = core.runtime.clone();
-        let (core, target, how) = (core.clone(), target.clone(), how.clone());
-        background::finish_on_drop(&runtime, call, move |left| async move {
-            abandoned(&core, &conn, &target, &how, left).await;
-        })
-        .await
-    } else {
-        let (answer, answered) = oneshot::channel();
-        let mut answered = Answered {
-            answered,
-            undo: Some((core.clone(), target.clone(), how.clone())),
-        };
-        {
-            let (core, target, how) = (core.clone(), target.clone(), how.clone());
-            core.runtime.clone().spawn(async move {
-                if let Err(left) = answer.send(call.await) {
-                    abandoned(&core, &conn, &target, &how, left).await;
-                }
-            });
-        }
-        let Ok(result) = (&mut answered.answered).await else {
-            return (Err(LockError::Shutdown), false);
-        };
-        answered.undo = None;
-        result
-    };
-    let mut settled = false;
-    if let Err(e) = &result
-        && needs_reconcile(e)
-    {
-        // The script may have run: find the hold and give it back, or make
-        // sure the attempt can no longer take it, before reporting.
-        let work = reconcile(core.clone(), target.clone(), how);
-        let reconciled = core.runtime.spawn(work);
-        let bound = core.config.response_timeout.saturating_mul(2);
-        settled = matches!(tokio::time::timeout(bound, reconciled).await, Ok(Ok(true)));
-    }
-    (result, settled)
-}
-
-/// Whether a failed attempt may have left a hold: its answer was lost (it
-/// may still run on the server), or it took the lock but no replica
-/// confirmed it.
-fn needs_reconcile(e: &LockError) -> bool {
-    match e {
-        LockError::Redis(e) => crate::conn::connection_lost(e),
-        LockError::NotReplicated { .. } => true,
-        _ => false,
-    }
-}
-
-/// How long [`reconcile`] keeps trying, and how long its `abandoned` mark
-/// lasts: past TCP's retransmission limit (about 15 minutes with Linux's
-/// defaults), so a request held up in a partition cannot arrive after both.
-const RECONCILE_FOR: Duration = Duration::from_secs(16 * 60);
-
-/// Settles an attempt whose answer was lost, so that it leaves no hold
-/// behind: marks its latch abandoned (`SET NX`), which keeps the attempt from
-/// taking anything if it has not run yet (it may still be on its way). If it
-/// had run, the hold it took is given back: a re-entry recorded its token in
-/// the latch; a new holder's hold shows by itself (the holder id is new, so
-/// any hold under it is this attempt's). Retried with backoff while Redis is
-/// unreachable, for [`RECONCILE_FOR`].
-///
-/// One case is left to the lease: a re-entry whose record in the latch
-/// (30 s) expired before the reconcile reached Redis (a partition longer
-/// than that, after the re-entry ran) keeps its count until the lease ends.
-///
-/// Returns whether it settled: the attempt holds nothing and never will.
-async fn reconcile(core: std::sync::Arc<Core>, target: Target, how: Try) -> bool {
-    let settled =
-        retry::while_unreachable(RECONCILE_FOR, || reconcile_once(&core, &target, &how)).await;
-    if let Err(e) = &settled {
-        tracing::warn!(lock = target.name(), error = %e, "could not reconcile a lost acquire answer; the lease will end it");
-    }
-    settled.is_ok()
-}
-
-async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), LockError> {
-    let name = target.name();
-    let latch = how.latch(name);
-    let mut conn = core.conn.clone();
-    let marked: Option<String> = redis::cmd("SET")
-        .arg(&latch)
-        .arg("abandoned")
-        .arg("NX")
-        .arg("PX")
-        .arg(RECONCILE_FOR.as_millis() as u64)
-        .query_async(&mut conn)
-        .await
-        .map_err(|e| LockError::from_redis(name, e))?;
-    let token = if marked.is_some() {
-        if how.reenter {
-            // A re-entry records what it took: nothing recorded, nothing taken.
-            return Ok(());
-        }
-        0
-    } else {
-        let recorded: Option<String> = redis::cmd("GET")
-            .arg(&latch)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| LockError::from_redis(name, e))?;
-        match recorded.as_deref().map(str::parse::<u64>) {
-            Some(Ok(token)) => token,
-            // A new holder's hold shows by itself, whatever the latch says:
-            // `abandoned` may be our own earlier `SET` whose answer was lost,
-            // sent after the attempt had run.
-            _ if !how.reenter => 0,
-            // A re-entry that ran recorded its token before any `SET NX` of
-            // ours could land: `abandoned` (or an expired latch) means it
-            // took nothing.
-            _ => return Ok(()),
-        }
-    };
-    let freed = target
-        .unlock(core, &core.conn, &how.holder, &how.attempt, token)
-        .await?;
-    if freed >= 0 {
-        tracing::debug!(
-            lock = name,
-            "gave back a hold whose acquire answer was lost"
-        );
-    }
-    if !how.reenter
-        && let Some(cleanup) = target.give_up(core, &how.holder)
-    {
-        cleanup.await;
-    }
-    Ok(())
-}
-
-/// Cleans up after an attempt whose caller went away: a hold taken is given
-/// back, and so is a place taken in a fair queue (the caller's own give-up
-/// may have run before this attempt, e.g. during a script reload, and found
-/// nothing to remove). An answer that was lost is reconciled.
-async fn abandoned(
-    core: &std::sync::Arc<Core>,
-    conn: &Conn,
-    target: &Target,
-    how: &Try,
-    left: Result<Attempt, LockError>,
-) {
-    match left {
-        Ok(Attempt::Acquired { token }) => undo_attempt(core, conn, target, how, token).await,
-        Ok(Attempt::Busy { .. }) => {
-            if let Some(cleanup) = target.give_up(core, &how.holder) {
-                cleanup.await;
-            }
-        }
-        Ok(Attempt::Gone) => {}
-        Err(e) if needs_reconcile(&e) => {
-            reconcile(core.clone(), target.clone(), how.clone()).await;
-        }
-        Err(_) => {}
-    }
-}
-
-/// Gives back a hold that was taken for a caller who went away.
-async fn undo_attempt(core: &Core, conn: &Conn, target: &Target, how: &Try, token: u64) {
-    if let Err(e) = target
-        .unlock(core, conn, &how.holder, &how.attempt, token)
-        .await
-    {
-        tracing::warn!(lock = target.name(), error = %e, "could not undo a cancelled acquire");
-    }
-}
-
-/// The waiting end of [`attempt_once`]. An answer can land in the channel
-/// after the caller's last poll and before it drops the future (a timeout
-/// that fired just then): the sender sees no error, so the receiver undoes it.
-struct Answered {
-    answered: oneshot::Receiver<Result<Attempt, LockError>>,
-    undo: Option<(std::sync::Arc<Core>, Target, Try)>,
-}
-
-impl Drop for Answered {
-    fn drop(&mut self) {
-        let Some((core, target, how)) = self.undo.take() else {
-            return;
-        };
-        // After close, a later send fails and the spawned task undoes it.
-        self.answered.close();
-        if let Ok(left) = self.answered.try_recv() {
-            let runtime = core.runtime.clone();
-            runtime.spawn(async move {
-                let conn = core.conn.clone();
-                abandoned(&core, &conn, &target, &how, left).await;
-            });
-        }
-    }
-}
-
 /// Runs the kind's give-up clean-up (in the background) unless disarmed.
 struct GiveUpOnDrop<'a> {
     core: &'a Core,
@@ -625,17 +144,6 @@ fn nap(ttl_ms: i64) -> Duration {
         // No lease at all: only a message (or this poll) tells us it is free.
         ms if ms < 0 => Duration::from_secs(1),
         ms => Duration::from_millis(ms as u64),
-    }
-}
-
-/// Checks a lease asked for: longer than zero, at most [`crate::MAX_DURATION`].
-pub(crate) fn check_lease(lease: Option<Duration>) -> Result<(), LockError> {
-    match lease {
-        Some(lease) if lease.is_zero() => {
-            Err(LockError::Config("a lease must be longer than zero".into()))
-        }
-        Some(lease) => crate::config::check_duration("lease", lease),
-        None => Ok(()),
     }
 }
 
@@ -914,10 +422,19 @@ async fn contend(
     }
 }
 
-/// Runs `fut` on `client`'s background runtime (see [`background`]).
-pub(crate) async fn on_background<T: Send + 'static>(
-    client: &LockClient,
-    fut: impl Future<Output = T> + Send + 'static,
-) -> Result<T, LockError> {
-    background::run(&client.core().runtime, fut).await
+/// The client's entry point to this module's locks.
+impl LockClient {
+    /// A reentrant lock (Redisson's `RLock`): one holder at a time, which may
+    /// take it again inside its guard's [`scope`](crate::LockGuard::scope).
+    pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
+        LockBuilder::new(self.clone(), Target::Reentrant { name: name.into() })
+    }
+
+    /// A fair lock (Redisson's `RFairLock`): a reentrant lock that goes to
+    /// waiters in the order they first asked for it, across tasks and
+    /// clients. A waiter that gives up or dies does not block those behind
+    /// it (see [`Config::fair_wait_timeout`](crate::Config::fair_wait_timeout)).
+    pub fn fair_lock(&self, name: impl Into<String>) -> LockBuilder {
+        LockBuilder::new(self.clone(), Target::Fair { name: name.into() })
+    }
 }

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
-use crate::lock::{LockBuilder, Options, Target, acquire_hold};
+use crate::hold::Target;
+use crate::lock::{LockBuilder, Options, acquire_hold};
 use crate::{LockClient, LockError};
 
 /// Several locks taken and released as one: [`acquire`](Self::acquire)
@@ -261,5 +262,21 @@ fn plan(locks: Vec<(LockClient, Target)>) -> Result<Vec<Planned>, LockError> {
 async fn give_back(taken: LockGuard) {
     if let Err(e) = taken.release().await {
         tracing::debug!(error = %e, "giving back a partial multi lock failed");
+    }
+}
+
+/// The client's entry point to this module's locks.
+impl LockClient {
+    /// Several reentrant locks of this client taken as one, all or none
+    /// (Redisson's `MultiLock`). For locks on several clients (servers) or
+    /// of other kinds, build a [`MultiLock`] with `with` / `with_lock`.
+    pub fn multi_lock<I>(&self, names: I) -> MultiLock
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        names
+            .into_iter()
+            .fold(MultiLock::new(), |multi, name| multi.with(self, name))
     }
 }

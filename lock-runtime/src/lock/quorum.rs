@@ -15,7 +15,8 @@ use futures_util::future::join_all;
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
-use crate::lock::{Options, Target, acquire_hold, on_background};
+use crate::hold::{Target, on_background};
+use crate::lock::{Options, acquire_hold};
 use crate::{LockClient, LockError, keys};
 
 /// A lock held by a majority of independent Redis servers (the Redlock

@@ -6,12 +6,9 @@
 //! lease; the hash expires with the longest hold. Waiters listen on
 //! `redisson_rwlock:{name}`.
 
-use crate::client::Core;
-use crate::conn::Conn;
-use crate::keys;
-use crate::lock::{Attempt, LockBuilder, Target, Try, answer};
-use crate::scripts::SCRIPTS;
-use crate::{LockClient, LockError};
+use crate::LockClient;
+use crate::hold::Target;
+use crate::lock::LockBuilder;
 
 /// A read-write lock (Redisson's `RReadWriteLock`), from
 /// [`LockClient::read_write_lock`]: any number of readers at a time, or one
@@ -24,7 +21,7 @@ use crate::{LockClient, LockError};
 ///   may be taken too (downgrade): after the write lock is released they
 ///   keep reading, and writers keep waiting.
 /// - Inside a read guard's scope, asking for the write lock fails at once
-///   with [`LockError::NotHeld`] instead of waiting for ever (two readers
+///   with [`LockError::NotHeld`](crate::LockError::NotHeld) instead of waiting for ever (two readers
 ///   upgrading would wait for each other). Outside any scope a write is
 ///   another holder and simply waits for the readers.
 /// - Each read hold has its own lease: one that runs out (a fixed `lease`,
@@ -83,86 +80,12 @@ impl ReadWriteLock {
     }
 }
 
-/// One try at a read hold (`write` false) or the write lock (`write` true).
-pub(crate) async fn attempt(
-    core: &Core,
-    conn: &Conn,
-    name: &str,
-    how: &Try,
-    write: bool,
-) -> Result<Attempt, LockError> {
-    core.conn.check_slot_name(name)?;
-    let (script, third_key) = if write {
-        (&SCRIPTS.rw_write_acquire, keys::tagged(name))
-    } else {
-        (
-            &SCRIPTS.rw_read_acquire,
-            keys::rw_timeout_prefix(name, &how.holder),
-        )
-    };
-    let reply = script
-        .invoke(conn, &how.latch(name), how.reenter, |call| {
-            call.key(name)
-                .key(keys::token_key(name))
-                .key(third_key)
-                .arg(how.lease_ms())
-                .arg(&how.holder)
-                .arg(how.reenter_arg());
-        })
-        .await
-        .map_err(|e| LockError::from_redis(name, e))?;
-    answer(name, reply)
-}
-
-/// Gives back the read hold with fencing `token` (0: any one of the
-/// holder's). Returns 1 when the holder has no read hold left, 0 when it has
-/// others, -1 when this hold had already run out.
-pub(crate) async fn unlock_read(
-    core: &Core,
-    conn: &Conn,
-    name: &str,
-    holder: &str,
-    request: &str,
-    token: u64,
-) -> Result<i64, LockError> {
-    let mut conn = conn.clone();
-    SCRIPTS
-        .rw_read_unlock
-        .key(name)
-        .key(keys::rw_channel(name))
-        .key(keys::rw_timeout_prefix(name, holder))
-        .key(keys::tagged(name))
-        .key(keys::unlock_latch(name, request))
-        .arg(holder)
-        .arg(crate::config::millis(core.config.unlock_latch_ttl()))
-        .arg(core.conn.publish_command())
-        .arg(token)
-        .invoke_async(&mut conn)
-        .await
-        .map_err(|e| LockError::from_redis(name, e))
-}
-
-/// Gives back one write hold. Returns 1 when the write lock was given up
-/// (every waiting reader is woken), 0 when the holder has other write holds,
-/// -1 when it did not hold the write lock.
-pub(crate) async fn unlock_write(
-    core: &Core,
-    conn: &Conn,
-    name: &str,
-    holder: &str,
-    request: &str,
-) -> Result<i64, LockError> {
-    let mut conn = conn.clone();
-    SCRIPTS
-        .rw_write_unlock
-        .key(name)
-        .key(keys::rw_channel(name))
-        .key(keys::tagged(name))
-        .key(keys::unlock_latch(name, request))
-        .arg(holder)
-        .arg(crate::config::millis(core.config.unlock_latch_ttl()))
-        .arg(core.conn.publish_command())
-        .invoke_async(&mut conn)
-        .await
-        .map_err(|e| LockError::from_redis(name, e))
+/// The client's entry point to this module's locks.
+impl LockClient {
+    /// A read-write lock (Redisson's `RReadWriteLock`): take its
+    /// [`read`](ReadWriteLock::read) side (shared) or its
+    /// [`write`](ReadWriteLock::write) side (exclusive).
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.clone(), name.into())
+    }
 }

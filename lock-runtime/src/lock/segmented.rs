@@ -14,8 +14,9 @@ use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::guard::LockGuard;
+use crate::hold::Target;
 use crate::keys;
-use crate::lock::{Options, Target, acquire_hold};
+use crate::lock::{Options, acquire_hold};
 use crate::{LockClient, LockError};
 
 /// Where the first "free segment" attempt starts: rotates over every
@@ -550,6 +551,16 @@ async fn first_error(
 ) -> Result<(), LockError> {
     let results = futures_util::future::join_all(releases).await;
     results.into_iter().collect()
+}
+
+/// The client's entry point to this module's locks.
+impl LockClient {
+    /// A lock split into `segments` reentrant locks (segment `i` is the lock
+    /// `{name:seg:i}`, its own cluster hash tag): one holder per segment at a
+    /// time, all segments taken in ascending order. See [`SegmentedLock`].
+    pub fn segmented_lock(&self, name: impl Into<String>, segments: usize) -> SegmentedLock {
+        SegmentedLock::on_client(self.clone(), name.into(), segments)
+    }
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 use crate::LockError;
 use crate::client::Core;
 use crate::conn::Conn;
+use crate::hold::{Attempt, Try, answer};
 use crate::keys;
-use crate::lock::{Attempt, Try, answer};
 use crate::scripts::SCRIPTS;
 
 /// One try at taking (or re-entering) the lock.

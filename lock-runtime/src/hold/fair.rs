@@ -16,8 +16,8 @@
 use crate::LockError;
 use crate::client::Core;
 use crate::conn::Conn;
+use crate::hold::{Attempt, Try, answer};
 use crate::keys;
-use crate::lock::{Attempt, Try, answer};
 use crate::retry;
 use crate::scripts::SCRIPTS;
 

@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 use crate::LockError;
 use crate::client::Core;
 use crate::conn::Conn;
+use crate::hold::{Target, Try, needs_reconcile, reconcile, reentrant};
 use crate::local::{Handed, Offer, Unclaimed};
-use crate::lock::{Target, Try, needs_reconcile, reconcile, reentrant};
 
 /// Gives back the hold of `holder` on `target` (see [`Target::unlock`]) and,
 /// when that frees a reentrant lock whose local queue has an offer, hands
