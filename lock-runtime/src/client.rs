@@ -105,6 +105,16 @@ impl LockClient {
         &self.inner.core
     }
 
+    /// Runs `fut` on the client's background runtime and waits for it (see
+    /// [`background`]): it runs to completion even if the caller stops
+    /// waiting.
+    pub(crate) async fn on_background<T: Send + 'static>(
+        &self,
+        fut: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Result<T, LockError> {
+        background::run(&self.inner.core.runtime, fut).await
+    }
+
     /// This client's id: the first half of the holder ids it writes.
     pub fn id(&self) -> &str {
         &self.inner.core.id

@@ -171,11 +171,11 @@ impl Held {
         };
         let core = self.client.core().clone();
         let sent = Instant::now();
-        let renewed = crate::hold::on_background(&self.client, async move {
-            crate::watchdog::renew_one(&core.conn, &key, lease).await
-        })
-        .await?
-        .map_err(|e| LockError::from_redis(&name, e))?;
+        let renewed = self
+            .client
+            .on_background(async move { crate::watchdog::renew_one(&core.conn, &key, lease).await })
+            .await?
+            .map_err(|e| LockError::from_redis(&name, e))?;
         if !renewed {
             // Gone (expired, force-unlocked): lost for good.
             *until = Instant::now().min(*until);
@@ -308,7 +308,7 @@ impl Held {
             let runtime = client.core().runtime.clone();
             return crate::background::finish_on_drop(&runtime, work, |_| async {}).await;
         }
-        crate::hold::on_background(&client, work).await?
+        client.on_background(work).await?
     }
 }
 

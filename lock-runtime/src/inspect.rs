@@ -281,10 +281,8 @@ impl crate::LockClient {
     pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let core = self.core().clone();
         let name = name.to_owned();
-        crate::background::run(&core.runtime.clone(), async move {
-            crate::inspect::inspect(&core, &name).await
-        })
-        .await?
+        self.on_background(async move { inspect(&core, &name).await })
+            .await?
     }
 
     /// The held locks whose names match `pattern` (glob-style, as Redis
@@ -298,10 +296,8 @@ impl crate::LockClient {
     pub async fn locks(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
         let core = self.core().clone();
         let pattern = pattern.to_owned();
-        crate::background::run(&core.runtime.clone(), async move {
-            crate::inspect::locks(&core, &pattern).await
-        })
-        .await?
+        self.on_background(async move { locks(&core, &pattern).await })
+            .await?
     }
 
     /// Frees lock `name` whatever its kind and whoever holds it, and wakes
@@ -318,10 +314,8 @@ impl crate::LockClient {
     pub async fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
         let core = self.core().clone();
         let name = name.to_owned();
-        crate::background::run(&core.runtime.clone(), async move {
-            crate::inspect::force_unlock(&core, &name).await
-        })
-        .await?
+        self.on_background(async move { force_unlock(&core, &name).await })
+            .await?
     }
 }
 

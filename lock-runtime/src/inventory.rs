@@ -9,7 +9,6 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use tokio::sync::Notify;
 
-use crate::hold::on_background;
 use crate::lock::segmented::{
     SegmentBuilder, SegmentGuard, SegmentedLock, SegmentsGuard, segment_name,
 };
@@ -93,11 +92,10 @@ impl RedisSegmentStore {
         command: redis::Cmd,
     ) -> Result<T, StoreError> {
         let mut conn = self.client.core().conn.clone();
-        let answer = on_background(
-            &self.client,
-            async move { command.query_async(&mut conn).await },
-        )
-        .await?;
+        let answer = self
+            .client
+            .on_background(async move { command.query_async(&mut conn).await })
+            .await?;
         Ok(answer?)
     }
 }

@@ -503,11 +503,3 @@ impl Drop for Answered {
         }
     }
 }
-
-/// Runs `fut` on `client`'s background runtime (see [`background`]).
-pub(crate) async fn on_background<T: Send + 'static>(
-    client: &LockClient,
-    fut: impl Future<Output = T> + Send + 'static,
-) -> Result<T, LockError> {
-    background::run(&client.core().runtime, fut).await
-}

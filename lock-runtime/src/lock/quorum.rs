@@ -15,7 +15,7 @@ use futures_util::future::join_all;
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
-use crate::hold::{Target, on_background};
+use crate::hold::Target;
 use crate::lock::{Options, acquire_hold};
 use crate::{LockClient, LockError, keys};
 
@@ -444,7 +444,7 @@ impl Round<'_> {
             let mut conn = client.core().conn.clone();
             let key = keys::token_key(self.name);
             let name = self.name.to_owned();
-            let raise = on_background(client, async move {
+            let raise = client.on_background(async move {
                 redis::cmd("INCRBY")
                     .arg(key)
                     .arg(behind)
