@@ -655,7 +655,7 @@ pub(crate) fn check_lease(lease: Option<Duration>) -> Result<(), LockError> {
         Some(lease) if lease.is_zero() => {
             Err(LockError::Config("a lease must be longer than zero".into()))
         }
-        Some(lease) => crate::config::check_duration("lease", lease),
+        Some(lease) => check_duration("lease", lease),
         None => Ok(()),
     }
 }

@@ -45,6 +45,9 @@ pub(crate) struct Held {
     /// and the minimum; a release before it ends leaves the lock taken until
     /// then.
     keep: Option<(Instant, Duration)>,
+    /// How many local handovers in a row led to this hold (0: taken by an
+    /// acquire script; see `local::Handed::streak`).
+    streak: u32,
 }
 
 impl Held {
@@ -94,7 +97,13 @@ impl Held {
             metric,
             _held: HeldMetric::start(metric),
             keep: None,
+            streak: 0,
         }
+    }
+
+    /// The hold was handed over, the `streak`-th local handover in a row.
+    pub(crate) fn handed_in_streak(&mut self, streak: u32) {
+        self.streak = streak;
     }
 
     /// Keeps the lock taken until `minimum` after `taken` when released
@@ -243,6 +252,7 @@ impl Held {
             lease,
             _listed: listed,
             keep,
+            streak,
             ..
         } = self;
         let fixed = matches!(lease, Lease::Fixed { .. });
@@ -270,12 +280,12 @@ impl Held {
                 let kept = Keep::left(keep, fixed);
                 let unlocked = if tries == 1 && kept.ms == 0 {
                     crate::hold::handoff::unlock_or_hand_off(
-                        &core, &conn, &target, &holder, &request, token,
+                        &core, &conn, &target, &holder, &request, token, streak,
                     )
                     .await
                 } else {
                     target
-                        .unlock_keeping(&core, &conn, &holder, &request, token, kept)
+                        .unlock(&core, &conn, &holder, &request, token, kept)
                         .await
                 };
                 match unlocked {

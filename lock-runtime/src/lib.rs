@@ -279,9 +279,17 @@
 //!   acquisition of its own (its own latch and holder id), so one whose
 //!   answer is lost, or that reaches a waiter who went away, or that no
 //!   replica confirmed, is reconciled like a lost acquire answer and given
-//!   back. After 8 handovers in a row a release frees the lock and
+//!   back. After 16 handovers in a row a release frees the lock and
 //!   announces it, so that waiters of other clients (and Redisson's) get
-//!   their turn.
+//!   their turn. The count goes with the holds, not with the queue (which
+//!   empties whenever its one waiter is handed the lock), and this
+//!   client's waiters, woken by that announcement, stand back before they
+//!   try: twice as long as the announcement took to reach them, at most
+//!   5 ms. Their threads are awake where other clients' often sleep, and
+//!   without the pause they won every such race (two tasks handing a lock
+//!   back and forth kept every other client out). (16 rather than 8: with
+//!   tiny sections, one hot name served by two clients did 5-20% more
+//!   sections per second, and tasks' shares stayed as even; BENCHMARKS.md.)
 //! - **Scripts check before they write.** A fencing counter that `INCR` would
 //!   refuse, or one at 2^53 − 1 or more (Lua numbers are exact below 2^53,
 //!   and tokens must stay exact), is an error reply with nothing written.
@@ -351,7 +359,10 @@
 //!   subscribe to the lock's unlock channel and sleep until a message or the
 //!   holder's remaining lease; within one client only the first waiter per
 //!   name contends in Redis, the others queue locally in arrival order. A lost
-//!   message costs at most one lease, never a hang.
+//!   message costs at most one lease, never a hang. A waiter queued behind
+//!   another holds little besides its own task: no subscription, no timer
+//!   unless it has a `wait`, and one offer to take the lock over
+//!   (`lock_bench` row 6 measures the memory per waiter; BENCHMARKS.md).
 //! - **Fair locks.** [`LockClient::fair_lock`] keeps Redisson's queue and
 //!   deadlines. A waiter joins the queue at its first failed attempt (so order
 //!   is by first attempt, across tasks and clients alike) and keeps its place

@@ -14,10 +14,18 @@
 //!   it one round trip after the release began, with no message in between,
 //!   even before it reached the head. At most [`MAX_STREAK`] handoffs follow
 //!   one another; then a release frees the lock and announces it, so that
-//!   waiters of other clients get their turn.
+//!   waiters of other clients get their turn. The count goes with the holds
+//!   ([`Handed::streak`]), not with a queue: a queue empties whenever the
+//!   one waiter it had is handed the lock, and a count kept there would
+//!   start over each time (two tasks handing a lock back and forth would
+//!   keep every other client out).
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedMutexGuard, oneshot};
@@ -26,7 +34,10 @@ use crate::pubsub::Subscription;
 
 /// How many handoffs in a row a queue takes before a release frees the lock
 /// for everyone (cf. lock cohorting: a bounded streak inside one client).
-pub(crate) const MAX_STREAK: u32 = 8;
+pub(crate) const MAX_STREAK: u32 = 16;
+
+/// The longest a queue's head stands back after a release for everyone.
+pub(crate) const STAND_BACK_MAX: Duration = Duration::from_millis(5);
 
 #[derive(Default)]
 pub(crate) struct LocalQueues {
@@ -35,6 +46,12 @@ pub(crate) struct LocalQueues {
 
 #[derive(Default)]
 struct Queue {
+    /// Its key in the table, for the last ticket to remove it.
+    key: String,
+    /// Its tickets, counted under the table's lock: the last one to leave
+    /// removes the queue. (Not the `Arc`'s count: offers and releasing
+    /// tasks hold the queue too, for a moment or longer.)
+    tickets: AtomicUsize,
     /// The head holds it; what it holds outlives each head.
     turn: Arc<tokio::sync::Mutex<Option<Subscription>>>,
     handoff: Mutex<Handoff>,
@@ -46,8 +63,10 @@ struct Handoff {
     slots: VecDeque<Slot>,
     /// Names offers, for their withdrawal.
     next_id: u64,
-    /// Handoffs since the lock was last freed for everyone.
-    streak: u32,
+    /// When a release at the end of a streak began, which freed the lock
+    /// for every client: the queue's head, woken by its message, stands
+    /// back for a moment before it tries (see [`Offers::stand_back`]).
+    freed_for_all: Option<Instant>,
 }
 
 /// A waiter's offer to take the lock over: the fixed lease it asked for
@@ -56,19 +75,35 @@ struct Handoff {
 pub(crate) struct Slot {
     id: u64,
     pub(crate) lease: Option<Duration>,
-    pub(crate) handed: oneshot::Sender<Handed>,
+    pub(crate) handed: oneshot::Sender<Box<Handover>>,
 }
 
 /// The lock was handed over: the new hold's holder id (fresh, unique to the
-/// handover), the id of the handover (its acquire latch), its fencing token,
-/// and when the script that made it was sent (its lease counts from then).
+/// handover), its fencing token, when the script that made it was sent (its
+/// lease counts from then), and its place in the streak of handovers.
 #[derive(Debug, Clone)]
 pub(crate) struct Handed {
     pub(crate) holder: String,
-    pub(crate) attempt: String,
     pub(crate) token: u64,
     pub(crate) sent: Instant,
+    /// How many handovers in a row led to this hold, this one included (a
+    /// hold taken by an acquire script starts a streak at 0). Its release
+    /// hands the lock over only below [`MAX_STREAK`].
+    pub(crate) streak: u32,
 }
+
+/// A handover as the releasing task sends it: the hold, and how to give it
+/// back if its waiter went away before taking it. The releasing task makes
+/// the give-back (it knows the lock and the client), so a waiter carries
+/// nothing for it while it waits. Sent boxed: each offer's channel then
+/// keeps room for a pointer, not a whole handover.
+pub(crate) struct Handover {
+    pub(crate) handed: Handed,
+    pub(crate) give_back: GiveBack,
+}
+
+/// Gives back a hold handed to an offer that was dropped unclaimed.
+pub(crate) type GiveBack = Box<dyn FnOnce() + Send>;
 
 impl LocalQueues {
     fn queues(&self) -> MutexGuard<'_, HashMap<String, Arc<Queue>>> {
@@ -77,61 +112,41 @@ impl LocalQueues {
 
     /// A place in the queue `key`. Await [`Ticket::turn`] to reach the head.
     pub(crate) fn ticket(&self, key: String) -> Ticket<'_> {
-        let queue = self.queues().entry(key.clone()).or_default().clone();
+        let mut queues = self.queues();
+        let queue = match queues.entry(key) {
+            Entry::Occupied(queue) => queue.get().clone(),
+            Entry::Vacant(free) => {
+                let queue = Arc::new(Queue {
+                    key: free.key().clone(),
+                    ..Queue::default()
+                });
+                free.insert(queue).clone()
+            }
+        };
+        queue.tickets.fetch_add(1, Ordering::Relaxed);
+        drop(queues);
         Ticket {
             queues: self,
-            key,
-            queue: Some(queue),
+            queue,
             turn: None,
         }
     }
 
     /// The oldest live offer of queue `key`, for a releasing task to hand
-    /// the lock to; `None` when there is none, or when the streak is at its
-    /// bound (then the streak starts over: this release is for everyone).
+    /// the lock to; `None` when there is none.
     pub(crate) fn take_offer(&self, key: &str) -> Option<Slot> {
         let queue = self.queues().get(key)?.clone();
         let mut handoff = queue.handoff();
-        if handoff.streak >= MAX_STREAK {
-            handoff.streak = 0;
-            return None;
-        }
-        while let Some(slot) = handoff.slots.pop_front() {
-            if !slot.handed.is_closed() {
-                handoff.streak += 1;
-                return Some(slot);
-            }
-        }
-        handoff.streak = 0;
-        None
+        std::iter::from_fn(|| handoff.slots.pop_front()).find(|slot| !slot.handed.is_closed())
     }
 
-    /// Leaves an offer in queue `key` (behind the older ones); `None` when
-    /// the queue is gone (its waiters all left). Await [`Offer::handed`];
-    /// drop the offer to withdraw it. A handover that arrives unclaimed (the
-    /// offer dropped just after it was taken) goes to `unclaimed`, which
-    /// must give that hold back.
-    pub(crate) fn offer(
-        &self,
-        key: &str,
-        lease: Option<Duration>,
-        unclaimed: Unclaimed,
-    ) -> Option<Offer> {
-        let queue = self.queues().get(key)?.clone();
-        let (handed, receiver) = oneshot::channel();
-        let id = {
-            let mut handoff = queue.handoff();
-            handoff.next_id += 1;
-            let id = handoff.next_id;
-            handoff.slots.push_back(Slot { id, lease, handed });
-            id
-        };
-        Some(Offer {
-            queue: Some(queue),
-            id,
-            receiver,
-            unclaimed: Some(unclaimed),
-        })
+    /// A release that frees the lock for every client (its streak of
+    /// handovers is over) begins now: the head of queue `key`, if it has
+    /// one, lets other clients try first.
+    pub(crate) fn free_for_all(&self, key: &str) {
+        if let Some(queue) = self.queues().get(key) {
+            queue.handoff().freed_for_all = Some(Instant::now());
+        }
     }
 
     /// Whether queue `key` has anyone in it: a new waiter then joins it
@@ -159,19 +174,39 @@ impl Queue {
 /// removes the queue when it was the last one in it).
 pub(crate) struct Ticket<'a> {
     queues: &'a LocalQueues,
-    key: String,
-    queue: Option<Arc<Queue>>,
-    turn: Option<OwnedMutexGuard<Option<Subscription>>>,
+    queue: Arc<Queue>,
+    turn: Option<Seat>,
 }
+
+/// The head's place in a queue, with what it keeps for the next head (the
+/// subscription).
+pub(crate) type Seat = OwnedMutexGuard<Option<Subscription>>;
 
 impl Ticket<'_> {
     /// Waits until every earlier waiter of this queue has left.
     pub(crate) async fn turn(&mut self) {
-        if self.turn.is_none()
-            && let Some(queue) = &self.queue
-        {
-            self.turn = Some(queue.turn.clone().lock_owned().await);
+        if self.turn.is_none() {
+            let seat = self.seat_free().await;
+            self.sit(seat);
         }
+    }
+
+    /// The head's seat once every earlier waiter of this queue has left;
+    /// give it to [`sit`](Self::sit). Borrows nothing, so the ticket can be
+    /// used while waiting.
+    pub(crate) fn seat_free(&self) -> impl Future<Output = Seat> + Send + 'static {
+        self.queue.turn.clone().lock_owned()
+    }
+
+    /// Takes the head's seat (see [`seat_free`](Self::seat_free)).
+    pub(crate) fn sit(&mut self, seat: Seat) {
+        self.turn = Some(seat);
+    }
+
+    /// Where this waiter leaves its offers, usable while it waits for its
+    /// turn.
+    pub(crate) fn offers(&self) -> Offers {
+        Offers(Arc::downgrade(&self.queue))
     }
 
     /// The queue's subscription, made by `subscribe` if the queue has none
@@ -199,31 +234,66 @@ impl Ticket<'_> {
     }
 }
 
-impl Drop for Ticket<'_> {
-    fn drop(&mut self) {
-        self.turn.take();
-        let queue = self.queue.take();
-        let mut queues = self.queues.queues();
-        drop(queue);
-        if queues
-            .get(&self.key)
-            .is_some_and(|q| Arc::strong_count(q) == 1)
-        {
-            // The last one: its subscription goes with it.
-            queues.remove(&self.key);
-        }
+/// Where a waiter of one queue leaves its offers (see [`Ticket::offers`]).
+/// Weak: it does not keep the queue in the table (see `Ticket`'s drop).
+pub(crate) struct Offers(Weak<Queue>);
+
+impl Offers {
+    /// Leaves an offer in the queue (behind the older ones). Await
+    /// [`Offer::handed`]; drop the offer to withdraw it. A handover that
+    /// arrives unclaimed (the offer dropped just after it was taken) goes to
+    /// the [`Handover`]'s give-back. `None` when the queue is gone (its
+    /// waiters all left).
+    pub(crate) fn offer(&self, lease: Option<Duration>) -> Option<Offer> {
+        let queue = self.0.upgrade()?;
+        let (handed, receiver) = oneshot::channel();
+        let id = {
+            let mut handoff = queue.handoff();
+            handoff.next_id += 1;
+            let id = handoff.next_id;
+            handoff.slots.push_back(Slot { id, lease, handed });
+            id
+        };
+        Some(Offer {
+            queue: Some(queue),
+            id,
+            receiver,
+            claimed: false,
+        })
+    }
+
+    /// How long the head should stand back before it tries, having been
+    /// woken by the message of a release that freed the lock for every
+    /// client (see [`LocalQueues::free_for_all`]): as long again as that
+    /// release took to reach it, twice. Waiters of other clients, woken by
+    /// the same message, then get there first; their threads are often
+    /// asleep where ours are not, and without it ours would win every such
+    /// race. At most [`STAND_BACK_MAX`]. Asked once per release.
+    pub(crate) fn stand_back(&self) -> Option<Duration> {
+        let queue = self.0.upgrade()?;
+        let freed = queue.handoff().freed_for_all.take()?;
+        Some((freed.elapsed() * 2).min(STAND_BACK_MAX))
     }
 }
 
-/// What to do with a hold handed to an offer that was dropped unclaimed.
-pub(crate) type Unclaimed = Box<dyn FnOnce(Handed) + Send>;
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        self.turn.take();
+        let mut queues = self.queues.queues();
+        if self.queue.tickets.fetch_sub(1, Ordering::Relaxed) == 1 {
+            // The last one: its subscription goes with it.
+            queues.remove(&self.queue.key);
+        }
+    }
+}
 
 /// A waiter's offer in its queue. Dropping it withdraws it.
 pub(crate) struct Offer {
     queue: Option<Arc<Queue>>,
     id: u64,
-    receiver: oneshot::Receiver<Handed>,
-    unclaimed: Option<Unclaimed>,
+    receiver: oneshot::Receiver<Box<Handover>>,
+    /// The handover was taken: nothing to give back.
+    claimed: bool,
 }
 
 impl Offer {
@@ -231,11 +301,16 @@ impl Offer {
     /// owns that hold); `None` when it took the offer but did not hand the
     /// lock over (the head should try again now).
     pub(crate) async fn handed(&mut self) -> Option<Handed> {
-        let handed = (&mut self.receiver).await.ok();
-        if handed.is_some() {
-            self.unclaimed = None;
-        }
-        handed
+        std::future::poll_fn(|cx| self.poll_handed(cx)).await
+    }
+
+    /// [`handed`](Self::handed), polled by hand (inside a larger `poll_fn`,
+    /// which keeps a waiter's future small). Not to be polled again once
+    /// ready.
+    pub(crate) fn poll_handed(&mut self, cx: &mut Context<'_>) -> Poll<Option<Handed>> {
+        let handover = ready!(Pin::new(&mut self.receiver).poll(cx)).ok();
+        self.claimed |= handover.is_some();
+        Poll::Ready(handover.map(|handover| handover.handed))
     }
 
     fn withdraw_slot(&mut self) {
@@ -248,12 +323,12 @@ impl Offer {
 impl Drop for Offer {
     fn drop(&mut self) {
         self.withdraw_slot();
-        if let Some(unclaimed) = self.unclaimed.take() {
+        if !self.claimed {
             // After close, a releasing task's send fails (it gives the hold
             // back itself); one that got in before is ours to give back.
             self.receiver.close();
-            if let Ok(handed) = self.receiver.try_recv() {
-                unclaimed(handed);
+            if let Ok(handover) = self.receiver.try_recv() {
+                (handover.give_back)();
             }
         }
     }
@@ -281,15 +356,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn offers_are_taken_oldest_first_at_most_a_streak_in_a_row() {
+    async fn offers_are_taken_oldest_first_and_live_only() {
         let queues = LocalQueues::default();
         let mut head = queues.ticket("a".into());
         head.turn().await;
-        let keep = || Box::new(|_| {}) as Unclaimed;
-        let _first = queues.offer("a", None, keep()).unwrap();
-        let _second = queues
-            .offer("a", Some(Duration::from_secs(1)), keep())
-            .unwrap();
+        let offers = head.offers();
+        let first = offers.offer(None).unwrap();
+        let second = offers.offer(Some(Duration::from_secs(1))).unwrap();
         assert_eq!(
             queues.take_offer("a").unwrap().lease,
             None,
@@ -297,21 +370,58 @@ mod tests {
         );
         let taken = queues.take_offer("a").unwrap();
         assert_eq!(taken.lease, Some(Duration::from_secs(1)));
-        for _ in 2..MAX_STREAK {
-            let _offer = queues.offer("a", None, keep()).unwrap();
-            assert!(queues.take_offer("a").is_some());
-        }
-        let _last = queues.offer("a", None, keep()).unwrap();
-        assert!(
-            queues.take_offer("a").is_none(),
-            "the streak is at its bound"
-        );
-        assert!(queues.take_offer("a").is_some(), "a new streak begins");
-        let withdrawn = queues.offer("a", None, keep()).unwrap();
+        let withdrawn = offers.offer(None).unwrap();
         drop(withdrawn);
         assert!(
             queues.take_offer("a").is_none(),
             "a withdrawn offer is gone"
         );
+        let last = offers.offer(None).unwrap();
+        drop(head);
+        assert_eq!(queues.len(), 0, "offers keep no queue in the table");
+        drop((first, second, last));
+        assert!(
+            offers.offer(None).is_none(),
+            "no offer in a queue that is gone"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_handover_to_an_offer_that_left_is_given_back_once() {
+        let queues = LocalQueues::default();
+        let mut head = queues.ticket("a".into());
+        head.turn().await;
+        let offers = head.offers();
+        let given_back = Arc::new(AtomicUsize::new(0));
+        let hand_over = |slot: Slot| {
+            let given_back = given_back.clone();
+            let handed = Handed {
+                holder: "h".into(),
+                token: 7,
+                sent: Instant::now(),
+                streak: 1,
+            };
+            let give_back: GiveBack = Box::new(move || {
+                given_back.fetch_add(1, Ordering::SeqCst);
+            });
+            assert!(
+                slot.handed
+                    .send(Box::new(Handover { handed, give_back }))
+                    .is_ok()
+            );
+        };
+
+        // Handed over, then the offer is dropped before its waiter looked.
+        let unclaimed = offers.offer(None).unwrap();
+        hand_over(queues.take_offer("a").unwrap());
+        drop(unclaimed);
+        assert_eq!(given_back.load(Ordering::SeqCst), 1, "given back");
+
+        // Handed over and taken: the waiter owns it, nothing is given back.
+        let mut claimed = offers.offer(None).unwrap();
+        hand_over(queues.take_offer("a").unwrap());
+        assert_eq!(claimed.handed().await.map(|h| h.token), Some(7));
+        drop(claimed);
+        assert_eq!(given_back.load(Ordering::SeqCst), 1, "not given back");
     }
 }

@@ -187,7 +187,7 @@ async fn acquire(
         )),
         1 => {
             let name = keys.into_iter().next().unwrap_or_default();
-            let held = acquire_hold(client, target(spec.kind, name)?, options).await?;
+            let held = acquire_hold(client.clone(), target(spec.kind, name)?, options).await?;
             Ok(LockGuard::single(held))
         }
         // Several keys: a multi lock, each key of the attribute's kind.

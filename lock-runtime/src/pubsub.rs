@@ -6,7 +6,8 @@
 //! count per channel: the first subscriber sends `SUBSCRIBE`, the last one to
 //! leave sends `UNSUBSCRIBE`. Requests are handled in order, so an unsubscribe
 //! and a later subscribe of the same channel cannot overtake each other. Each
-//! message bumps a generation counter that the channel's waiters watch. The
+//! message bumps a count that the channel's waiters compare with the last one
+//! they saw, and wakes them. The
 //! connection subscribes again after a reconnect (the cluster connection on
 //! the node that now owns the channel's slot, see [`crate::conn`]); a sharded
 //! subscription that a cluster node drops because the slot moved away is made
@@ -27,7 +28,10 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use redis::{PushInfo, PushKind};
-use tokio::sync::{mpsc, oneshot, watch};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::LockError;
 use crate::conn::Conn;
@@ -73,7 +77,9 @@ impl PubSub {
 /// One waiter's interest in a channel; dropping it releases the interest.
 pub(crate) struct Subscription {
     channel: String,
-    messages: watch::Receiver<u64>,
+    messages: Arc<Messages>,
+    /// The count of messages this subscriber has seen.
+    seen: u64,
     requests: mpsc::UnboundedSender<Request>,
 }
 
@@ -81,14 +87,22 @@ impl Subscription {
     /// Forgets the messages received so far: [`changed`](Self::changed) then
     /// waits for the next one. Call it before each retry.
     pub(crate) fn mark_seen(&mut self) {
-        self.messages.borrow_and_update();
+        self.seen = self.messages.count.load(Ordering::Acquire);
     }
 
     /// Waits for a message published after the last [`mark_seen`](Self::mark_seen).
     /// Never returns when the dispatcher is gone (callers bound it with a timeout).
     pub(crate) async fn changed(&mut self) {
-        if self.messages.changed().await.is_err() {
-            std::future::pending::<()>().await;
+        loop {
+            // Registered before the count is read: a message counted after
+            // the read also wakes it.
+            let message = self.messages.arrived.notified();
+            let count = self.messages.count.load(Ordering::Acquire);
+            if count != self.seen {
+                self.seen = count;
+                return;
+            }
+            message.await;
         }
     }
 }
@@ -103,7 +117,29 @@ impl Drop for Subscription {
 
 struct Channel {
     subscribers: usize,
-    messages: watch::Sender<u64>,
+    messages: Arc<Messages>,
+}
+
+/// A channel's messages, counted, and the wake-up of its waiters. (Lighter
+/// than a `watch` channel, which keeps eight wait lists: one of these is
+/// made per subscribed channel.)
+#[derive(Default)]
+struct Messages {
+    count: AtomicU64,
+    arrived: Notify,
+}
+
+impl Messages {
+    /// One more message (or a reason to retry): every waiter wakes.
+    fn bump(&self) {
+        self.count.fetch_add(1, Ordering::Release);
+        self.arrived.notify_waiters();
+    }
+
+    /// A new subscriber, which has seen what came before it.
+    fn subscriber(self: &Arc<Self>) -> (Arc<Messages>, u64) {
+        (self.clone(), self.count.load(Ordering::Acquire))
+    }
 }
 
 /// How often channels whose unsubscribe is owed are unsubscribed again.
@@ -141,15 +177,16 @@ async fn dispatch(
                     let messages = match channels.get_mut(&channel) {
                         Some(known) => {
                             known.subscribers += 1;
-                            Ok(known.messages.subscribe())
+                            Ok(known.messages.subscriber())
                         }
                         None => {
                             strays.wanted(&channel);
                             match conn.subscribe(&channel).await {
                                 Ok(()) => {
-                                    let (messages, receiver) = watch::channel(0);
+                                    let messages = Arc::new(Messages::default());
+                                    let subscriber = messages.subscriber();
                                     channels.insert(channel.clone(), Channel { subscribers: 1, messages });
-                                    Ok(receiver)
+                                    Ok(subscriber)
                                 }
                                 Err(e) => {
                                     // It may have been (or be) confirmed all the same.
@@ -160,9 +197,10 @@ async fn dispatch(
                         }
                     };
                     let answer = match (messages, requests.upgrade()) {
-                        (Ok(messages), Some(requests)) => Ok(Subscription {
+                        (Ok((messages, seen)), Some(requests)) => Ok(Subscription {
                             channel: channel.clone(),
                             messages,
+                            seen,
                             requests,
                         }),
                         (Ok(_), None) => {
@@ -280,7 +318,7 @@ async fn resubscribe(conn: &mut Conn, channels: &HashMap<String, Channel>, push:
     if let Err(e) = conn.subscribe(&channel).await {
         tracing::warn!(%channel, error = %e, "could not subscribe again; waiters poll at the holder's lease");
     }
-    known.messages.send_modify(|generation| *generation += 1);
+    known.messages.bump();
 }
 
 fn deliver(channels: &HashMap<String, Channel>, push: PushInfo) {
@@ -291,6 +329,48 @@ fn deliver(channels: &HashMap<String, Channel>, push: PushInfo) {
         return;
     };
     if let Some(known) = channels.get(message.get_channel_name()) {
-        known.messages.send_modify(|generation| *generation += 1);
+        known.messages.bump();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_subscriber_wakes_once_per_message_it_has_not_seen() {
+        let messages = Arc::new(Messages::default());
+        messages.bump();
+        let (requests, _inbox) = mpsc::unbounded_channel();
+        let (shared, seen) = messages.subscriber();
+        let mut subscription = Subscription {
+            channel: "c".into(),
+            messages: shared,
+            seen,
+            requests,
+        };
+        assert!(
+            subscription.changed().now_or_never().is_none(),
+            "a message from before it subscribed is seen"
+        );
+        messages.bump();
+        assert!(subscription.changed().now_or_never().is_some());
+        assert!(
+            subscription.changed().now_or_never().is_none(),
+            "each message wakes once"
+        );
+
+        // A message that arrives while it waits wakes it.
+        let mut waiting = Box::pin(subscription.changed());
+        assert!((&mut waiting).now_or_never().is_none());
+        messages.bump();
+        assert!(waiting.now_or_never().is_some());
+
+        // mark_seen forgets what arrived before it.
+        messages.bump();
+        subscription.mark_seen();
+        assert!(subscription.changed().now_or_never().is_none());
     }
 }

@@ -53,6 +53,13 @@ async fn until_queued(raw: &MultiplexedConnection, name: &str, n: usize) {
     .await;
 }
 
+/// No waiter is left in the queue or the deadlines, now.
+async fn assert_queue_empty(raw: &MultiplexedConnection, name: &str) {
+    let mut raw = raw.clone();
+    assert_eq!(queued(&mut raw, name).await, Vec::<String>::new());
+    assert_eq!(deadlines(&mut raw, name).await, vec![]);
+}
+
 /// Waits until no waiter is left in the queue or the deadlines.
 async fn until_queue_empty(raw: &MultiplexedConnection, name: &str) {
     eventually(
@@ -305,7 +312,8 @@ async fn a_waiter_whose_wait_ends_leaves_the_queue() {
     let raw = server.raw().await;
 
     let holder = client.fair_lock("impatient").acquire().await.unwrap();
-    // One attempt: queued by the failed attempt, then out again.
+    // One attempt: queued by the failed attempt, and out again before the
+    // try returns, so the next caller finds no one ahead of it.
     assert!(
         other
             .fair_lock("impatient")
@@ -314,7 +322,7 @@ async fn a_waiter_whose_wait_ends_leaves_the_queue() {
             .unwrap()
             .is_none()
     );
-    until_queue_empty(&raw, "impatient").await;
+    assert_queue_empty(&raw, "impatient").await;
     // A wait that ends.
     let timed_out = other
         .fair_lock("impatient")
@@ -325,8 +333,17 @@ async fn a_waiter_whose_wait_ends_leaves_the_queue() {
         matches!(timed_out, Err(LockError::Timeout { .. })),
         "{timed_out:?}"
     );
-    until_queue_empty(&raw, "impatient").await;
+    assert_queue_empty(&raw, "impatient").await;
     holder.release().await.unwrap();
+    let third = server.client().await;
+    assert!(
+        third
+            .fair_lock("impatient")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 #[tokio::test]

@@ -183,6 +183,43 @@ async fn other_clients_get_their_turn_between_streaks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_clients_get_their_turn_from_two_tasks_handing_it_back_and_forth() {
+    let server = Server::start();
+    let busy = server.client().await;
+    let other = server.client().await;
+
+    // Two tasks of one client hand the lock to each other. Each holds it
+    // for 5 ms and asks again 1 ms after its release: by then the other
+    // one, handed the lock, has left the queue, so each handover is made
+    // from a new queue. The streak must still end.
+    let done = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..2)
+        .map(|_| {
+            let (client, done) = (busy.clone(), done.clone());
+            tokio::spawn(async move {
+                while !done.load(Ordering::Relaxed) {
+                    let guard = client.lock("pair").acquire().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    guard.release().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+        })
+        .collect();
+    // Once they are at it.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let guard = tokio::time::timeout(WITHIN, other.lock("pair").acquire())
+        .await
+        .expect("the other client waited for ever: a streak of handovers must end")
+        .unwrap();
+    guard.release().await.unwrap();
+    done.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_client_does_not_starve_another_busy_one() {
     let server = Server::start();
     let busy = server.client().await;

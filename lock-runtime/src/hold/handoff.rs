@@ -30,18 +30,20 @@
 //! the parts of a multi lock (which share one holder number).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::LockError;
 use crate::client::Core;
 use crate::conn::Conn;
-use crate::hold::{Target, Try, needs_reconcile, reconcile, reentrant};
-use crate::local::{Handed, Offer, Unclaimed};
+use crate::hold::{Keep, Target, Try, needs_reconcile, reconcile, reentrant};
+use crate::local::{Handed, Handover, MAX_STREAK};
 
 /// Gives back the hold of `holder` on `target` (see [`Target::unlock`]) and,
 /// when that frees a reentrant lock whose local queue has an offer, hands
-/// the lock to the waiter who made the oldest one. Returns what [`Target::unlock`] returns
-/// (a handover counts as freed: 1).
+/// the lock to the waiter who made the oldest one, unless the hold came at
+/// the end of a full streak of handovers (`streak`, see
+/// [`Handed::streak`]): then the lock is freed and announced. Returns what
+/// [`Target::unlock`] returns (a handover counts as freed: 1).
 pub(crate) async fn unlock_or_hand_off(
     core: &Arc<Core>,
     conn: &Conn,
@@ -49,16 +51,22 @@ pub(crate) async fn unlock_or_hand_off(
     holder: &str,
     request: &str,
     token: u64,
+    streak: u32,
 ) -> Result<i64, LockError> {
     let offer = match target {
-        Target::Reentrant { name } => core
+        Target::Reentrant { name } if streak < MAX_STREAK => core
             .local
             .take_offer(&target.local_queue(holder))
             .map(|slot| (name, slot)),
         _ => None,
     };
     let Some((name, slot)) = offer else {
-        return target.unlock(core, conn, holder, request, token).await;
+        if streak >= MAX_STREAK {
+            core.local.free_for_all(&target.local_queue(holder));
+        }
+        return target
+            .unlock(core, conn, holder, request, token, Keep::NONE)
+            .await;
     };
     // The handover is an acquisition of its own: a fresh holder id and
     // attempt id, so that what it took can always be found and given back.
@@ -89,13 +97,17 @@ pub(crate) async fn unlock_or_hand_off(
             } else {
                 let handed = Handed {
                     holder: to.holder.clone(),
-                    attempt: to.attempt.clone(),
                     token,
                     sent,
+                    streak: streak + 1,
                 };
-                if slot.handed.send(handed).is_err() {
+                let (core, target) = (core.clone(), target.clone());
+                let give_back = Box::new(move || {
+                    core.runtime.clone().spawn(reconcile(core, target, to));
+                });
+                if let Err(handover) = slot.handed.send(Box::new(Handover { handed, give_back })) {
                     // The waiter went away meanwhile.
-                    settle(to);
+                    (handover.give_back)();
                 }
             }
             Ok(1)
@@ -109,28 +121,4 @@ pub(crate) async fn unlock_or_hand_off(
             Err(e)
         }
     }
-}
-
-/// A waiter's offer in its local queue `queue` (see [`crate::local`]): a
-/// handover that reaches it after it went away is given back.
-pub(crate) fn offer(
-    core: &Arc<Core>,
-    target: &Target,
-    queue: &str,
-    lease: Option<Duration>,
-) -> Option<Offer> {
-    let (give_back, target) = (core.clone(), target.clone());
-    let unclaimed: Unclaimed = Box::new(move |handed: Handed| {
-        let to = Try {
-            holder: handed.holder,
-            lease: Duration::ZERO,
-            reenter: false,
-            attempt: handed.attempt,
-        };
-        give_back
-            .runtime
-            .clone()
-            .spawn(reconcile(give_back, target, to));
-    });
-    core.local.offer(queue, lease, unclaimed)
 }

@@ -1,6 +1,6 @@
 //! One hold in Redis: what it is on ([`Target`]), the scripts that take
-//! it and give it back (one file per layout: `reentrant`, `fair`,
-//! `read_write`; `handoff` for handovers inside a client), and how an
+//! it and give it back (the handover script in `reentrant`, a fair
+//! waiter's leaving in `fair`; `handoff` for handovers inside a client), and how an
 //! attempt whose answer was lost is settled ([`reconcile`]).
 //!
 //! Below the acquire loop (`lock`, which takes holds through it) and the
@@ -8,10 +8,8 @@
 
 pub(crate) mod fair;
 pub(crate) mod handoff;
-pub(crate) mod read_write;
 pub(crate) mod reentrant;
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -85,7 +83,7 @@ impl Try {
 }
 
 /// Decodes an acquire script's `{code, value}` answer.
-pub(crate) fn answer(name: &str, (code, value): (i64, i64)) -> Result<Attempt, LockError> {
+fn answer(name: &str, (code, value): (i64, i64)) -> Result<Attempt, LockError> {
     match code {
         1 => Ok(Attempt::Acquired {
             token: value as u64,
@@ -151,47 +149,76 @@ impl Target {
 
     /// One acquire script call on `conn`, then replica sync when it took the
     /// lock (on the same connection: `WAIT` counts that connection's writes).
+    ///
+    /// The layouts' acquire scripts share the shape of their calls: the
+    /// layout's keys (the lock's first), then the attempt's latch; ARGV the lease and the holder, the layout's own
+    /// arguments, then whether it re-enters. A failed fair try queues the
+    /// holder (first time) or keeps its place (later).
     pub(crate) async fn attempt(
         &self,
         core: &Core,
         conn: &Conn,
         how: &Try,
     ) -> Result<Attempt, LockError> {
-        let attempt = match self {
-            Target::Reentrant { name } => reentrant::attempt(core, conn, name, how).await,
-            Target::Fair { name } => fair::attempt(core, conn, name, how).await,
-            Target::Read { name } => read_write::attempt(core, conn, name, how, false).await,
-            Target::Write { name } => read_write::attempt(core, conn, name, how, true).await,
-        }?;
+        let scripts = &crate::scripts::SCRIPTS;
+        let name = self.name();
+        core.conn.check_slot_name(name)?;
+        let script = match self {
+            Target::Reentrant { .. } => &scripts.reentrant_acquire,
+            Target::Fair { .. } => &scripts.fair_acquire,
+            Target::Read { .. } => &scripts.rw_read_acquire,
+            Target::Write { .. } => &scripts.rw_write_acquire,
+        };
+        let reply = script
+            .invoke(conn, &how.latch(name), how.reenter, |call| {
+                call.key(name);
+                match self {
+                    Target::Reentrant { .. } => call.key(keys::token_key(name)),
+                    Target::Fair { .. } => call
+                        .key(keys::fair_queue(name))
+                        .key(keys::fair_timeouts(name))
+                        .key(keys::token_key(name))
+                        .key(keys::lock_channel(name)),
+                    // A read hold's own lease key, named by the holder.
+                    Target::Read { .. } => call
+                        .key(keys::token_key(name))
+                        .key(keys::rw_timeout_prefix(name, &how.holder)),
+                    Target::Write { .. } => call.key(keys::token_key(name)).key(keys::tagged(name)),
+                };
+                call.arg(how.lease_ms()).arg(&how.holder);
+                if let Target::Fair { .. } = self {
+                    call.arg(fair::wait_ms(core))
+                        .arg(core.conn.publish_command());
+                }
+                call.arg(how.reenter_arg());
+            })
+            .await
+            .map_err(|e| LockError::from_redis(name, e))?;
+        let attempt = answer(name, reply)?;
         if let Attempt::Acquired { .. } = attempt {
             // A hold no replica confirmed could vanish in a failover: the
             // error makes the caller reconcile the attempt, which gives the
             // hold back (see [`needs_reconcile`]).
-            conn.sync_replicas(self.name()).await?;
+            conn.sync_replicas(name).await?;
         }
         Ok(attempt)
     }
 
     /// One unlock script call on `conn` for the hold with fencing `token`
     /// (a read hold is found by it; 0: any one hold of the holder): 1 freed,
-    /// 0 still held (re-entries), -1 not held.
+    /// 0 still held (re-entries), -1 not held. A last hold of a reentrant
+    /// or fair lock leaves the lock taken as `keep` says (`hold_at_least`):
+    /// it expires then, and nobody is woken. Read and write holds (acquire
+    /// refuses the option for them) ignore `keep`.
+    ///
+    /// The layouts' unlock scripts share the shape of their calls: the
+    /// layout's keys (the lock's first), then the unlock latch of `request`
+    /// (which makes a retried call idempotent); ARGV the holder, the latch's
+    /// TTL and the publish command, then the layout's own arguments. What a
+    /// freed lock wakes: a reentrant lock's waiters (its channel), a fair
+    /// lock's head (its own channel), every waiting reader and writer after
+    /// the write lock or a holder's last read hold.
     pub(crate) async fn unlock(
-        &self,
-        core: &Core,
-        conn: &Conn,
-        holder: &str,
-        request: &str,
-        token: u64,
-    ) -> Result<i64, LockError> {
-        self.unlock_keeping(core, conn, holder, request, token, Keep::NONE)
-            .await
-    }
-
-    /// [`unlock`](Self::unlock), except that a last hold of a reentrant or
-    /// fair lock leaves the lock taken as `keep` says (`hold_at_least`): it
-    /// expires then, and nobody is woken. Read and write holds (acquire
-    /// refuses the option for them) are given back as `unlock` does.
-    pub(crate) async fn unlock_keeping(
         &self,
         core: &Core,
         conn: &Conn,
@@ -200,29 +227,50 @@ impl Target {
         token: u64,
         keep: Keep,
     ) -> Result<i64, LockError> {
+        let scripts = &crate::scripts::SCRIPTS;
+        let name = self.name();
+        let mut call = match self {
+            Target::Reentrant { .. } => scripts.unlock.key(name),
+            Target::Fair { .. } => scripts.fair_unlock.key(name),
+            Target::Read { .. } => scripts.rw_read_unlock.key(name),
+            Target::Write { .. } => scripts.rw_write_unlock.key(name),
+        };
         match self {
-            Target::Reentrant { name } => {
-                reentrant::unlock(core, conn, name, holder, request, keep).await
-            }
-            Target::Fair { name } => fair::unlock(core, conn, name, holder, request, keep).await,
-            Target::Read { name } => {
-                read_write::unlock_read(core, conn, name, holder, request, token).await
-            }
-            Target::Write { name } => {
-                read_write::unlock_write(core, conn, name, holder, request).await
-            }
-        }
+            Target::Reentrant { .. } => call.key(keys::lock_channel(name)),
+            Target::Fair { .. } => call
+                .key(keys::fair_queue(name))
+                .key(keys::fair_timeouts(name))
+                .key(keys::lock_channel(name)),
+            // A read hold's own lease key: found by the holder.
+            Target::Read { .. } => call
+                .key(keys::rw_channel(name))
+                .key(keys::rw_timeout_prefix(name, holder))
+                .key(keys::tagged(name)),
+            Target::Write { .. } => call.key(keys::rw_channel(name)).key(keys::tagged(name)),
+        };
+        call.key(keys::unlock_latch(name, request))
+            .arg(holder)
+            .arg(crate::config::millis(core.config.unlock_latch_ttl()))
+            .arg(core.conn.publish_command());
+        let within_lease = if keep.within_lease { "1" } else { "0" };
+        match self {
+            // The message "0": it wakes one waiter.
+            Target::Reentrant { .. } => call.arg("0").arg(keep.ms).arg(within_lease),
+            Target::Fair { .. } => call.arg(keep.ms).arg(within_lease),
+            // Which read hold: the one with this token (0: any).
+            Target::Read { .. } => call.arg(token),
+            Target::Write { .. } => &mut call,
+        };
+        call.invoke_async(&mut conn.clone())
+            .await
+            .map_err(|e| LockError::from_redis(name, e))
     }
 
     /// Clean-up when a waiter gives up (timeout or cancellation) without the lock.
-    pub(crate) fn give_up(
-        &self,
-        core: &Core,
-        holder: &str,
-    ) -> Option<impl Future<Output = ()> + Send + 'static> {
+    pub(crate) fn give_up(&self, core: &Core, holder: &str) -> Option<fair::GiveUp> {
         match self {
             // A fair waiter leaves the queue.
-            Target::Fair { name } => Some(fair::give_up(core, name, holder)),
+            Target::Fair { name } => Some(fair::GiveUp::new(core, name, holder)),
             Target::Reentrant { .. } | Target::Read { .. } | Target::Write { .. } => None,
         }
     }
@@ -299,38 +347,39 @@ async fn attempt_on(
     how: &Try,
     near: Option<Conn>,
 ) -> (Result<Attempt, LockError>, bool) {
-    let core = core.clone();
-    let conn = near.clone().unwrap_or_else(|| core.conn.clone());
-    let how = Try {
-        attempt: holder::call_id(&core.id),
-        ..how.clone()
-    };
-    let call = {
-        let (core, conn) = (core.clone(), conn.clone());
-        let (target, how) = (target.clone(), how.clone());
-        async move { target.attempt(&core, &conn, &how).await }
+    // What the call and its clean-up share, whichever of them ends up
+    // running (one allocation, not a copy each).
+    let call = std::sync::Arc::new(Call {
+        core: core.clone(),
+        conn: near.clone().unwrap_or_else(|| core.conn.clone()),
+        target: target.clone(),
+        how: Try {
+            attempt: holder::call_id(&core.id),
+            ..how.clone()
+        },
+    });
+    let attempt = {
+        let call = call.clone();
+        async move { call.target.attempt(&call.core, &call.conn, &call.how).await }
     };
     let result = if near.is_some() {
-        let runtime = core.runtime.clone();
-        let (core, target, how) = (core.clone(), target.clone(), how.clone());
-        background::finish_on_drop(&runtime, call, move |left| async move {
-            abandoned(&core, &conn, &target, &how, left).await;
+        let left = call.clone();
+        background::finish_on_drop(&core.runtime, attempt, move |answer| async move {
+            left.abandoned(answer).await;
         })
         .await
     } else {
         let (answer, answered) = oneshot::channel();
         let mut answered = Answered {
             answered,
-            undo: Some((core.clone(), target.clone(), how.clone())),
+            undo: Some(call.clone()),
         };
-        {
-            let (core, target, how) = (core.clone(), target.clone(), how.clone());
-            core.runtime.clone().spawn(async move {
-                if let Err(left) = answer.send(call.await) {
-                    abandoned(&core, &conn, &target, &how, left).await;
-                }
-            });
-        }
+        let left = call.clone();
+        core.runtime.spawn(async move {
+            if let Err(answer) = answer.send(attempt.await) {
+                left.abandoned(answer).await;
+            }
+        });
         let Ok(result) = (&mut answered.answered).await else {
             return (Err(LockError::Shutdown), false);
         };
@@ -343,7 +392,7 @@ async fn attempt_on(
     {
         // The script may have run: find the hold and give it back, or make
         // sure the attempt can no longer take it, before reporting.
-        let work = reconcile(core.clone(), target.clone(), how);
+        let work = reconcile(core.clone(), target.clone(), call.how.clone());
         let reconciled = core.runtime.spawn(work);
         let bound = core.config.response_timeout.saturating_mul(2);
         settled = matches!(tokio::time::timeout(bound, reconciled).await, Ok(Ok(true)));
@@ -427,7 +476,14 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
         }
     };
     let freed = target
-        .unlock(core, &core.conn, &how.holder, &how.attempt, token)
+        .unlock(
+            core,
+            &core.conn,
+            &how.holder,
+            &how.attempt,
+            token,
+            Keep::NONE,
+        )
         .await?;
     if freed >= 0 {
         tracing::debug!(
@@ -438,7 +494,7 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
     if !how.reenter
         && let Some(cleanup) = target.give_up(core, &how.holder)
     {
-        cleanup.await;
+        cleanup.retrying().await;
     }
     Ok(())
 }
@@ -458,7 +514,7 @@ async fn abandoned(
         Ok(Attempt::Acquired { token }) => undo_attempt(core, conn, target, how, token).await,
         Ok(Attempt::Busy { .. }) => {
             if let Some(cleanup) = target.give_up(core, &how.holder) {
-                cleanup.await;
+                cleanup.retrying().await;
             }
         }
         Ok(Attempt::Gone) => {}
@@ -472,7 +528,7 @@ async fn abandoned(
 /// Gives back a hold that was taken for a caller who went away.
 async fn undo_attempt(core: &Core, conn: &Conn, target: &Target, how: &Try, token: u64) {
     if let Err(e) = target
-        .unlock(core, conn, &how.holder, &how.attempt, token)
+        .unlock(core, conn, &how.holder, &how.attempt, token, Keep::NONE)
         .await
     {
         tracing::warn!(lock = target.name(), error = %e, "could not undo a cancelled acquire");
@@ -484,22 +540,34 @@ async fn undo_attempt(core: &Core, conn: &Conn, target: &Target, how: &Try, toke
 /// that fired just then): the sender sees no error, so the receiver undoes it.
 struct Answered {
     answered: oneshot::Receiver<Result<Attempt, LockError>>,
-    undo: Option<(std::sync::Arc<Core>, Target, Try)>,
+    undo: Option<std::sync::Arc<Call>>,
 }
 
 impl Drop for Answered {
     fn drop(&mut self) {
-        let Some((core, target, how)) = self.undo.take() else {
+        let Some(call) = self.undo.take() else {
             return;
         };
         // After close, a later send fails and the spawned task undoes it.
         self.answered.close();
-        if let Ok(left) = self.answered.try_recv() {
-            let runtime = core.runtime.clone();
-            runtime.spawn(async move {
-                let conn = core.conn.clone();
-                abandoned(&core, &conn, &target, &how, left).await;
-            });
+        if let Ok(answer) = self.answered.try_recv() {
+            let runtime = call.core.runtime.clone();
+            runtime.spawn(async move { call.abandoned(answer).await });
         }
+    }
+}
+
+/// One acquire script call: on which connection, for what.
+struct Call {
+    core: std::sync::Arc<Core>,
+    conn: Conn,
+    target: Target,
+    how: Try,
+}
+
+impl Call {
+    /// Cleans up after the call, whose caller went away: see [`abandoned`].
+    async fn abandoned(&self, answer: Result<Attempt, LockError>) {
+        abandoned(&self.core, &self.conn, &self.target, &self.how, answer).await;
     }
 }

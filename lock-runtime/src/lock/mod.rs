@@ -11,16 +11,18 @@ pub(crate) mod quorum;
 pub(crate) mod read_write;
 pub(crate) mod segmented;
 
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use tracing::Instrument;
 
-use crate::client::Core;
 use crate::config::check_lease;
 use crate::guard::{Held, LockGuard};
-use crate::hold::{Attempt, Target, Try, attempt_once, handoff};
+use crate::hold::{Attempt, Target, Try, attempt_once};
 use crate::holder;
 use crate::keys;
+use crate::local::Handed;
 use crate::{LockClient, LockError};
 
 /// Options of one acquisition, shared by every kind's builder.
@@ -102,9 +104,10 @@ impl LockBuilder {
     }
 
     /// Acquires the lock, waiting as configured.
-    pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        let held = acquire_hold(&self.client, self.target, self.options).await?;
-        Ok(LockGuard::single(held))
+    // Not an `async fn`: one would keep the builder twice (its argument and
+    // the local it is moved to), and every waiting task carries this future.
+    pub fn acquire(self) -> impl Future<Output = Result<LockGuard, LockError>> + Send + 'static {
+        acquire_hold(self.client, self.target, self.options).map(|held| held.map(LockGuard::single))
     }
 
     /// One attempt: `Ok(None)` when someone else holds the lock.
@@ -118,20 +121,36 @@ impl LockBuilder {
     }
 }
 
-/// Runs the kind's give-up clean-up (in the background) unless disarmed.
+/// Runs the kind's give-up clean-up for the hold `how` (in the background)
+/// unless disarmed (`how` taken) or [`left`](Self::leave) already.
 struct GiveUpOnDrop<'a> {
-    core: &'a Core,
-    target: &'a Target,
-    holder: &'a str,
-    armed: bool,
+    acquisition: &'a Acquisition,
+    how: Option<&'a Try>,
+}
+
+impl GiveUpOnDrop<'_> {
+    /// Gives up before the caller hears of its failure, so that a fair try
+    /// that found the lock busy has left the queue by the time it returns.
+    async fn leave(&mut self) {
+        let core = self.acquisition.client.core();
+        if let Some(how) = self.how
+            && let Some(give_up) = self.acquisition.target.give_up(core, &how.holder)
+        {
+            // Still armed meanwhile: dropped halfway, it leaves again in the
+            // background (leaving twice is harmless).
+            Box::pin(give_up.now(&core.runtime)).await;
+        }
+        self.how = None;
+    }
 }
 
 impl Drop for GiveUpOnDrop<'_> {
     fn drop(&mut self) {
-        if self.armed
-            && let Some(cleanup) = self.target.give_up(self.core, self.holder)
+        let core = self.acquisition.client.core();
+        if let Some(how) = self.how
+            && let Some(give_up) = self.acquisition.target.give_up(core, &how.holder)
         {
-            self.core.runtime.spawn(cleanup);
+            give_up.in_background(&core.runtime);
         }
     }
 }
@@ -153,273 +172,341 @@ fn nap(ttl_ms: i64) -> Duration {
 ///
 /// The holder is the scope's when the caller runs in the scope of a hold of
 /// this lock on this client (a re-entry), else a new one.
-pub(crate) async fn acquire_hold(
-    client: &LockClient,
+///
+/// Not an `async fn`, for the size of the future (see [`LockBuilder::acquire`]).
+pub(crate) fn acquire_hold(
+    client: LockClient,
     target: Target,
     options: Options,
-) -> Result<Held, LockError> {
-    keys::check_name(target.name())?;
-    check_lease(options.lease)?;
-    if let Some(minimum) = options.hold_at_least {
-        crate::config::check_duration("hold_at_least", minimum)?;
-        if matches!(target, Target::Read { .. } | Target::Write { .. }) {
-            return Err(LockError::Config(format!(
-                "lock `{}`: hold_at_least is for reentrant and fair locks, not read-write locks",
-                target.name()
-            )));
-        }
-        if let Some(lease) = options.lease
-            && minimum > lease
-        {
-            return Err(LockError::Config(format!(
-                "lock `{}`: hold_at_least ({minimum:?}) is longer than the fixed lease \
-                 ({lease:?}), which ends the hold first; make the lease at least as long, \
-                 or leave it out (the watchdog then keeps the lock until the minimum)",
-                target.name()
-            )));
-        }
-    }
-    let core = client.core();
-    let scoped = holder::in_scope(&core.id, target.name());
-    let reenter = scoped.is_some();
-    let holder = scoped.unwrap_or_else(|| {
-        holder::id(
-            &core.id,
-            options.number.unwrap_or_else(holder::fresh_number),
-        )
-    });
-    let lease = options.lease.unwrap_or(core.config.watchdog_timeout);
-    let how = Try {
-        holder,
-        lease,
-        reenter,
-        attempt: String::new(),
-    };
+) -> impl Future<Output = Result<Held, LockError>> + Send + 'static {
     let span = tracing::debug_span!(
         "acquire",
         lock = target.name(),
         kind = target.kind(),
-        reenter
+        reenter = tracing::field::Empty,
     );
-    let metric = options.metric.unwrap_or(target.kind());
-    let started = Instant::now();
-    let result = async {
-        // A deadline the clock cannot represent is no deadline.
-        let deadline = options.wait.and_then(|w| started.checked_add(w));
-        let timeout = || LockError::Timeout {
-            name: target.name().to_owned(),
-            waited: options.wait.unwrap_or_default(),
-        };
-        let gone = || LockError::Lost {
-            name: target.name().to_owned(),
-        };
+    let mut acquisition = Acquisition {
+        client,
+        target,
+        options,
+        started: Instant::now(),
+    };
+    async move {
+        check_options(&acquisition.target, &acquisition.options)?;
+        acquisition.started = Instant::now();
+        let result = acquisition.take().await;
+        if acquisition.options.metric.is_none() {
+            let outcome = crate::telemetry::outcome(&result);
+            let kind = acquisition.target.kind();
+            crate::telemetry::acquired(kind, outcome, acquisition.started.elapsed());
+        }
+        result
+    }
+    .instrument(span)
+}
+
+/// One acquisition, which its steps borrow (one reference each, not three:
+/// every waiting task carries these futures).
+struct Acquisition {
+    client: LockClient,
+    target: Target,
+    options: Options,
+    /// When it was first polled: its wait counts from then.
+    started: Instant,
+}
+
+impl Acquisition {
+    /// The hold to take: the scope's when the caller runs in the scope of a
+    /// hold of this lock on this client (a re-entry), else a new one.
+    fn how(&self) -> Try {
+        let core = self.client.core();
+        let scoped = holder::in_scope(&core.id, self.target.name());
+        let reenter = scoped.is_some();
+        let holder = scoped.unwrap_or_else(|| {
+            let number = self.options.number.unwrap_or_else(holder::fresh_number);
+            holder::id(&core.id, number)
+        });
+        Try {
+            holder,
+            lease: self.options.lease.unwrap_or(core.config.watchdog_timeout),
+            reenter,
+            attempt: String::new(),
+        }
+    }
+
+    /// Takes the hold: one attempt, else waiting.
+    // `self.` throughout, not references in locals: the locals of an
+    // `async fn` that live across an `.await` are kept in its future.
+    async fn take(&self) -> Result<Held, LockError> {
+        let how = self.how();
+        tracing::Span::current().record("reenter", how.reenter);
         let mut give_up = GiveUpOnDrop {
-            core,
-            target: &target,
-            holder: &how.holder,
-            armed: true,
+            acquisition: self,
+            how: Some(&how),
         };
-        let mut sent = Instant::now();
-        let mut holder_id = how.holder.clone();
         // Behind this client's waiters when there are any (FIFO inside the
         // client); first a plain attempt otherwise.
-        let queue = target.local_queue(&how.holder);
-        let queued = !reenter && core.local.is_queued(&queue);
+        let queue = self.target.local_queue(&how.holder);
+        let queued = !how.reenter && self.client.core().local.is_queued(&queue);
+        drop(queue);
+        let sent = Instant::now();
         let first = if queued {
             Attempt::Busy { ttl_ms: -2 }
         } else {
-            Box::pin(attempt_once(client, &target, &how)).await?
+            Box::pin(attempt_once(&self.client, &self.target, &how)).await?
         };
-        let token = match first {
-            Attempt::Acquired { token } => token,
-            Attempt::Gone => return Err(gone()),
+        let taken = match first {
+            Attempt::Acquired { token } => Handed {
+                holder: how.holder.clone(),
+                token,
+                sent,
+                streak: 0,
+            },
+            Attempt::Gone => return Err(lost(&self.target)),
             Attempt::Busy { .. } => {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(timeout());
+                let waited = if self.deadline().is_some_and(|d| Instant::now() >= d) {
+                    Err(timed_out(&self.target, &self.options))
+                } else {
+                    self.wait(&how).await
+                };
+                match waited {
+                    Ok(handed) => handed,
+                    Err(e) => {
+                        give_up.leave().await;
+                        return Err(e);
+                    }
                 }
-                let _waiting = crate::telemetry::WaiterMetric::start(metric);
-                let mut ticket = core.local.ticket(queue.clone());
-                // Only plain acquisitions of a reentrant lock take handovers
-                // (see `handoff`): the waiter offers to take the lock over
-                // while it waits for its turn, and after.
-                let handovers = matches!(target, Target::Reentrant { .. })
-                    && !reenter
-                    && options.number.is_none();
-                let offer_now = || {
-                    handovers
-                        .then(|| handoff::offer(core, &target, &queue, options.lease))
-                        .flatten()
-                };
-                let mut offer = offer_now();
-                let waited = async {
-                    // One `turn` future throughout: the queue is FIFO.
-                    let mut turn = std::pin::pin!(ticket.turn());
-                    loop {
-                        let handed = async {
-                            match offer.as_mut() {
-                                Some(offer) => offer.handed().await,
-                                None => std::future::pending().await,
-                            }
-                        };
-                        let woken = tokio::select! {
-                            () = &mut turn => return None,
-                            handed = handed => handed,
-                        };
-                        match woken {
-                            Some(handed) => return Some(handed),
-                            // Taken but not handed over: offer again.
-                            None => offer = offer_now(),
-                        }
-                    }
-                };
-                let waited = match deadline {
-                    Some(d) => tokio::time::timeout_at(d.into(), waited)
-                        .await
-                        .map_err(|_| timeout())?,
-                    None => waited.await,
-                };
-                let (holder, token, at) = match waited {
-                    Some(handed) => (handed.holder, handed.token, handed.sent),
-                    // Boxed: the many waiters still queued (in `turn` above)
-                    // do not carry the head's larger state.
-                    None => {
-                        Box::pin(contend(
-                            client,
-                            &target,
-                            &how,
-                            &mut ticket,
-                            offer,
-                            Waiting {
-                                deadline,
-                                wait: options.wait,
-                                lease: options.lease,
-                                queue: &queue,
-                                handovers,
-                            },
-                        ))
-                        .await?
-                    }
-                };
-                holder_id = holder;
-                sent = at;
-                token
             }
         };
-        give_up.armed = false;
-        tracing::debug!(token, "acquired");
+        give_up.how = None;
+        tracing::debug!(token = taken.token, streak = taken.streak, "acquired");
+        let (client, target, options) = (&self.client, &self.target, &self.options);
         let mut held = Held::new(
             client.clone(),
             target.clone(),
-            holder_id,
-            token,
-            sent,
+            taken.holder,
+            taken.token,
+            taken.sent,
             options.lease,
-            metric,
+            options.metric.unwrap_or(target.kind()),
         );
+        held.handed_in_streak(taken.streak);
         if let Some(minimum) = options.hold_at_least {
             // From the answer: the lock was taken no later than now.
             held.hold_at_least(Instant::now(), minimum);
         }
         Ok(held)
     }
-    .instrument(span)
-    .await;
-    if options.metric.is_none() {
-        let outcome = crate::telemetry::outcome(&result);
-        crate::telemetry::acquired(metric, outcome, started.elapsed());
-    }
-    result
-}
 
-/// How the head of a local queue waits (see [`contend`]).
-struct Waiting<'a> {
-    deadline: Option<Instant>,
-    /// What the caller asked to wait, for the timeout error.
-    wait: Option<Duration>,
-    /// The caller's fixed lease, if any (a handed-over hold gets it too).
-    lease: Option<Duration>,
-    /// The local queue's key.
-    queue: &'a str,
-    /// Whether this acquisition takes handovers (see `handoff`).
-    handovers: bool,
-}
-
-/// The head of a local queue contends in Redis: subscribe (or take over the
-/// queue's subscription), retry, and sleep until an unlock message, the
-/// holder's lease end, or a handover to its `offer` from a releasing task of
-/// this client. Returns the holder id, fencing token and send time of the
-/// hold.
-async fn contend(
-    client: &LockClient,
-    target: &Target,
-    how: &Try,
-    ticket: &mut crate::local::Ticket<'_>,
-    mut offer: Option<crate::local::Offer>,
-    waiting: Waiting<'_>,
-) -> Result<(String, u64, Instant), LockError> {
-    let core = client.core();
-    let timeout = || LockError::Timeout {
-        name: target.name().to_owned(),
-        waited: waiting.wait.unwrap_or_default(),
-    };
-    let gone = || LockError::Lost {
-        name: target.name().to_owned(),
-    };
-    let (messages, fresh) = ticket
-        .subscription(core.pubsub.subscribe(target.channel(&how.holder)))
-        .await?;
-    // A head that took over the queue's subscription with its offer in place
-    // first waits, without an attempt: the lock most likely went to an
-    // earlier waiter of this client, who will hand it on or announce its
-    // release (a message the subscription keeps for us). Attempting at once
-    // would race every release of this client's streak and win the one
-    // meant for everyone, so other clients would starve.
-    let mut wait_first = !fresh && offer.is_some();
-    loop {
-        let ttl_ms = if wait_first {
-            wait_first = false;
-            // Bounded: the holder may die without a message.
-            -1
+    /// Waits in the client's local queue for the lock until it is handed
+    /// over or this waiter reaches the head, which then contends in Redis.
+    /// Returns the hold (one taken by its own script counts as a handover
+    /// at streak 0).
+    async fn wait(&self, how: &Try) -> Result<Handed, LockError> {
+        let _waiting = crate::telemetry::WaiterMetric::start(
+            self.options.metric.unwrap_or(self.target.kind()),
+        );
+        let handovers = self.takes_handovers(how);
+        let queue = self.target.local_queue(&how.holder);
+        let mut ticket = self.client.core().local.ticket(queue);
+        let offers = ticket.offers();
+        let mut offer = if handovers {
+            offers.offer(self.options.lease)
         } else {
-            messages.mark_seen();
-            // Offered before each attempt, so that a release racing the
-            // attempt can hand the lock over.
-            if waiting.handovers && offer.is_none() {
-                offer = handoff::offer(core, target, waiting.queue, waiting.lease);
-            }
-            let sent = Instant::now();
-            match Box::pin(attempt_once(client, target, how)).await? {
-                Attempt::Acquired { token } => return Ok((how.holder.clone(), token, sent)),
-                Attempt::Gone => return Err(gone()),
-                Attempt::Busy { ttl_ms } => ttl_ms,
-            }
+            None
         };
-        let now = Instant::now();
-        let mut sleep = nap(ttl_ms);
-        if let Some(d) = waiting.deadline {
-            if now >= d {
-                return Err(timeout());
+        // Boxed, and only with a deadline: most waiters have none, and each
+        // queued waiter's task carries this future.
+        let mut expiry = self
+            .deadline()
+            .map(|d| Box::pin(tokio::time::sleep_until(d.into())));
+        // One `turn` future throughout: the queue is FIFO. One `poll_fn`
+        // rather than `select!`: each queued waiter's task carries it.
+        let mut turn = std::pin::pin!(ticket.seat_free());
+        loop {
+            let woken = std::future::poll_fn(|cx| {
+                // A handover first: it is a hold already taken.
+                if let Some(offer) = offer.as_mut()
+                    && let Poll::Ready(handed) = offer.poll_handed(cx)
+                {
+                    return Poll::Ready(Woken::Handed(handed));
+                }
+                if let Poll::Ready(seat) = turn.as_mut().poll(cx) {
+                    return Poll::Ready(Woken::Head(seat));
+                }
+                match expiry.as_mut().map(|expiry| expiry.as_mut().poll(cx)) {
+                    Some(Poll::Ready(())) => Poll::Ready(Woken::Expired),
+                    _ => Poll::Pending,
+                }
+            })
+            .await;
+            match woken {
+                Woken::Handed(Some(handed)) => return Ok(handed),
+                // Taken but not handed over: offer again (only a waiter
+                // that takes handovers has an offer).
+                Woken::Handed(None) => offer = offers.offer(self.options.lease),
+                Woken::Head(seat) => {
+                    ticket.sit(seat);
+                    break;
+                }
+                Woken::Expired => return Err(timed_out(&self.target, &self.options)),
             }
-            sleep = sleep.min(d - now);
         }
-        let handed = async {
-            match offer.as_mut() {
-                Some(offer) => Some(offer.handed().await),
-                None => std::future::pending().await,
+        // Boxed: the many waiters still queued (in `turn` above) do not carry
+        // the head's larger state.
+        Box::pin(self.contend(how, &mut ticket, &offers, offer)).await
+    }
+
+    /// The head of a local queue contends in Redis: subscribe (or take over
+    /// the queue's subscription), retry, and sleep until an unlock message,
+    /// the holder's lease end, or a handover to its `offer` from a releasing
+    /// task of this client. Returns the hold, as [`wait`](Self::wait) does.
+    async fn contend(
+        &self,
+        how: &Try,
+        ticket: &mut crate::local::Ticket<'_>,
+        offers: &crate::local::Offers,
+        mut offer: Option<crate::local::Offer>,
+    ) -> Result<Handed, LockError> {
+        let pubsub = &self.client.core().pubsub;
+        let subscribe = pubsub.subscribe(self.target.channel(&how.holder));
+        let (messages, fresh) = ticket.subscription(subscribe).await?;
+        // A head that took over the queue's subscription with its offer in
+        // place first waits, without an attempt: the lock most likely went
+        // to an earlier waiter of this client, who will hand it on or
+        // announce its release (a message the subscription keeps for us).
+        // Attempting at once would race every release of this client's
+        // streak and win the one meant for everyone, so other clients would
+        // starve.
+        let mut wait_first = !fresh && offer.is_some();
+        loop {
+            let ttl_ms = if wait_first {
+                wait_first = false;
+                // Bounded: the holder may die without a message.
+                -1
+            } else {
+                messages.mark_seen();
+                // Offered before each attempt, so that a release racing the
+                // attempt can hand the lock over.
+                if offer.is_none() && self.takes_handovers(how) {
+                    offer = offers.offer(self.options.lease);
+                }
+                let sent = Instant::now();
+                match Box::pin(attempt_once(&self.client, &self.target, how)).await? {
+                    Attempt::Acquired { token } => {
+                        return Ok(Handed {
+                            holder: how.holder.clone(),
+                            token,
+                            sent,
+                            streak: 0,
+                        });
+                    }
+                    Attempt::Gone => return Err(lost(&self.target)),
+                    Attempt::Busy { ttl_ms } => ttl_ms,
+                }
+            };
+            let now = Instant::now();
+            let mut sleep = nap(ttl_ms);
+            if let Some(d) = self.deadline() {
+                if now >= d {
+                    return Err(timed_out(&self.target, &self.options));
+                }
+                sleep = sleep.min(d - now);
             }
-        };
-        let handed = tokio::select! {
-            _ = tokio::time::timeout(sleep, messages.changed()) => None,
-            handed = handed => handed,
-        };
-        match handed {
-            Some(Some(handed)) => return Ok((handed.holder, handed.token, handed.sent)),
-            // Taken but not handed over: a new offer, a new try.
-            Some(None) => offer = None,
-            // Still offered.
-            None => {}
+            let handed = async {
+                match offer.as_mut() {
+                    Some(offer) => Some(offer.handed().await),
+                    None => std::future::pending().await,
+                }
+            };
+            let handed = tokio::select! {
+                message = tokio::time::timeout(sleep, messages.changed()) => {
+                    if message.is_ok()
+                        && let Some(pause) = offers.stand_back()
+                    {
+                        let left = self.deadline().map(|d| d.saturating_duration_since(Instant::now()));
+                        tokio::time::sleep(left.map_or(pause, |left| pause.min(left))).await;
+                    }
+                    None
+                }
+                handed = handed => handed,
+            };
+            match handed {
+                Some(Some(handed)) => return Ok(handed),
+                // Taken but not handed over: a new offer, a new try.
+                Some(None) => offer = None,
+                // Still offered.
+                None => {}
+            }
         }
     }
+
+    /// When the wait ends; `None`: never (no `wait`, or one the clock
+    /// cannot represent).
+    fn deadline(&self) -> Option<Instant> {
+        self.options.wait.and_then(|w| self.started.checked_add(w))
+    }
+
+    /// Only plain acquisitions of a reentrant lock take handovers (see
+    /// `handoff`): the waiter offers to take the lock over while it waits
+    /// for its turn, and after.
+    fn takes_handovers(&self, how: &Try) -> bool {
+        matches!(self.target, Target::Reentrant { .. })
+            && !how.reenter
+            && self.options.number.is_none()
+    }
+}
+
+/// What an acquisition's options are checked for before anything is sent.
+fn check_options(target: &Target, options: &Options) -> Result<(), LockError> {
+    keys::check_name(target.name())?;
+    check_lease(options.lease)?;
+    let Some(minimum) = options.hold_at_least else {
+        return Ok(());
+    };
+    crate::config::check_duration("hold_at_least", minimum)?;
+    if matches!(target, Target::Read { .. } | Target::Write { .. }) {
+        return Err(LockError::Config(format!(
+            "lock `{}`: hold_at_least is for reentrant and fair locks, not read-write locks",
+            target.name()
+        )));
+    }
+    if let Some(lease) = options.lease
+        && minimum > lease
+    {
+        return Err(LockError::Config(format!(
+            "lock `{}`: hold_at_least ({minimum:?}) is longer than the fixed lease \
+             ({lease:?}), which ends the hold first; make the lease at least as long, \
+             or leave it out (the watchdog then keeps the lock until the minimum)",
+            target.name()
+        )));
+    }
+    Ok(())
+}
+
+/// The error of a wait that ran out.
+fn timed_out(target: &Target, options: &Options) -> LockError {
+    LockError::Timeout {
+        name: target.name().to_owned(),
+        waited: options.wait.unwrap_or_default(),
+    }
+}
+
+/// The error of an acquisition the server says is gone (see [`Attempt::Gone`]).
+fn lost(target: &Target) -> LockError {
+    LockError::Lost {
+        name: target.name().to_owned(),
+    }
+}
+
+/// What woke a queued waiter (see [`Acquisition::wait`]).
+enum Woken {
+    /// Its offer was taken: the hold it was handed, if any.
+    Handed(Option<Handed>),
+    /// It is the head of its queue now.
+    Head(crate::local::Seat),
+    /// Its deadline passed.
+    Expired,
 }
 
 /// The client's entry point to this module's locks.

@@ -147,7 +147,8 @@ impl MultiLock {
                 let mut taken = LockGuard::group(name.clone(), 0, Vec::new());
                 let first = &locks[lead];
                 let options_first = Options { wait, ..options };
-                match acquire_hold(&first.client, first.target.clone(), options_first).await {
+                match acquire_hold(first.client.clone(), first.target.clone(), options_first).await
+                {
                     Ok(held) => taken.absorb(LockGuard::single(held)),
                     Err(LockError::Timeout { .. }) => return Err(timeout(&first.target)),
                     Err(e) => return Err(e),
@@ -158,7 +159,7 @@ impl MultiLock {
                         wait: Some(Duration::ZERO),
                         ..options
                     };
-                    match acquire_hold(&lock.client, lock.target.clone(), once).await {
+                    match acquire_hold(lock.client.clone(), lock.target.clone(), once).await {
                         Ok(held) => taken.absorb(LockGuard::single(held)),
                         Err(LockError::Timeout { .. }) => {
                             busy = Some(i);

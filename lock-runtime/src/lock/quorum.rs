@@ -366,8 +366,11 @@ impl Round<'_> {
                 name: self.name.to_owned(),
             };
             // A grant that lands after the timeout is undone by attempt_once.
-            match tokio::time::timeout(self.node_timeout, acquire_hold(&node.client, target, once))
-                .await
+            match tokio::time::timeout(
+                self.node_timeout,
+                acquire_hold(node.client.clone(), target, once),
+            )
+            .await
             {
                 Ok(Ok(held)) => Outcome::Granted(LockGuard::single(held)),
                 Ok(Err(LockError::Timeout { .. })) => Outcome::Busy,

@@ -240,7 +240,7 @@ impl SegmentedLock {
     ) -> Result<SegmentGuard, LockError> {
         let name = self.segment_name(segment);
         let claim = Claim::new(client, &name);
-        let held = acquire_hold(client, Target::Reentrant { name }, options).await?;
+        let held = acquire_hold(client.clone(), Target::Reentrant { name }, options).await?;
         Ok(SegmentGuard {
             guard: LockGuard::single(held),
             segment,
