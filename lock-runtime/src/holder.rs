@@ -45,7 +45,7 @@ pub(crate) fn fresh_number() -> u64 {
 
 /// `<client>:<number>`.
 pub(crate) fn id(client: &str, number: u64) -> String {
-    format!("{client}:{number}")
+    [client, ":", itoa::Buffer::new().format(number)].concat()
 }
 
 /// A fresh id for one call (an acquire attempt, a release request: the
@@ -53,7 +53,7 @@ pub(crate) fn id(client: &str, number: u64) -> String {
 /// client id is random) and never reused in this process. Counted, not
 /// random, so an acquire + release makes no `getrandom` system call.
 pub(crate) fn call_id(client: &str) -> String {
-    format!("{client}:r{}", fresh_number())
+    [client, ":r", itoa::Buffer::new().format(fresh_number())].concat()
 }
 
 /// The holder id under which the current scope holds `name` on `client`,
@@ -164,5 +164,6 @@ mod tests {
         let b = fresh_number();
         assert_ne!(a, b);
         assert_eq!(id("c", 7), "c:7");
+        assert!(call_id("c").starts_with("c:r"));
     }
 }

@@ -23,28 +23,43 @@ pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
     Ok(())
 }
 
+/// `prefix`, then `{name}` (or `name` when it already has a hash tag), then
+/// `rest`: one allocation, no formatting machinery (these run on every
+/// acquire and release; `format!` cost several times as much, issue 11).
+fn key(prefix: &str, name: &str, rest: &[&str]) -> String {
+    let tag = !name.contains('{');
+    let len = prefix.len() + name.len() + 2 + rest.iter().map(|r| r.len()).sum::<usize>();
+    let mut key = String::with_capacity(len);
+    key.push_str(prefix);
+    if tag {
+        key.push('{');
+    }
+    key.push_str(name);
+    if tag {
+        key.push('}');
+    }
+    rest.iter().for_each(|r| key.push_str(r));
+    key
+}
+
 /// `{name}`, or `name` when it already has a hash tag.
 pub(crate) fn tagged(name: &str) -> String {
-    if name.contains('{') {
-        name.to_owned()
-    } else {
-        format!("{{{name}}}")
-    }
+    key("", name, &[])
 }
 
 /// The unlock channel of reentrant and fair locks.
 pub(crate) fn lock_channel(name: &str) -> String {
-    format!("redisson_lock__channel:{}", tagged(name))
+    key("redisson_lock__channel:", name, &[])
 }
 
 /// The fencing token counter.
 pub(crate) fn token_key(name: &str) -> String {
-    format!("redisson_lock_token:{}", tagged(name))
+    key("redisson_lock_token:", name, &[])
 }
 
 /// The key that remembers the result of unlock request `request`.
 pub(crate) fn unlock_latch(name: &str, request: &str) -> String {
-    format!("redisson_unlock_latch:{}:{request}", tagged(name))
+    key("redisson_unlock_latch:", name, &[":", request])
 }
 
 /// The latch of acquire attempt `attempt` (see `scripts/acquire_latch.lua`):
@@ -52,33 +67,33 @@ pub(crate) fn unlock_latch(name: &str, request: &str) -> String {
 /// its caller gave up on a lost answer. Not part of Redisson's layout;
 /// Redisson never reads it.
 pub(crate) fn acquire_latch(name: &str, attempt: &str) -> String {
-    format!("redisson_lock_acquire_latch:{}:{attempt}", tagged(name))
+    key("redisson_lock_acquire_latch:", name, &[":", attempt])
 }
 
 /// The fair lock's waiting queue.
 pub(crate) fn fair_queue(name: &str) -> String {
-    format!("redisson_lock_queue:{}", tagged(name))
+    key("redisson_lock_queue:", name, &[])
 }
 
 /// The fair lock's waiter timeouts.
 pub(crate) fn fair_timeouts(name: &str) -> String {
-    format!("redisson_lock_timeout:{}", tagged(name))
+    key("redisson_lock_timeout:", name, &[])
 }
 
 /// The channel on which fair-lock waiter `holder` is woken.
 pub(crate) fn fair_waiter_channel(name: &str, holder: &str) -> String {
-    format!("{}:{holder}", lock_channel(name))
+    key("redisson_lock__channel:", name, &[":", holder])
 }
 
 /// The read-write lock's channel.
 pub(crate) fn rw_channel(name: &str) -> String {
-    format!("redisson_rwlock:{}", tagged(name))
+    key("redisson_rwlock:", name, &[])
 }
 
 /// The prefix of a read-write lock's per-hold timeout keys:
 /// `{name}:<holder>:rwlock_timeout`, followed by `:<k>`.
 pub(crate) fn rw_timeout_prefix(name: &str, holder: &str) -> String {
-    format!("{}:{holder}:rwlock_timeout", tagged(name))
+    key("", name, &[":", holder, ":rwlock_timeout"])
 }
 
 #[cfg(test)]
@@ -91,6 +106,16 @@ mod tests {
         assert_eq!(token_key("a{b}c"), "redisson_lock_token:a{b}c");
         assert_eq!(unlock_latch("n", "r1"), "redisson_unlock_latch:{n}:r1");
         assert_eq!(rw_timeout_prefix("doc", "u:1"), "{doc}:u:1:rwlock_timeout");
+        assert_eq!(
+            acquire_latch("n", "c:r2"),
+            "redisson_lock_acquire_latch:{n}:c:r2"
+        );
+        assert_eq!(
+            fair_waiter_channel("f", "c:3"),
+            "redisson_lock__channel:{f}:c:3"
+        );
+        assert_eq!(fair_queue("x{1}"), "redisson_lock_queue:x{1}");
+        assert_eq!(rw_channel("doc"), "redisson_rwlock:{doc}");
     }
 
     #[test]

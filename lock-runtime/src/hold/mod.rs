@@ -20,6 +20,7 @@ use crate::conn::Conn;
 use crate::holder;
 use crate::keys;
 use crate::retry;
+use crate::scripts::Eval;
 use crate::watchdog::RenewKind;
 use crate::{LockClient, LockError};
 
@@ -126,8 +127,8 @@ impl Target {
             // The Redis queue orders fair waiters (each joins it at its first
             // attempt) and unlock wakes only its head: a local queue could
             // only disagree with that order, so each fair waiter is alone.
-            Target::Fair { name } => format!("fair:{name}:{holder}"),
-            _ => format!("{}:{}", self.kind(), self.name()),
+            Target::Fair { name } => ["fair:", name, ":", holder].concat(),
+            _ => [self.kind(), ":", self.name()].concat(),
         }
     }
 
@@ -163,35 +164,49 @@ impl Target {
         let scripts = &crate::scripts::SCRIPTS;
         let name = self.name();
         core.conn.check_slot_name(name)?;
-        let script = match self {
-            Target::Reentrant { .. } => &scripts.reentrant_acquire,
-            Target::Fair { .. } => &scripts.fair_acquire,
-            Target::Read { .. } => &scripts.rw_read_acquire,
-            Target::Write { .. } => &scripts.rw_write_acquire,
+        let token = keys::token_key(name);
+        let args = |call: &mut Eval| {
+            call.arg(how.lease_ms()).arg(&how.holder);
+            if let Target::Fair { .. } = self {
+                call.arg(fair::wait_ms(core))
+                    .arg(core.conn.publish_command());
+            }
+            call.arg(how.reenter_arg());
         };
-        let reply = script
-            .invoke(conn, &how.latch(name), how.reenter, |call| {
-                call.key(name);
-                match self {
-                    Target::Reentrant { .. } => call.key(keys::token_key(name)),
-                    Target::Fair { .. } => call
-                        .key(keys::fair_queue(name))
-                        .key(keys::fair_timeouts(name))
-                        .key(keys::token_key(name))
-                        .key(keys::lock_channel(name)),
-                    // A read hold's own lease key, named by the holder.
-                    Target::Read { .. } => call
-                        .key(keys::token_key(name))
-                        .key(keys::rw_timeout_prefix(name, &how.holder)),
-                    Target::Write { .. } => call.key(keys::token_key(name)).key(keys::tagged(name)),
-                };
-                call.arg(how.lease_ms()).arg(&how.holder);
-                if let Target::Fair { .. } = self {
-                    call.arg(fair::wait_ms(core))
-                        .arg(core.conn.publish_command());
-                }
-                call.arg(how.reenter_arg());
-            })
+        let (latch, record) = (&how.latch(name), how.reenter);
+        let call = match self {
+            Target::Reentrant { .. } => {
+                let keys = [name, &token];
+                scripts
+                    .reentrant_acquire
+                    .call(conn, &keys, latch, record, args)
+            }
+            Target::Fair { .. } => {
+                let keys = [
+                    name,
+                    &keys::fair_queue(name),
+                    &keys::fair_timeouts(name),
+                    &token,
+                    &keys::lock_channel(name),
+                ];
+                scripts.fair_acquire.call(conn, &keys, latch, record, args)
+            }
+            // A read hold's own lease key, named by the holder.
+            Target::Read { .. } => {
+                let keys = [name, &token, &keys::rw_timeout_prefix(name, &how.holder)];
+                scripts
+                    .rw_read_acquire
+                    .call(conn, &keys, latch, record, args)
+            }
+            Target::Write { .. } => {
+                let keys = [name, &token, &keys::tagged(name)];
+                scripts
+                    .rw_write_acquire
+                    .call(conn, &keys, latch, record, args)
+            }
+        };
+        let reply = call
+            .invoke(conn)
             .await
             .map_err(|e| LockError::from_redis(name, e))?;
         let attempt = answer(name, reply)?;
@@ -229,27 +244,39 @@ impl Target {
     ) -> Result<i64, LockError> {
         let scripts = &crate::scripts::SCRIPTS;
         let name = self.name();
-        let mut call = match self {
-            Target::Reentrant { .. } => scripts.unlock.key(name),
-            Target::Fair { .. } => scripts.fair_unlock.key(name),
-            Target::Read { .. } => scripts.rw_read_unlock.key(name),
-            Target::Write { .. } => scripts.rw_write_unlock.key(name),
-        };
-        match self {
-            Target::Reentrant { .. } => call.key(keys::lock_channel(name)),
-            Target::Fair { .. } => call
-                .key(keys::fair_queue(name))
-                .key(keys::fair_timeouts(name))
-                .key(keys::lock_channel(name)),
+        let latch = keys::unlock_latch(name, request);
+        let (script, keys): (_, &[&str]) = match self {
+            Target::Reentrant { .. } => {
+                (&scripts.unlock, &[name, &keys::lock_channel(name), &latch])
+            }
+            Target::Fair { .. } => (
+                &scripts.fair_unlock,
+                &[
+                    name,
+                    &keys::fair_queue(name),
+                    &keys::fair_timeouts(name),
+                    &keys::lock_channel(name),
+                    &latch,
+                ],
+            ),
             // A read hold's own lease key: found by the holder.
-            Target::Read { .. } => call
-                .key(keys::rw_channel(name))
-                .key(keys::rw_timeout_prefix(name, holder))
-                .key(keys::tagged(name)),
-            Target::Write { .. } => call.key(keys::rw_channel(name)).key(keys::tagged(name)),
+            Target::Read { .. } => (
+                &scripts.rw_read_unlock,
+                &[
+                    name,
+                    &keys::rw_channel(name),
+                    &keys::rw_timeout_prefix(name, holder),
+                    &keys::tagged(name),
+                    &latch,
+                ],
+            ),
+            Target::Write { .. } => (
+                &scripts.rw_write_unlock,
+                &[name, &keys::rw_channel(name), &keys::tagged(name), &latch],
+            ),
         };
-        call.key(keys::unlock_latch(name, request))
-            .arg(holder)
+        let mut call = Eval::with_keys(script, keys);
+        call.arg(holder)
             .arg(crate::config::millis(core.config.unlock_latch_ttl()))
             .arg(core.conn.publish_command());
         let within_lease = if keep.within_lease { "1" } else { "0" };
@@ -261,7 +288,7 @@ impl Target {
             Target::Read { .. } => call.arg(token),
             Target::Write { .. } => &mut call,
         };
-        call.invoke_async(&mut conn.clone())
+        call.invoke(conn)
             .await
             .map_err(|e| LockError::from_redis(name, e))
     }

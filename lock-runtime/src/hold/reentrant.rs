@@ -7,7 +7,7 @@ use crate::client::Core;
 use crate::conn::Conn;
 use crate::hold::Try;
 use crate::keys;
-use crate::scripts::SCRIPTS;
+use crate::scripts::{Eval, SCRIPTS};
 
 /// Gives back one hold and, when that frees the lock, hands it to the hold
 /// `to` describes (a waiter of this client) in the same script. Returns
@@ -23,21 +23,23 @@ pub(crate) async fn hand_off(
     to: &Try,
 ) -> Result<(i64, u64), LockError> {
     let record = crate::scripts::latch_record(conn, false);
-    let mut conn = conn.clone();
-    let (code, token): (i64, i64) = SCRIPTS
-        .handoff
-        .key(name)
-        .key(keys::lock_channel(name))
-        .key(keys::unlock_latch(name, request))
-        .key(keys::token_key(name))
-        .key(to.latch(name))
-        .arg(holder)
+    let latch = keys::unlock_latch(name, request);
+    let keys = [
+        name,
+        &keys::lock_channel(name),
+        &latch,
+        &keys::token_key(name),
+        &to.latch(name),
+    ];
+    let mut call = Eval::with_keys(&SCRIPTS.handoff, &keys);
+    call.arg(holder)
         .arg(crate::config::millis(core.config.unlock_latch_ttl()))
         .arg(core.conn.publish_command())
         .arg(&to.holder)
         .arg(to.lease_ms())
-        .arg(record)
-        .invoke_async(&mut conn)
+        .arg(record);
+    let (code, token): (i64, i64) = call
+        .invoke(conn)
         .await
         .map_err(|e| LockError::from_redis(name, e))?;
     Ok((code, token as u64))

@@ -1,10 +1,12 @@
 //! The Lua scripts, one `.lua` file each (KEYS/ARGV documented at the top of
-//! every file). They run by EVALSHA; `redis::Script` reloads a script when the
-//! server lost its cache (restart, `SCRIPT FLUSH`) and retries once.
+//! every file). They run by EVALSHA; a script the server lost from its cache
+//! (restart, `SCRIPT FLUSH`) is loaded again and the call retried once, by
+//! `redis::Script` or, for the calls every acquire and release makes, by
+//! [`Call`].
 
 use std::sync::LazyLock;
 
-use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
 
 use crate::conn::Conn;
 
@@ -55,23 +57,85 @@ macro_rules! acquire_script {
 pub(crate) const ACQUIRE_LATCH_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl AcquireScript {
-    /// Runs one attempt at a lock on `conn`, with the keys and arguments
-    /// `build` adds and the attempt's `latch`. A taken hold is recorded in
-    /// the latch when `record` is set: on a cluster (whose client resends a
-    /// command whose answer was lost, and must not take the lock twice) and
-    /// for re-entries (so that a lost answer can be reconciled: a new
-    /// holder's hold shows by itself).
-    pub(crate) async fn invoke<T: FromRedisValue>(
-        &self,
+    /// One attempt at a lock: the script's own `keys`, then the attempt's
+    /// `latch`; the arguments `args` adds, then whether to record a taken
+    /// hold in the latch. A taken hold is recorded when `record` is set: on
+    /// a cluster (whose client resends a command whose answer was lost, and
+    /// must not take the lock twice) and for re-entries (so that a lost
+    /// answer can be reconciled: a new holder's hold shows by itself).
+    pub(crate) fn call(
+        &'static self,
         conn: &Conn,
+        keys: &[&str],
         latch: &str,
         record: bool,
-        build: impl FnOnce(&mut ScriptInvocation<'_>),
-    ) -> RedisResult<T> {
-        let mut call = self.latched.prepare_invoke();
-        build(&mut call);
-        call.key(latch).arg(latch_record(conn, record));
-        call.invoke_async(&mut conn.clone()).await
+        args: impl FnOnce(&mut Eval),
+    ) -> Eval {
+        let mut call = Eval::new(&self.latched, keys.len() + 1);
+        keys.iter().for_each(|key| call.key(key));
+        call.key(latch);
+        args(&mut call);
+        call.arg(latch_record(conn, record));
+        call
+    }
+}
+
+/// One script call written straight into its `EVALSHA` command: the number
+/// of keys first, then the keys, then the arguments. `redis::Script`'s
+/// invocations buffer each key and argument apart and copy them into the
+/// command when sent; every acquire and release makes one of these, so the
+/// difference shows (issue 11).
+pub(crate) struct Eval {
+    script: &'static Script,
+    cmd: Cmd,
+    /// Keys still to come before the arguments.
+    keys_left: usize,
+}
+
+impl Eval {
+    /// A call of `script` with `keys` keys, which [`key`](Self::key) adds
+    /// before any argument.
+    pub(crate) fn new(script: &'static Script, keys: usize) -> Eval {
+        let mut cmd = Cmd::with_capacity(3 + keys + 8, 256);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+        Eval {
+            script,
+            cmd,
+            keys_left: keys,
+        }
+    }
+
+    /// A call of `script` with `keys`.
+    pub(crate) fn with_keys(script: &'static Script, keys: &[&str]) -> Eval {
+        let mut call = Eval::new(script, keys.len());
+        keys.iter().for_each(|key| call.key(key));
+        call
+    }
+
+    /// The next key (`KEYS[i]`).
+    pub(crate) fn key(&mut self, key: &str) {
+        debug_assert!(self.keys_left > 0, "more keys than the call was made for");
+        self.keys_left -= 1;
+        self.cmd.arg(key);
+    }
+
+    /// The next argument (`ARGV[i]`), after every key.
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Eval {
+        debug_assert_eq!(self.keys_left, 0, "an argument before every key");
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Runs the script on `conn`; loads it first when the server has lost it.
+    pub(crate) async fn invoke<T: FromRedisValue>(&self, conn: &Conn) -> RedisResult<T> {
+        let mut conn = conn.clone();
+        match self.cmd.query_async(&mut conn).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.script.load_async(&mut conn).await?;
+                self.cmd.query_async(&mut conn).await
+            }
+            answer => answer,
+        }
     }
 }
 
