@@ -374,7 +374,11 @@
 //!   [`Config::fair_wait_timeout`], so a live waiter is never evicted, and a
 //!   head that stops retrying (its process died) is evicted after that wait.
 //!   A waiter whose `wait` ends, or whose acquire is dropped, leaves the queue
-//!   and moves those behind it up.
+//!   and moves those behind it up. A `try_acquire` that finds the lock busy,
+//!   or an acquire whose `wait` ends, has left the queue when it returns, so
+//!   the next caller never finds that place ahead of it (only while Redis is
+//!   unreachable is leaving retried in the background); a dropped acquire
+//!   cannot wait, and leaves in the background.
 //! - **Read-write locks.** [`LockClient::read_write_lock`]: readers share,
 //!   writers exclude; the writer may also read (downgrade), a reader asking
 //!   to write gets [`LockError::NotHeld`] at once (no upgrade, no deadlock).
