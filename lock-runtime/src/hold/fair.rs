@@ -18,10 +18,11 @@
 use std::time::Duration;
 
 use tokio::runtime::Handle;
+use tokio::sync::oneshot;
 
 use crate::LockError;
 use crate::client::Core;
-use crate::conn::{Conn, connection_lost};
+use crate::conn::Conn;
 use crate::keys;
 use crate::retry;
 use crate::scripts::SCRIPTS;
@@ -57,24 +58,43 @@ impl GiveUp {
     }
 
     /// Leaves before the caller goes on (a wait that ran out, a failed try:
-    /// the place must be gone when `try_acquire` says the lock is busy).
-    /// One try; when Redis cannot be reached, retried in the background.
+    /// the place must be gone when `try_acquire` says the lock is busy). The
+    /// leaving runs on the client's runtime, which drives the client's own
+    /// connection; the caller waits for its first try only, and while Redis
+    /// cannot be reached it goes on retrying there.
     pub(crate) async fn now(self, runtime: &Handle) {
-        match self.once().await {
-            Err(LockError::Redis(e)) if connection_lost(&e) => self.in_background(runtime),
-            left => self.report(left),
-        }
+        let (tried, first) = oneshot::channel();
+        runtime.spawn(self.leave(Some(tried)));
+        // An error: the client's runtime has shut down; nothing to wait for.
+        let _ = first.await;
     }
 
     /// Leaves in the background, retried while Redis is unreachable (a
     /// dropped acquisition cannot wait).
     pub(crate) fn in_background(self, runtime: &Handle) {
-        runtime.spawn(self.retrying());
+        runtime.spawn(self.leave(None));
     }
 
     /// Leaves, retried while Redis is unreachable.
     pub(crate) async fn retrying(self) {
-        let left = retry::while_unreachable(self.within, || self.once()).await;
+        self.leave(None).await;
+    }
+
+    /// Leaves, retried while Redis is unreachable; tells `tried` when the
+    /// first try has its answer.
+    async fn leave(self, mut tried: Option<oneshot::Sender<()>>) {
+        let left = retry::while_unreachable(self.within, || {
+            let tried = tried.take();
+            let leaving = &self;
+            async move {
+                let left = leaving.once().await;
+                if let Some(tried) = tried {
+                    let _ = tried.send(());
+                }
+                left
+            }
+        })
+        .await;
         self.report(left);
     }
 

@@ -18,6 +18,7 @@ use futures_util::FutureExt;
 use tracing::Instrument;
 
 use crate::config::check_lease;
+use crate::conn::connection_lost;
 use crate::guard::{Held, LockGuard};
 use crate::hold::{Attempt, Target, Try, attempt_once};
 use crate::holder;
@@ -129,16 +130,22 @@ struct GiveUpOnDrop<'a> {
 }
 
 impl GiveUpOnDrop<'_> {
-    /// Gives up before the caller hears of its failure, so that a fair try
+    /// Gives up before the caller hears of `failure`, so that a fair try
     /// that found the lock busy has left the queue by the time it returns.
-    async fn leave(&mut self) {
+    /// After a lost connection the leaving goes on in the background: its
+    /// first try would most likely only add a timeout of its own.
+    async fn leave(&mut self, failure: &LockError) {
         let core = self.acquisition.client.core();
         if let Some(how) = self.how
             && let Some(give_up) = self.acquisition.target.give_up(core, &how.holder)
         {
-            // Still armed meanwhile: dropped halfway, it leaves again in the
-            // background (leaving twice is harmless).
-            Box::pin(give_up.now(&core.runtime)).await;
+            if matches!(failure, LockError::Redis(e) if connection_lost(e)) {
+                give_up.in_background(&core.runtime);
+            } else {
+                // Still armed meanwhile: dropped halfway, it leaves again in
+                // the background (leaving twice is harmless).
+                Box::pin(give_up.now(&core.runtime)).await;
+            }
         }
         self.how = None;
     }
@@ -272,7 +279,7 @@ impl Acquisition {
                 match waited {
                     Ok(handed) => handed,
                     Err(e) => {
-                        give_up.leave().await;
+                        give_up.leave(&e).await;
                         return Err(e);
                     }
                 }

@@ -2,7 +2,7 @@
 //! every file). They run by EVALSHA; a script the server lost from its cache
 //! (restart, `SCRIPT FLUSH`) is loaded again and the call retried once, by
 //! `redis::Script` or, for the calls every acquire and release makes, by
-//! [`Call`].
+//! [`Eval`].
 
 use std::sync::LazyLock;
 
