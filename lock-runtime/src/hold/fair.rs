@@ -60,13 +60,14 @@ impl GiveUp {
     /// Leaves before the caller goes on (a wait that ran out, a failed try:
     /// the place must be gone when `try_acquire` says the lock is busy). The
     /// leaving runs on the client's runtime, which drives the client's own
-    /// connection; the caller waits for its first try only, and while Redis
-    /// cannot be reached it goes on retrying there.
-    pub(crate) async fn now(self, runtime: &Handle) {
+    /// connection, and starts at once; the answer of its first try is
+    /// announced on the channel returned (closed unanswered when the
+    /// runtime has shut down). While Redis cannot be reached it goes on
+    /// retrying there.
+    pub(crate) fn now(self, runtime: &Handle) -> oneshot::Receiver<()> {
         let (tried, first) = oneshot::channel();
         runtime.spawn(self.leave(Some(tried)));
-        // An error: the client's runtime has shut down; nothing to wait for.
-        let _ = first.await;
+        first
     }
 
     /// Leaves in the background, retried while Redis is unreachable (a

@@ -15,6 +15,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
+use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use crate::config::check_lease;
@@ -130,24 +131,31 @@ struct GiveUpOnDrop<'a> {
 }
 
 impl GiveUpOnDrop<'_> {
-    /// Gives up before the caller hears of `failure`, so that a fair try
-    /// that found the lock busy has left the queue by the time it returns.
-    /// After a lost connection the leaving goes on in the background: its
+    /// Gives up (disarmed) because of `failure`, and returns it. A fair try
+    /// that found the lock busy must have left the queue by the time it
+    /// returns: its leaving starts at once, and this waits for the first
+    /// try's answer (already started, so a caller dropped meanwhile loses
+    /// nothing). After a lost connection it leaves in the background: a
     /// first try would most likely only add a timeout of its own.
-    async fn leave(&mut self, failure: &LockError) {
-        let core = self.acquisition.client.core();
-        if let Some(how) = self.how
-            && let Some(give_up) = self.acquisition.target.give_up(core, &how.holder)
-        {
-            if matches!(failure, LockError::Redis(e) if connection_lost(e)) {
-                give_up.in_background(&core.runtime);
-            } else {
-                // Still armed meanwhile: dropped halfway, it leaves again in
-                // the background (leaving twice is harmless).
-                Box::pin(give_up.now(&core.runtime)).await;
-            }
+    async fn left(&mut self, failure: LockError) -> LockError {
+        if let Some(first_try) = self.leave(&failure) {
+            // An error: the client's runtime has shut down.
+            let _ = first_try.await;
         }
-        self.how = None;
+        failure
+    }
+
+    /// Starts giving up because of `failure` (see [`left`](Self::left)).
+    fn leave(&mut self, failure: &LockError) -> Option<oneshot::Receiver<()>> {
+        let core = self.acquisition.client.core();
+        let how = self.how.take()?;
+        let give_up = self.acquisition.target.give_up(core, &how.holder)?;
+        if matches!(failure, LockError::Redis(e) if connection_lost(e)) {
+            give_up.in_background(&core.runtime);
+            None
+        } else {
+            Some(give_up.now(&core.runtime))
+        }
     }
 }
 
@@ -241,6 +249,13 @@ impl Acquisition {
         }
     }
 
+    /// Whether this client already has waiters for the lock, which a new
+    /// holder queues behind (FIFO inside the client) instead of attempting.
+    /// Not in [`take`](Self::take): the queue's key would stay in its future.
+    fn behind_others(&self, how: &Try) -> bool {
+        !how.reenter && (self.client.core().local).is_queued(&self.target.local_queue(&how.holder))
+    }
+
     /// Takes the hold: one attempt, else waiting.
     // `self.` throughout, not references in locals: the locals of an
     // `async fn` that live across an `.await` are kept in its future.
@@ -251,13 +266,8 @@ impl Acquisition {
             acquisition: self,
             how: Some(&how),
         };
-        // Behind this client's waiters when there are any (FIFO inside the
-        // client); first a plain attempt otherwise.
-        let queue = self.target.local_queue(&how.holder);
-        let queued = !how.reenter && self.client.core().local.is_queued(&queue);
-        drop(queue);
         let sent = Instant::now();
-        let first = if queued {
+        let first = if self.behind_others(&how) {
             Attempt::Busy { ttl_ms: -2 }
         } else {
             Box::pin(attempt_once(&self.client, &self.target, &how)).await?
@@ -270,20 +280,10 @@ impl Acquisition {
                 streak: 0,
             },
             Attempt::Gone => return Err(lost(&self.target)),
-            Attempt::Busy { .. } => {
-                let waited = if self.deadline().is_some_and(|d| Instant::now() >= d) {
-                    Err(timed_out(&self.target, &self.options))
-                } else {
-                    self.wait(&how).await
-                };
-                match waited {
-                    Ok(handed) => handed,
-                    Err(e) => {
-                        give_up.leave(&e).await;
-                        return Err(e);
-                    }
-                }
-            }
+            Attempt::Busy { .. } => match self.wait(&how).await {
+                Ok(handed) => handed,
+                Err(e) => return Err(give_up.left(e).await),
+            },
         };
         give_up.how = None;
         tracing::debug!(token = taken.token, streak = taken.streak, "acquired");
@@ -310,6 +310,9 @@ impl Acquisition {
     /// Returns the hold (one taken by its own script counts as a handover
     /// at streak 0).
     async fn wait(&self, how: &Try) -> Result<Handed, LockError> {
+        if self.deadline().is_some_and(|d| Instant::now() >= d) {
+            return Err(timed_out(&self.target, &self.options));
+        }
         let _waiting = crate::telemetry::WaiterMetric::start(
             self.options.metric.unwrap_or(self.target.kind()),
         );
