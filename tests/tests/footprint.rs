@@ -29,7 +29,12 @@ fn quick(config: Config) -> Config {
 #[tokio::test]
 async fn distinct_names_leave_no_keys_behind() {
     let server = Server::start();
-    let client = server.client_with(quick).await;
+    // A longer watchdog lease than `quick`'s, so a renewal that runs late on
+    // a loaded machine does not lose a hold before its release; its
+    // counters still live less than a latch (two leases, 1.2 s).
+    let client = server
+        .client_with(|c| quick(c).watchdog_timeout(Duration::from_millis(600)))
+        .await;
     let mut raw = server.raw().await;
     for i in 0..200 {
         let guards = [

@@ -253,8 +253,8 @@ async fn a_nested_watchdog_hold_never_shortens_an_outer_fixed_lease() {
 }
 
 /// Old model: releasing a read hold deleted the holder's newest timeout key
-/// (`:2`, the 20 s hold's) and left the 400 ms one, so the hash expired with
-/// the short lease and a writer got in while the 20 s read hold was live.
+/// (`:2`, the 60 s hold's) and left the 1 s one, so the hash expired with
+/// the short lease and a writer got in while the 60 s read hold was live.
 #[tokio::test]
 async fn releasing_a_read_hold_leaves_the_other_read_holds_lease() {
     let server = Server::start();
@@ -265,13 +265,15 @@ async fn releasing_a_read_hold_leaves_the_other_read_holds_lease() {
 
     let r1 = rw
         .read()
-        .lease(Duration::from_millis(400))
+        // Long enough to be live at its release on a loaded machine, short
+        // enough for the writer below to outwait it.
+        .lease(Duration::from_secs(1))
         .acquire()
         .await
         .unwrap();
     let holder = r1.holder_id().to_owned();
     let r2 = r1
-        .scope(rw.read().lease(Duration::from_secs(20)).acquire())
+        .scope(rw.read().lease(Duration::from_secs(60)).acquire())
         .await
         .unwrap();
     assert_eq!(r2.holder_id(), holder, "the scope re-enters the read hold");
@@ -287,14 +289,15 @@ async fn releasing_a_read_hold_leaves_the_other_read_holds_lease() {
     );
     let ttl = pttl(&mut raw, &left[0]).await;
     assert!(
-        ttl > 1500,
-        "the key left is the 20 s hold's ({ttl} ms left)"
+        ttl > 5_000,
+        "the key left is the 60 s hold's ({ttl} ms left)"
     );
 
     let writer = other
         .read_write_lock("e")
         .write()
-        .wait(Duration::from_millis(1500))
+        // Past the first hold's lease: the old model let it in by then.
+        .wait(Duration::from_millis(2500))
         .acquire()
         .await;
     assert!(

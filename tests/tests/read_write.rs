@@ -608,7 +608,7 @@ async fn the_hash_lives_as_long_as_its_longest_read_hold() {
 async fn the_watchdog_renews_only_its_own_clients_holds() {
     let server = Server::start();
     let renewing = server
-        .client_with(|c| c.watchdog_timeout(Duration::from_millis(600)))
+        .client_with(|c| c.watchdog_timeout(Duration::from_millis(1500)))
         .await;
     let fixed = server.client().await;
     let mut raw = server.raw().await;
@@ -651,7 +651,7 @@ async fn the_watchdog_renews_only_its_own_clients_holds() {
 async fn the_watchdog_keeps_a_write_lock_and_reports_its_loss() {
     let server = Server::start();
     let client = server
-        .client_with(|c| c.watchdog_timeout(Duration::from_millis(600)))
+        .client_with(|c| c.watchdog_timeout(Duration::from_millis(1500)))
         .await;
     let mut raw = server.raw().await;
 

@@ -166,17 +166,20 @@ async fn a_fixed_lease_expires_and_late_release_errors() {
 #[tokio::test]
 async fn the_watchdog_keeps_the_lease_alive() {
     let server = Server::start();
-    let timeout = Duration::from_millis(300);
+    // Short, but renewed every third of it: a renewal may run up to about
+    // two thirds of a second late on a loaded machine before the hold counts
+    // as lost (a 300 ms lease left that 200 ms, which CI machines exceed).
+    let timeout = Duration::from_secs(1);
     let client = server.client_with(|c| c.watchdog_timeout(timeout)).await;
     let mut raw = server.raw().await;
 
     let guard = client.lock("renewed").acquire().await.unwrap();
     // Outlive the lease several times over: only renewals keep the key.
-    tokio::time::sleep(timeout * 5).await;
+    tokio::time::sleep(timeout * 3).await;
     assert!(exists(&mut raw, "renewed").await, "renewed past its lease");
     assert!(!guard.is_lost());
     let pttl: i64 = raw.pttl("renewed").await.unwrap();
-    assert!(pttl > 0 && pttl <= 300, "{pttl}");
+    assert!(pttl > 0 && pttl <= 1000, "{pttl}");
     guard.release().await.unwrap();
     assert_eq!(client.renewed_locks(), 0);
 }
@@ -196,11 +199,12 @@ async fn the_watchdog_reports_a_stolen_lock() {
         .await
         .expect("the loss is signalled");
     assert!(guard.is_lost());
-    assert_eq!(
-        client.renewed_locks(),
-        0,
-        "a lost hold is no longer renewed"
-    );
+    // lost() may resolve by this client's clock before the watchdog's next
+    // renewal fails and drops the hold.
+    eventually("a lost hold is no longer renewed", WITHIN, || async {
+        client.renewed_locks() == 0
+    })
+    .await;
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
     let other: Option<i64> = raw.hget("stolen", "someone-else:1").await.unwrap();
     assert_eq!(other, Some(1), "another holder's lock is never deleted");
