@@ -751,3 +751,42 @@ async fn distinct_names_leave_no_keys_or_channels_behind() {
         }
     }
 }
+
+/// A script the shards lost from their caches (restart, `SCRIPT FLUSH`) is
+/// loaded again: acquire, release and a local handover still work on every
+/// shard.
+#[tokio::test]
+async fn scripts_flushed_on_every_shard_are_loaded_again() {
+    let cluster = Cluster::shared();
+    let client = cluster.client().await;
+    let names = spread_names(cluster, "flushed", 12);
+    for name in &names {
+        tests::take_and_release(client.lock(name.as_str())).await;
+    }
+    for port in cluster.masters() {
+        let mut node = cluster.raw_node(port).await;
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut node)
+            .await
+            .unwrap();
+    }
+    for name in &names {
+        // Acquire, then a waiter of the same client, which the release
+        // hands the lock over to (the handoff script) or wakes.
+        let guard = client.lock(name.as_str()).acquire().await.unwrap();
+        let waiter = tokio::spawn({
+            let client = client.clone();
+            let name = name.clone();
+            async move { client.lock(name).acquire().await }
+        });
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        let channel = channel.as_str();
+        tests::eventually("the waiter listens", WITHIN, || async move {
+            shard_numsub(cluster, channel).await == 1
+        })
+        .await;
+        guard.release().await.unwrap();
+        waiter.await.unwrap().unwrap().release().await.unwrap();
+    }
+}
