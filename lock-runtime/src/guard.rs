@@ -232,15 +232,7 @@ impl Held {
     /// [`LockError::Lost`]: its body may have run without exclusion.
     pub(crate) async fn release(self) -> Result<(), LockError> {
         let was_lost = self.is_lost();
-        // A loss the watchdog found was counted there; count any other here.
-        let counted =
-            matches!(&self.lease, Lease::Watchdog { validity, .. } if validity.borrow().lost);
-        let metric = self.metric;
-        let result = self.release_hold(was_lost).await;
-        if matches!(result, Err(LockError::Lost { .. })) && !counted {
-            crate::telemetry::lost(metric);
-        }
-        result
+        self.release_hold(was_lost).await
     }
 
     async fn release_hold(self, was_lost: bool) -> Result<(), LockError> {
@@ -253,14 +245,24 @@ impl Held {
             _listed: listed,
             keep,
             streak,
+            metric,
             ..
         } = self;
         let fixed = matches!(lease, Lease::Fixed { .. });
         // A guard being released is no longer listed as live.
         drop(listed);
-        if let Lease::Watchdog { registration, .. } = &lease {
+        // A loss the watchdog found was counted there; any other is counted
+        // here. Read once unregistered: from then on the watchdog cannot
+        // find this hold lost (and count it) any more.
+        let mut counted = false;
+        if let Lease::Watchdog {
+            registration,
+            validity,
+        } = &lease
+        {
             // Before the unlock: a released guard is never renewed again.
             client.core().watchdog.unregister(registration);
+            counted = validity.borrow().lost;
         }
         let core = client.core().clone();
         let near = core.conn.near_here();
@@ -312,13 +314,21 @@ impl Held {
             }
         }
         .instrument(span);
-        if near.is_some() {
+        let result = if near.is_some() {
             // The caller's task runs it; if the caller leaves, the rest (the
             // same request id, so retries stay idempotent) runs on its own.
             let runtime = client.core().runtime.clone();
-            return crate::background::finish_on_drop(&runtime, work, |_| async {}).await;
+            crate::background::finish_on_drop(&runtime, work, |_| async {}).await
+        } else {
+            match client.on_background(work).await {
+                Ok(released) => released,
+                Err(e) => Err(e),
+            }
+        };
+        if matches!(result, Err(LockError::Lost { .. })) && !counted {
+            crate::telemetry::lost(metric);
         }
-        client.on_background(work).await?
+        result
     }
 }
 
