@@ -232,10 +232,6 @@ impl Held {
     /// [`LockError::Lost`]: its body may have run without exclusion.
     pub(crate) async fn release(self) -> Result<(), LockError> {
         let was_lost = self.is_lost();
-        self.release_hold(was_lost).await
-    }
-
-    async fn release_hold(self, was_lost: bool) -> Result<(), LockError> {
         let Held {
             client,
             target,

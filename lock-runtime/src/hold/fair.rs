@@ -25,7 +25,7 @@ use crate::client::Core;
 use crate::conn::Conn;
 use crate::keys;
 use crate::retry;
-use crate::scripts::SCRIPTS;
+use crate::scripts::{Eval, SCRIPTS};
 
 /// The clean-up of a waiter that leaves without the lock: out of the queue
 /// and the deadlines, those behind it moved up.
@@ -100,18 +100,18 @@ impl GiveUp {
     }
 
     async fn once(&self) -> Result<i64, LockError> {
-        SCRIPTS
-            .fair_give_up
-            .key(&self.name)
-            .key(keys::fair_queue(&self.name))
-            .key(keys::fair_timeouts(&self.name))
-            .key(keys::lock_channel(&self.name))
-            .arg(&self.holder)
-            .arg(self.wait)
-            .arg(self.publish)
-            .invoke_async::<i64>(&mut self.conn.clone())
+        let name = self.name.as_str();
+        let keys = [
+            name,
+            &keys::fair_queue(name),
+            &keys::fair_timeouts(name),
+            &keys::lock_channel(name),
+        ];
+        let mut call = Eval::with_keys(&SCRIPTS.fair_give_up, &keys);
+        call.arg(&self.holder).arg(self.wait).arg(self.publish);
+        call.invoke(&self.conn)
             .await
-            .map_err(|e| LockError::from_redis(&self.name, e))
+            .map_err(|e| LockError::from_redis(name, e))
     }
 
     fn report(&self, left: Result<i64, LockError>) {

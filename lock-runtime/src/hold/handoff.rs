@@ -76,10 +76,7 @@ pub(crate) async fn unlock_or_hand_off(
         reenter: false,
         attempt: crate::holder::call_id(&core.id),
     };
-    let settle = |to: Try| {
-        core.runtime
-            .spawn(reconcile(core.clone(), target.clone(), to));
-    };
+    let settle = |to: Try| give_back(core.clone(), target.clone(), to);
     let sent = Instant::now();
     match reentrant::hand_off(core, conn, name, holder, request, &to).await {
         // A resent script (a cluster connection resends one whose answer
@@ -102,9 +99,7 @@ pub(crate) async fn unlock_or_hand_off(
                     streak: streak + 1,
                 };
                 let (core, target) = (core.clone(), target.clone());
-                let give_back = Box::new(move || {
-                    core.runtime.clone().spawn(reconcile(core, target, to));
-                });
+                let give_back = Box::new(move || give_back(core, target, to));
                 if let Err(handover) = slot.handed.send(Box::new(Handover { handed, give_back })) {
                     // The waiter went away meanwhile.
                     (handover.give_back)();
@@ -121,4 +116,11 @@ pub(crate) async fn unlock_or_hand_off(
             Err(e)
         }
     }
+}
+
+/// Gives back, in the background, the hold a handover `to` made or may have
+/// made (see [`reconcile`]).
+fn give_back(core: Arc<Core>, target: Target, to: Try) {
+    let runtime = core.runtime.clone();
+    runtime.spawn(reconcile(core, target, to));
 }

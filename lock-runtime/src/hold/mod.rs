@@ -107,8 +107,10 @@ fn answer(name: &str, (code, value): (i64, i64)) -> Result<Attempt, LockError> {
 impl Target {
     pub(crate) fn name(&self) -> &str {
         match self {
-            Target::Reentrant { name } => name,
-            Target::Fair { name } | Target::Read { name } | Target::Write { name } => name,
+            Target::Reentrant { name }
+            | Target::Fair { name }
+            | Target::Read { name }
+            | Target::Write { name } => name,
         }
     }
 
@@ -526,42 +528,6 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
     Ok(())
 }
 
-/// Cleans up after an attempt whose caller went away: a hold taken is given
-/// back, and so is a place taken in a fair queue (the caller's own give-up
-/// may have run before this attempt, e.g. during a script reload, and found
-/// nothing to remove). An answer that was lost is reconciled.
-async fn abandoned(
-    core: &std::sync::Arc<Core>,
-    conn: &Conn,
-    target: &Target,
-    how: &Try,
-    left: Result<Attempt, LockError>,
-) {
-    match left {
-        Ok(Attempt::Acquired { token }) => undo_attempt(core, conn, target, how, token).await,
-        Ok(Attempt::Busy { .. }) => {
-            if let Some(cleanup) = target.give_up(core, &how.holder) {
-                cleanup.retrying().await;
-            }
-        }
-        Ok(Attempt::Gone) => {}
-        Err(e) if needs_reconcile(&e) => {
-            reconcile(core.clone(), target.clone(), how.clone()).await;
-        }
-        Err(_) => {}
-    }
-}
-
-/// Gives back a hold that was taken for a caller who went away.
-async fn undo_attempt(core: &Core, conn: &Conn, target: &Target, how: &Try, token: u64) {
-    if let Err(e) = target
-        .unlock(core, conn, &how.holder, &how.attempt, token, Keep::NONE)
-        .await
-    {
-        tracing::warn!(lock = target.name(), error = %e, "could not undo a cancelled acquire");
-    }
-}
-
 /// The waiting end of [`attempt_once`]. An answer can land in the channel
 /// after the caller's last poll and before it drops the future (a timeout
 /// that fired just then): the sender sees no error, so the receiver undoes it.
@@ -593,8 +559,39 @@ struct Call {
 }
 
 impl Call {
-    /// Cleans up after the call, whose caller went away: see [`abandoned`].
+    /// Cleans up after the call, whose caller went away: a hold taken is
+    /// given back, and so is a place taken in a fair queue (the caller's own
+    /// give-up may have run before this attempt, e.g. during a script
+    /// reload, and found nothing to remove). An answer that was lost is
+    /// reconciled.
     async fn abandoned(&self, answer: Result<Attempt, LockError>) {
-        abandoned(&self.core, &self.conn, &self.target, &self.how, answer).await;
+        let (core, target, how) = (&self.core, &self.target, &self.how);
+        match answer {
+            Ok(Attempt::Acquired { token }) => {
+                let given_back = target
+                    .unlock(
+                        core,
+                        &self.conn,
+                        &how.holder,
+                        &how.attempt,
+                        token,
+                        Keep::NONE,
+                    )
+                    .await;
+                if let Err(e) = given_back {
+                    tracing::warn!(lock = target.name(), error = %e, "could not undo a cancelled acquire");
+                }
+            }
+            Ok(Attempt::Busy { .. }) => {
+                if let Some(cleanup) = target.give_up(core, &how.holder) {
+                    cleanup.retrying().await;
+                }
+            }
+            Ok(Attempt::Gone) => {}
+            Err(e) if needs_reconcile(&e) => {
+                reconcile(core.clone(), target.clone(), how.clone()).await;
+            }
+            Err(_) => {}
+        }
     }
 }

@@ -15,12 +15,14 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
+use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use crate::config::check_lease;
 use crate::conn::connection_lost;
 use crate::guard::{Held, LockGuard};
+use crate::hold::fair::GiveUp;
 use crate::hold::{Attempt, Target, Try, attempt_once};
 use crate::holder;
 use crate::keys;
@@ -147,25 +149,29 @@ impl GiveUpOnDrop<'_> {
 
     /// Starts giving up because of `failure` (see [`left`](Self::left)).
     fn leave(&mut self, failure: &LockError) -> Option<oneshot::Receiver<()>> {
+        let (give_up, runtime) = self.disarm()?;
+        if matches!(failure, LockError::Redis(e) if connection_lost(e)) {
+            give_up.in_background(runtime);
+            None
+        } else {
+            Some(give_up.now(runtime))
+        }
+    }
+
+    /// The kind's give-up for the hold, if armed and the kind has one
+    /// (disarms), with the client's runtime to run it on.
+    fn disarm(&mut self) -> Option<(GiveUp, &Handle)> {
         let core = self.acquisition.client.core();
         let how = self.how.take()?;
         let give_up = self.acquisition.target.give_up(core, &how.holder)?;
-        if matches!(failure, LockError::Redis(e) if connection_lost(e)) {
-            give_up.in_background(&core.runtime);
-            None
-        } else {
-            Some(give_up.now(&core.runtime))
-        }
+        Some((give_up, &core.runtime))
     }
 }
 
 impl Drop for GiveUpOnDrop<'_> {
     fn drop(&mut self) {
-        let core = self.acquisition.client.core();
-        if let Some(how) = self.how
-            && let Some(give_up) = self.acquisition.target.give_up(core, &how.holder)
-        {
-            give_up.in_background(&core.runtime);
+        if let Some((give_up, runtime)) = self.disarm() {
+            give_up.in_background(runtime);
         }
     }
 }
@@ -256,6 +262,23 @@ impl Acquisition {
         !how.reenter && (self.client.core().local).is_queued(&self.target.local_queue(&how.holder))
     }
 
+    /// One acquire script call: the hold taken (a streak of its own, at 0),
+    /// or the holder's remaining lease when busy (see [`Attempt::Busy`]).
+    /// A re-entry that finds its hold gone is an error ([`LockError::Lost`]).
+    async fn attempt(&self, how: &Try) -> Result<Result<Handed, i64>, LockError> {
+        let sent = Instant::now();
+        match Box::pin(attempt_once(&self.client, &self.target, how)).await? {
+            Attempt::Acquired { token } => Ok(Ok(Handed {
+                holder: how.holder.clone(),
+                token,
+                sent,
+                streak: 0,
+            })),
+            Attempt::Busy { ttl_ms } => Ok(Err(ttl_ms)),
+            Attempt::Gone => Err(lost(&self.target)),
+        }
+    }
+
     /// Takes the hold: one attempt, else waiting.
     // `self.` throughout, not references in locals: the locals of an
     // `async fn` that live across an `.await` are kept in its future.
@@ -266,26 +289,25 @@ impl Acquisition {
             acquisition: self,
             how: Some(&how),
         };
-        let sent = Instant::now();
-        let first = if self.behind_others(&how) {
-            Attempt::Busy { ttl_ms: -2 }
-        } else {
-            Box::pin(attempt_once(&self.client, &self.target, &how)).await?
-        };
-        let taken = match first {
-            Attempt::Acquired { token } => Handed {
-                holder: how.holder.clone(),
-                token,
-                sent,
-                streak: 0,
-            },
-            Attempt::Gone => return Err(lost(&self.target)),
-            Attempt::Busy { .. } => match self.wait(&how).await {
-                Ok(handed) => handed,
-                Err(e) => return Err(give_up.left(e).await),
-            },
-        };
-        give_up.how = None;
+        // No local `Handed` lives on across the wait: every waiting task
+        // would carry its room.
+        if !self.behind_others(&how)
+            && let Ok(taken) = self.attempt(&how).await?
+        {
+            give_up.how = None;
+            return Ok(self.held(taken));
+        }
+        match self.wait(&how).await {
+            Ok(taken) => {
+                give_up.how = None;
+                Ok(self.held(taken))
+            }
+            Err(e) => Err(give_up.left(e).await),
+        }
+    }
+
+    /// The guard's hold for what was `taken`.
+    fn held(&self, taken: Handed) -> Held {
         tracing::debug!(token = taken.token, streak = taken.streak, "acquired");
         let (client, target, options) = (&self.client, &self.target, &self.options);
         let mut held = Held::new(
@@ -302,7 +324,7 @@ impl Acquisition {
             // From the answer: the lock was taken no later than now.
             held.hold_at_least(Instant::now(), minimum);
         }
-        Ok(held)
+        held
     }
 
     /// Waits in the client's local queue for the lock until it is handed
@@ -401,18 +423,9 @@ impl Acquisition {
                 if offer.is_none() && self.takes_handovers(how) {
                     offer = offers.offer(self.options.lease);
                 }
-                let sent = Instant::now();
-                match Box::pin(attempt_once(&self.client, &self.target, how)).await? {
-                    Attempt::Acquired { token } => {
-                        return Ok(Handed {
-                            holder: how.holder.clone(),
-                            token,
-                            sent,
-                            streak: 0,
-                        });
-                    }
-                    Attempt::Gone => return Err(lost(&self.target)),
-                    Attempt::Busy { ttl_ms } => ttl_ms,
+                match self.attempt(how).await? {
+                    Ok(taken) => return Ok(taken),
+                    Err(ttl_ms) => ttl_ms,
                 }
             };
             let now = Instant::now();

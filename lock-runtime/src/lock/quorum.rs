@@ -162,11 +162,7 @@ impl QuorumLock {
     async fn run(self) -> Result<LockGuard, (LockError, bool)> {
         let refuse = |e| (e, false);
         keys::check_name(&self.name).map_err(refuse)?;
-        if self.options.lease.is_some_and(|l| l.is_zero()) {
-            return Err(refuse(LockError::Config(
-                "a lease must be longer than zero".into(),
-            )));
-        }
+        crate::config::check_lease(self.options.lease).map_err(refuse)?;
         let nodes = self.nodes().map_err(refuse)?;
         let lease = match self.options.lease {
             Some(lease) => lease,
