@@ -59,11 +59,16 @@ impl Background {
 
 /// Runs `fut` on the background runtime and waits for it. If the caller stops
 /// waiting, `fut` still runs to completion.
-pub(crate) async fn run<T: Send + 'static>(
+///
+/// Not an `async fn`: `fut` is spawned here, at once, so the future returned
+/// is a join handle whatever `fut`'s size (an `async fn` would carry `fut`
+/// inline until first polled, and so would every future awaiting it).
+pub(crate) fn run<T: Send + 'static, F: Future<Output = T> + Send + 'static>(
     handle: &Handle,
-    fut: impl Future<Output = T> + Send + 'static,
-) -> Result<T, LockError> {
-    handle.spawn(fut).await.map_err(|_| LockError::Shutdown)
+    fut: F,
+) -> impl Future<Output = Result<T, LockError>> + use<T, F> {
+    let task = handle.spawn(fut);
+    async move { task.await.map_err(|_| LockError::Shutdown) }
 }
 
 /// Runs `fut` in the caller's own task, without a hop to another thread. If
@@ -77,11 +82,17 @@ pub(crate) async fn run<T: Send + 'static>(
 /// caller's runtime is shutting down, the task and the near connection go
 /// with it: the effect of a request already sent is then left to the
 /// lock's lease.
-pub(crate) async fn finish_on_drop<T, A, U>(
+///
+/// Not an `async fn`: `fut` goes to the heap here, at once, so the future
+/// returned is a few words whatever `fut`'s size. (An `async fn` would keep
+/// `fut` inline in its own state until first polled: every caller's task,
+/// waiting or not, would carry the size of a release.) Dropped before it
+/// was first polled, it never starts `fut`.
+pub(crate) fn finish_on_drop<T, A, U>(
     fallback: &Handle,
     fut: impl Future<Output = T> + Send + 'static,
     abandoned: A,
-) -> T
+) -> impl Future<Output = T> + Send
 where
     T: Send + 'static,
     A: FnOnce(T) -> U + Send + 'static,
@@ -94,10 +105,15 @@ where
         call: Option<Call<T>>,
         abandoned: Option<Abandoned<T>>,
         fallback: Handle,
+        /// Polled at least once: the call may have been sent.
+        started: bool,
     }
 
     impl<T: Send + 'static> Drop for Unfinished<T> {
         fn drop(&mut self) {
+            if !self.started {
+                return;
+            }
             if let (Some(call), Some(abandoned)) = (self.call.take(), self.abandoned.take()) {
                 let runtime = Handle::try_current().unwrap_or_else(|_| self.fallback.clone());
                 runtime.spawn(async move { abandoned(call.await).await });
@@ -109,12 +125,19 @@ where
         call: Some(Box::pin(fut) as Call<T>),
         abandoned: Some(Box::new(move |out: T| Box::pin(abandoned(out)) as Call<()>)),
         fallback: fallback.clone(),
+        started: false,
     };
-    let out = std::future::poll_fn(|cx| match unfinished.call.as_mut() {
-        Some(call) => call.as_mut().poll(cx),
-        None => Poll::Pending,
-    })
-    .await;
-    unfinished.call = None;
-    out
+    async move {
+        let out = std::future::poll_fn(|cx| {
+            unfinished.started = true;
+            match unfinished.call.as_mut() {
+                Some(call) => call.as_mut().poll(cx),
+                None => Poll::Pending,
+            }
+        })
+        .await;
+        // Done: nothing left to finish on drop.
+        drop(unfinished.call.take());
+        out
+    }
 }

@@ -108,11 +108,15 @@ impl LockClient {
     /// Runs `fut` on the client's background runtime and waits for it (see
     /// [`background`]): it runs to completion even if the caller stops
     /// waiting.
-    pub(crate) async fn on_background<T: Send + 'static>(
+    pub(crate) fn on_background<T, F>(
         &self,
-        fut: impl std::future::Future<Output = T> + Send + 'static,
-    ) -> Result<T, LockError> {
-        background::run(&self.inner.core.runtime, fut).await
+        fut: F,
+    ) -> impl std::future::Future<Output = Result<T, LockError>> + use<T, F>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = T> + Send + 'static,
+    {
+        background::run(&self.inner.core.runtime, fut)
     }
 
     /// This client's id: the first half of the holder ids it writes.

@@ -509,7 +509,18 @@ impl LockGuard {
     /// before (the lock was not ours any more, and another holder's lock is
     /// never touched).
     pub async fn release(mut self) -> Result<(), LockError> {
-        let holds = std::mem::take(&mut self.holds);
+        let mut holds = std::mem::take(&mut self.holds);
+        // One hold (most guards): released without the joining machinery's
+        // allocations and copies. Boxed, as the joining would: a caller's
+        // task carries this future's size while it waits for a lock.
+        if holds.len() == 1
+            && let Some(held) = holds.pop()
+        {
+            return match Box::pin(held.release()).await {
+                Err(e) if self.tolerated == 0 => Err(e),
+                _ => Ok(()),
+            };
+        }
         let results = futures_util::future::join_all(holds.into_iter().map(Held::release)).await;
         let mut errors = results.into_iter().filter_map(Result::err);
         match errors.next() {

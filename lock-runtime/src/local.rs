@@ -20,8 +20,8 @@
 //!   start over each time (two tasks handing a lock back and forth would
 //!   keep every other client out).
 
+use std::collections::VecDeque;
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -41,7 +41,7 @@ pub(crate) const STAND_BACK_MAX: Duration = Duration::from_millis(5);
 
 #[derive(Default)]
 pub(crate) struct LocalQueues {
-    queues: Mutex<HashMap<String, Arc<Queue>>>,
+    queues: Mutex<foldhash::HashMap<String, Arc<Queue>>>,
 }
 
 #[derive(Default)]
@@ -106,7 +106,7 @@ pub(crate) struct Handover {
 pub(crate) type GiveBack = Box<dyn FnOnce() + Send>;
 
 impl LocalQueues {
-    fn queues(&self) -> MutexGuard<'_, HashMap<String, Arc<Queue>>> {
+    fn queues(&self) -> MutexGuard<'_, foldhash::HashMap<String, Arc<Queue>>> {
         self.queues.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -3,7 +3,7 @@
 //! when). One entry per hold a guard has; it leaves the list when the hold
 //! is released or dropped.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -27,15 +27,18 @@ struct Entry {
     name: String,
     holder: String,
     token: u64,
-    task: Option<String>,
+    task: Option<tokio::task::Id>,
     since: Instant,
     lease: Option<Duration>,
 }
 
+/// Entries by a number that only grows: new ones go at the end of the map,
+/// and nothing is hashed (a guard is listed and unlisted on every acquire
+/// and release).
 #[derive(Default)]
 struct Table {
     next: u64,
-    entries: HashMap<u64, Entry>,
+    entries: BTreeMap<u64, Entry>,
 }
 
 /// The list; cheap to clone.
@@ -68,7 +71,7 @@ impl OwnHolds {
             name: name.to_owned(),
             holder: holder.to_owned(),
             token,
-            task: tokio::task::try_id().map(|id| id.to_string()),
+            task: tokio::task::try_id(),
             since,
             lease,
         };
@@ -95,7 +98,7 @@ impl OwnHolds {
                     e.since,
                     OwnGuard {
                         token: e.token,
-                        task: e.task.clone(),
+                        task: e.task.map(|id| id.to_string()),
                         held_for: now.saturating_duration_since(e.since),
                         lease: e.lease,
                     },

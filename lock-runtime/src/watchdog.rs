@@ -14,6 +14,9 @@
 //! released guard is never renewed again.
 
 use std::collections::HashMap;
+
+/// The live holds, looked up on every acquire and release: hashed fast.
+type Entries = foldhash::HashMap<HoldKey, Entry>;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -97,7 +100,7 @@ pub(crate) struct Registration {
 
 #[derive(Default)]
 pub(crate) struct Watchdog {
-    entries: Mutex<HashMap<HoldKey, Entry>>,
+    entries: Mutex<Entries>,
     epochs: AtomicU64,
 }
 
@@ -105,7 +108,7 @@ pub(crate) struct Watchdog {
 const BATCH: usize = 500;
 
 impl Watchdog {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<HoldKey, Entry>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 

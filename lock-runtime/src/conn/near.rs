@@ -19,7 +19,6 @@
 //! never asked for again (runtime ids are not reused), and at most
 //! [`NEAR_MAX`] are kept.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -40,7 +39,8 @@ pub(super) struct Near {
     maker: Maker,
     /// The client's own runtime, which needs none.
     home: Id,
-    conns: Mutex<HashMap<Id, NearState>>,
+    /// Looked up on every acquire and release: hashed fast.
+    conns: Mutex<foldhash::HashMap<Id, NearState>>,
 }
 
 /// How a near connection is made.
@@ -65,11 +65,11 @@ impl Near {
         Near {
             maker,
             home,
-            conns: Mutex::new(HashMap::new()),
+            conns: Mutex::default(),
         }
     }
 
-    fn conns(&self) -> MutexGuard<'_, HashMap<Id, NearState>> {
+    fn conns(&self) -> MutexGuard<'_, foldhash::HashMap<Id, NearState>> {
         self.conns.lock().unwrap_or_else(|p| p.into_inner())
     }
 
