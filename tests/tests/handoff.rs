@@ -276,6 +276,33 @@ fn handover<'a>(
     call
 }
 
+/// A handover takes its token with the counter's `INCR`, its first write: a
+/// counter of another type refuses it, and the lock is freed and announced
+/// instead, the counter untouched.
+#[tokio::test]
+async fn a_handover_refused_by_the_counter_frees_the_lock_instead() {
+    let server = Server::start();
+    let mut raw = server.raw().await;
+    let script = redis::Script::new(HANDOFF);
+    let _: () = raw.hset("c", "a:1", 1).await.unwrap();
+    let _: () = raw.rpush("redisson_lock_token:{c}", "x").await.unwrap();
+    let answer: (i64, u64) = handover(&script, "c", ("a:1", "a:2"), ("r1", "latch:c"), 30_000)
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(answer, (1, 0), "freed, not handed over");
+    assert!(
+        !raw.exists::<_, bool>("c").await.unwrap(),
+        "the lock is free"
+    );
+    let list: Vec<String> = raw.lrange("redisson_lock_token:{c}", 0, -1).await.unwrap();
+    assert_eq!(list, ["x"], "the counter untouched");
+    assert!(
+        !raw.exists::<_, bool>("latch:c").await.unwrap(),
+        "no token recorded"
+    );
+}
+
 #[tokio::test]
 async fn a_resent_handover_hands_the_lock_over_once() {
     let server = Server::start();

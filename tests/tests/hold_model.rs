@@ -435,6 +435,64 @@ async fn a_corrupt_token_counter_fails_the_acquire_without_writing_a_hold() {
     );
 }
 
+/// The reentrant and read acquisitions check the counter with its own
+/// `INCR`, their first write (issue 11): a counter one step from leaving
+/// the integers Lua carries exactly is put back, a key of another type is
+/// not touched, and neither leaves a hold or an expiry behind.
+#[tokio::test]
+async fn a_counter_too_large_or_of_another_type_is_refused_and_left_as_it_was() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+    let top = (1u64 << 53) - 1;
+    let _: () = raw.set("redisson_lock_token:{big}", top).await.unwrap();
+    let _: () = raw.rpush("redisson_lock_token:{list}", "x").await.unwrap();
+
+    for name in ["big", "list"] {
+        let taken = timeout(WITHIN, client.lock(name).acquire())
+            .await
+            .expect("the acquire failed at once");
+        assert!(
+            matches!(&taken, Err(LockError::Redis(e))
+                if e.to_string().contains(&format!("redisson_lock_token:{{{name}}}"))),
+            "{name}: an error naming the counter, {taken:?}"
+        );
+        let read = timeout(WITHIN, client.read_write_lock(name).read().acquire())
+            .await
+            .expect("the read acquire failed at once");
+        assert!(matches!(read, Err(LockError::Redis(_))), "{name}: {read:?}");
+        assert!(
+            !raw.exists::<_, bool>(name).await.unwrap(),
+            "{name}: no hold written"
+        );
+    }
+    let left: u64 = raw.get("redisson_lock_token:{big}").await.unwrap();
+    assert_eq!(left, top, "put back");
+    let ttl: i64 = raw.pttl("redisson_lock_token:{big}").await.unwrap();
+    assert_eq!(ttl, -1, "no expiry given");
+    let list: Vec<String> = raw
+        .lrange("redisson_lock_token:{list}", 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(list, ["x"]);
+    let mut all = keys(&mut raw, "*").await;
+    all.sort();
+    assert_eq!(
+        all,
+        ["redisson_lock_token:{big}", "redisson_lock_token:{list}"],
+        "nothing but the two counters"
+    );
+
+    // One step lower, the last exact token is handed out.
+    let _: () = raw
+        .set("redisson_lock_token:{edge}", top - 1)
+        .await
+        .unwrap();
+    let guard = client.lock("edge").acquire().await.unwrap();
+    assert_eq!(guard.token(), top);
+    guard.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_lease_beyond_the_maximum_is_a_config_error_that_writes_nothing() {
     let server = Server::start();

@@ -1,28 +1,45 @@
 -- Shared by the acquire and renew scripts: prepended to each (scripts/mod.rs).
 -- Calls only Redis commands; takes no KEYS or ARGV of its own.
 --
+-- counter_error(key, why): the error reply text for a fencing token counter
+-- `key` that gives no usable token.
+local function counter_error(key, why)
+  return 'ERR the fencing token counter ' .. key .. ' ' .. why .. ': fix or delete it'
+end
+
+-- holds(value): `why` for a counter holding `value`.
+local function holds(value)
+  return 'holds "' .. value .. '", not an integer below 2^53 - 1'
+end
+
 -- bad_counter(key): why INCR on the fencing token counter `key` would fail,
 -- or give a token Lua cannot carry exactly (numbers are doubles: exact below
--- 2^53), or nil when it will succeed. A key of another type raises WRONGTYPE at the GET. Acquire
--- scripts call it before their first write, so a corrupt counter costs an
--- error reply and never a half-taken lock.
+-- 2^53), or nil when it will succeed. A key of another type raises WRONGTYPE
+-- at the GET. For scripts that write before they take their token (they
+-- call it before their first write), so a corrupt counter costs an error
+-- reply and never a half-taken lock.
 local function bad_counter(key)
   local value = redis.call('get', key)
   if value and (not string.match(value, '^%d+$') or #value > 16
       or tonumber(value) >= 9007199254740991) then
-    return 'ERR the fencing token counter ' .. key .. ' holds "' .. value
-      .. '", not an integer below 2^53 - 1: fix or delete it'
+    return counter_error(key, holds(value))
+  end
+  return nil
+end
+
+-- bad_lease(lease): why an acquisition with this lease (ms, from ARGV) must
+-- not start, or nil.
+local function bad_lease(lease)
+  if not lease or lease < 1 then
+    return 'ERR lease must be a positive number of milliseconds'
   end
   return nil
 end
 
 -- refusal(counter, lease): why an acquisition with this fencing token
--- counter and lease (ms, from ARGV) must not start, or nil.
+-- counter and lease must not start, or nil. For next_token's scripts.
 local function refusal(counter, lease)
-  if not lease or lease < 1 then
-    return 'ERR lease must be a positive number of milliseconds'
-  end
-  return bad_counter(counter)
+  return bad_lease(lease) or bad_counter(counter)
 end
 
 -- keep_longest(key, lease): gives `key` at least `lease` ms to live, never
@@ -43,31 +60,72 @@ local function clock_token()
   return now[1] .. string.rep('0', 6 - #now[2]) .. now[2]
 end
 
--- next_token(counter, lease): INCRs the fencing token counter `counter` and
--- returns the new token, keeping the counter bounded and monotonic (the
--- argument is in the crate docs, "Fencing tokens"):
--- - a missing counter is created at the server's clock in microseconds, so
---   it starts above every token an expired counter of the name handed out;
+-- settle(counter, token, lease): after the INCR of the fencing token
+-- counter `counter` that gave `token`, keeps the counter bounded and
+-- monotonic (the argument is in the crate docs, "Fencing tokens"), and
+-- returns the acquisition's token:
+-- - a counter INCR found missing (it made it at 1, without expiry) is set to
+--   the server's clock in microseconds and INCRed again, so it starts above
+--   every token an expired counter of the name handed out;
 -- - a counter without expiry (made by Redisson's RFencedLock, starting at 1,
---   or by an older version of this library) is raised to that clock if it is
---   below it, never lowered, and from then on expires like ours;
+--   or by an older version of this library) is raised to that clock the
+--   same way if it is below it, never lowered, and from then on expires
+--   like ours;
 -- - the counter lives at least `lease` ms past this acquisition (never
 --   less than it has), so it outlives the hold's first lease and then goes.
 --   When it has less left it is given two leases, so that acquisitions less
 --   than a lease apart pay no PEXPIRE of it (a lean script: issue 11); it
 --   goes at most two leases after the name's last acquisition.
--- Call it after refusal(): bad_counter has vetted the value.
-local function next_token(counter, lease)
+-- The clock goes to SET as the text clock_token() made, never as a Lua
+-- number (which redis.call would not write as all 16 digits).
+local function settle(counter, token, lease)
   local ttl = redis.call('pttl', counter)
-  if ttl < 0 then
+  if ttl == -1 then
     local clock = clock_token()
-    if ttl == -2 or tonumber(redis.call('get', counter)) < tonumber(clock) then
+    if token <= tonumber(clock) then
       redis.call('set', counter, clock, 'px', 2 * lease)
-    else
-      redis.call('pexpire', counter, 2 * lease)
+      return redis.call('incr', counter)
     end
-  elseif ttl < lease then
+  end
+  if ttl < lease then
     redis.call('pexpire', counter, 2 * lease)
   end
-  return redis.call('incr', counter)
+  return token
+end
+
+-- next_token(counter, lease): INCRs the fencing token counter and returns
+-- the new token (see settle). For scripts that write before they take their
+-- token: call refusal() before the first write, which vets the counter.
+local function next_token(counter, lease)
+  return settle(counter, redis.call('incr', counter), lease)
+end
+
+-- take_token(counter, lease): the fencing token of an acquisition with this
+-- lease, or nil and why it must not start. INCR is both the counter's check
+-- and the script's first write (one call instead of a GET before and an
+-- INCR after: issue 11): call it after every other check and before any
+-- other write. A counter INCR cannot increment (another type, not an
+-- integer, the 64-bit limit) fails it with nothing written; one that
+-- reaches 2^53 (past the integers Lua's numbers carry exactly) is put back
+-- by DECR, so a refused acquisition leaves nothing changed.
+local function take_token(counter, lease)
+  local refused = bad_lease(lease)
+  if refused then
+    return nil, refused
+  end
+  local token = redis.pcall('incr', counter)
+  if type(token) ~= 'number' then
+    -- INCR's error, as a reply table. Named here rather than passed on: a
+    -- WRONGTYPE would read as the lock's own key holding another type.
+    local why = 'holds a value INCR cannot count (not an integer, or at 2^63 - 1)'
+    if string.find(tostring(token.err), 'WRONGTYPE', 1, true) then
+      why = 'is a key of another type, not a string'
+    end
+    return nil, counter_error(counter, why)
+  end
+  if token >= 9007199254740992 then
+    redis.call('decr', counter)
+    return nil, counter_error(counter, holds(redis.call('get', counter)))
+  end
+  return settle(counter, token, lease)
 end

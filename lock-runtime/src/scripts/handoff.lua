@@ -25,7 +25,7 @@
 -- latch; also one made by unlock.lua, which reads 2 as "released") returns
 -- the first answer without running again: {2, token} with the token the
 -- acquire latch recorded, {2, 0} when none was recorded. Every check comes
--- before the first write.
+-- before the first write (on a handover, the token's INCR is the first).
 local done = redis.call('get', KEYS[3])
 if done == '2' then
   return {2, tonumber(redis.call('get', KEYS[5]) or '0') or 0}
@@ -39,15 +39,16 @@ if not count or count <= 0 then
   return {-1, 0}
 end
 local lease, record = tonumber(ARGV[5]), tonumber(ARGV[6])
-local hand = count <= 1 and refusal(KEYS[4], lease) == nil
-  and redis.call('get', KEYS[5]) ~= 'abandoned'
-
 if count > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
   redis.call('set', KEYS[3], 0, 'px', ARGV[2])
   return {0, 0}
 end
-if not hand then
+-- The handover's token first: its INCR is the counter's check and the first
+-- write. None (the handover was abandoned, or the lease or the counter is
+-- unusable): the lock is freed and announced instead.
+local token = redis.call('get', KEYS[5]) ~= 'abandoned' and take_token(KEYS[4], lease)
+if not token then
   redis.call('set', KEYS[3], 1, 'px', ARGV[2])
   redis.call('del', KEYS[1])
   redis.call(ARGV[3], KEYS[2], '0')
@@ -57,7 +58,6 @@ redis.call('set', KEYS[3], 2, 'px', ARGV[2])
 redis.call('del', KEYS[1])
 redis.call('hset', KEYS[1], ARGV[4], 1)
 redis.call('pexpire', KEYS[1], lease)
-local token = next_token(KEYS[4], lease)
 if record > 0 then
   redis.call('set', KEYS[5], token, 'px', record)
 end

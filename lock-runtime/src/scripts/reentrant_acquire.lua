@@ -15,8 +15,9 @@
 -- write. The key's remaining lease never shrinks.
 --
 -- Lean (issue 11): a free lock costs one EXISTS before the writes (a new
--- holder's id is fresh, so only a lock that exists can hold it), and a busy
--- answer writes nothing, so it skips the counter's check.
+-- holder's id is fresh, so only a lock that exists can hold it), a busy
+-- answer writes nothing and never touches the counter, and the counter's
+-- INCR is its own check (take_token).
 local lease = tonumber(ARGV[1])
 -- The holder's hold count when the lock exists (or the caller re-enters);
 -- nil for a free lock. A count of 0 is a hold released but kept taken
@@ -31,8 +32,9 @@ if ARGV[3] == '1' or redis.call('exists', KEYS[1]) == 1 then
     return {0, redis.call('pttl', KEYS[1])}
   end
 end
-local refused = refusal(KEYS[2], lease)
-if refused then
+-- The token first: its INCR is the counter's check and the first write.
+local token, refused = take_token(KEYS[2], lease)
+if not token then
   return redis.error_reply(refused)
 end
 if count then
@@ -42,4 +44,4 @@ else
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], lease)
 end
-return {1, next_token(KEYS[2], lease)}
+return {1, token}

@@ -20,7 +20,7 @@
 -- {3, 0} when a re-entry finds its holds gone (nothing taken). Every check
 -- comes before the first write; the hash's remaining lease never shrinks.
 local lease = tonumber(ARGV[1])
-local refused = refusal(KEYS[2], lease)
+local refused = bad_lease(lease)
 if refused then
   return redis.error_reply(refused)
 end
@@ -41,8 +41,13 @@ local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == 'write' and not writes then
   return {0, redis.call('pttl', KEYS[1])}
 end
+-- The token first: its INCR is the counter's check and the first write.
+local token
+token, refused = take_token(KEYS[2], lease)
+if not token then
+  return redis.error_reply(refused)
+end
 local k = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-local token = next_token(KEYS[2], lease)
 redis.call('set', KEYS[3] .. ':' .. k, token, 'px', lease)
 if mode then
   -- The hash lives as long as its longest hold.
