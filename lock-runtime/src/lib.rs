@@ -291,12 +291,14 @@
 //!   tiny sections, one hot name served by two clients did 5-20% more
 //!   sections per second, and tasks' shares stayed as even; BENCHMARKS.md.)
 //! - **Scripts check before they write.** A fencing counter that `INCR` would
-//!   refuse, or one at 2^53 − 1 or more (Lua numbers are exact below 2^53,
-//!   and tokens must stay exact), is an error reply with nothing written.
-//!   (The reentrant lock's acquisition and handover and the read lock's
-//!   acquisition learn it from the counter's `INCR` itself, their first
-//!   write, and put a counter that went past 2^53 − 1 back with `DECR`: one
-//!   call per acquisition instead of a `GET` before and an `INCR` after.)
+//!   refuse, a negative one, or one at 2^53 − 1 or more (Lua numbers are
+//!   exact below 2^53, and tokens must stay exact), is an error reply naming
+//!   the counter, with nothing written. (The reentrant lock's acquisition
+//!   and handover and the read lock's acquisition learn it from the
+//!   counter's `INCR` itself, their first write, and put a negative counter
+//!   or one that went past 2^53 − 1 back with `DECR`: one call per
+//!   acquisition instead of a `GET` before and an `INCR` after. A handover
+//!   refused so frees the lock instead.)
 //!   Leases, and every
 //!   [`Config`] timeout, longer than [`MAX_DURATION`] (100 years) are
 //!   [`LockError::Config`]; a `wait` whose deadline the clock cannot

@@ -435,6 +435,13 @@ async fn a_corrupt_token_counter_fails_the_acquire_without_writing_a_hold() {
     );
 }
 
+/// `acquire`'s answer, which must come at once (a refusal does).
+async fn at_once<T>(acquire: impl std::future::Future<Output = T>) -> T {
+    timeout(WITHIN, acquire)
+        .await
+        .expect("the acquire answered at once")
+}
+
 /// The reentrant and read acquisitions check the counter with its own
 /// `INCR`, their first write (issue 11): a counter one step from leaving
 /// the integers Lua carries exactly is put back, a key of another type is
@@ -483,6 +490,40 @@ async fn a_counter_too_large_or_of_another_type_is_refused_and_left_as_it_was() 
         "nothing but the two counters"
     );
 
+    // A negative counter, and one written with a leading zero (which INCR
+    // refuses): every kind of lock refuses them the same way, fair and
+    // write locks included (they check before their first write).
+    let _: () = raw.set("redisson_lock_token:{neg}", -5).await.unwrap();
+    let _: () = raw.set("redisson_lock_token:{zero}", "007").await.unwrap();
+    let _: () = raw
+        .pexpire("redisson_lock_token:{zero}", 600_000)
+        .await
+        .unwrap();
+    for name in ["neg", "zero"] {
+        let rw = client.read_write_lock(name);
+        // Bounded: were one taken, the next would wait for it.
+        let attempts = [
+            at_once(client.lock(name).acquire()).await,
+            at_once(rw.read().acquire()).await,
+            at_once(rw.write().acquire()).await,
+            at_once(client.fair_lock(name).acquire()).await,
+        ];
+        for (kind, taken) in ["reentrant", "read", "write", "fair"].iter().zip(attempts) {
+            assert!(
+                matches!(&taken, Err(LockError::Redis(e))
+                    if e.to_string().contains(&format!("redisson_lock_token:{{{name}}}"))),
+                "{name}, {kind}: an error naming the counter, {taken:?}"
+            );
+        }
+        assert!(
+            !raw.exists::<_, bool>(name).await.unwrap(),
+            "{name}: no hold written"
+        );
+    }
+    let neg: i64 = raw.get("redisson_lock_token:{neg}").await.unwrap();
+    let zero: String = raw.get("redisson_lock_token:{zero}").await.unwrap();
+    assert_eq!((neg, zero.as_str()), (-5, "007"), "left as they were");
+
     // One step lower, the last exact token is handed out.
     let _: () = raw
         .set("redisson_lock_token:{edge}", top - 1)
@@ -491,6 +532,35 @@ async fn a_counter_too_large_or_of_another_type_is_refused_and_left_as_it_was() 
     let guard = client.lock("edge").acquire().await.unwrap();
     assert_eq!(guard.token(), top);
     guard.release().await.unwrap();
+}
+
+/// The counter's `INCR` is the reentrant and read acquisitions' first write:
+/// an error that is not about the counter (here `READONLY`, from a replica,
+/// which a Sentinel client reads as "find the new master") comes back with
+/// its own code, not as a corrupt counter.
+#[tokio::test]
+async fn a_read_only_replica_answers_an_acquire_with_readonly() {
+    let replica = Server::start();
+    let mut raw = replica.raw().await;
+    // A master that is not there: the server is a read-only replica.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(tests::free_port())
+        .query_async(&mut raw)
+        .await
+        .expect("REPLICAOF");
+    let client = replica.client().await;
+    let rw = client.read_write_lock("ro");
+    let attempts = [
+        at_once(client.lock("ro").acquire()).await,
+        at_once(rw.read().acquire()).await,
+    ];
+    for (kind, taken) in ["reentrant", "read"].iter().zip(attempts) {
+        assert!(
+            matches!(&taken, Err(LockError::Redis(e)) if e.code() == Some("READONLY")),
+            "{kind}: {taken:?}"
+        );
+    }
 }
 
 #[tokio::test]

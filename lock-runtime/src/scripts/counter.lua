@@ -9,7 +9,7 @@ end
 
 -- holds(value): `why` for a counter holding `value`.
 local function holds(value)
-  return 'holds "' .. value .. '", not an integer below 2^53 - 1'
+  return 'holds "' .. value .. '", not a whole number from 0 to 2^53 - 2'
 end
 
 -- bad_counter(key): why INCR on the fencing token counter `key` would fail,
@@ -20,7 +20,8 @@ end
 -- reply and never a half-taken lock.
 local function bad_counter(key)
   local value = redis.call('get', key)
-  if value and (not string.match(value, '^%d+$') or #value > 16
+  -- Digits as INCR reads them: no sign, no leading zero.
+  if value and (not (value == '0' or string.match(value, '^[1-9]%d*$')) or #value > 16
       or tonumber(value) >= 9007199254740991) then
     return counter_error(key, holds(value))
   end
@@ -105,9 +106,10 @@ end
 -- and the script's first write (one call instead of a GET before and an
 -- INCR after: issue 11): call it after every other check and before any
 -- other write. A counter INCR cannot increment (another type, not an
--- integer, the 64-bit limit) fails it with nothing written; one that
--- reaches 2^53 (past the integers Lua's numbers carry exactly) is put back
--- by DECR, so a refused acquisition leaves nothing changed.
+-- integer, the 64-bit limit) fails it with nothing written; one that held a
+-- negative number, or reaches 2^53 (past the integers Lua's numbers carry
+-- exactly), is put back by DECR: a refused acquisition leaves nothing
+-- changed. Other errors of the INCR (READONLY, OOM) are raised unchanged.
 local function take_token(counter, lease)
   local refused = bad_lease(lease)
   if refused then
@@ -115,15 +117,22 @@ local function take_token(counter, lease)
   end
   local token = redis.pcall('incr', counter)
   if type(token) ~= 'number' then
-    -- INCR's error, as a reply table. Named here rather than passed on: a
-    -- WRONGTYPE would read as the lock's own key holding another type.
-    local why = 'holds a value INCR cannot count (not an integer, or at 2^63 - 1)'
-    if string.find(tostring(token.err), 'WRONGTYPE', 1, true) then
-      why = 'is a key of another type, not a string'
+    -- INCR's error, as a reply table. One about the counter's value is
+    -- named here (a WRONGTYPE passed on would read as the lock's own key
+    -- holding another type); any other (READONLY, OOM, ...) is raised as it
+    -- came, with its code, for the client to act on.
+    local err = tostring(token.err)
+    if string.find(err, 'WRONGTYPE', 1, true) then
+      return nil, counter_error(counter, 'is a key of another type, not a string')
     end
-    return nil, counter_error(counter, why)
+    if string.find(err, 'not an integer', 1, true) or string.find(err, 'overflow', 1, true) then
+      return nil, counter_error(counter, 'holds a value INCR cannot count (not an integer, or at 2^63 - 1)')
+    end
+    error(token)
   end
-  if token >= 9007199254740992 then
+  -- Below 1 (the counter held a negative number) or past the integers Lua
+  -- carries exactly: put back, and refused.
+  if token < 1 or token >= 9007199254740992 then
     redis.call('decr', counter)
     return nil, counter_error(counter, holds(redis.call('get', counter)))
   end
