@@ -316,10 +316,10 @@ impl Held {
             let runtime = client.core().runtime.clone();
             crate::background::finish_on_drop(&runtime, work, |_| async {}).await
         } else {
-            match client.on_background(work).await {
-                Ok(released) => released,
-                Err(e) => Err(e),
-            }
+            client
+                .on_background(work)
+                .await
+                .and_then(|released| released)
         };
         if matches!(result, Err(LockError::Lost { .. })) && !counted {
             crate::telemetry::lost(metric);
@@ -484,11 +484,7 @@ impl LockGuard {
         crate::config::check_lease(Some(lease))?;
         let results =
             futures_util::future::join_all(self.holds.iter_mut().map(|h| h.extend(lease))).await;
-        let mut errors = results.into_iter().filter_map(Result::err);
-        match errors.next() {
-            Some(e) if 1 + errors.count() > self.tolerated => Err(e),
-            _ => Ok(()),
-        }
+        self.within_tolerance(results)
     }
 
     /// Resolves when the lease is lost; never, while it holds.
@@ -516,12 +512,18 @@ impl LockGuard {
         if holds.len() == 1
             && let Some(held) = holds.pop()
         {
-            return match Box::pin(held.release()).await {
-                Err(e) if self.tolerated == 0 => Err(e),
-                _ => Ok(()),
-            };
+            return self.within_tolerance([Box::pin(held.release()).await]);
         }
         let results = futures_util::future::join_all(holds.into_iter().map(Held::release)).await;
+        self.within_tolerance(results)
+    }
+
+    /// The first error of the holds' `results` when more of them failed
+    /// than the guard tolerates (a quorum lock's minority), else `Ok`.
+    fn within_tolerance(
+        &self,
+        results: impl IntoIterator<Item = Result<(), LockError>>,
+    ) -> Result<(), LockError> {
         let mut errors = results.into_iter().filter_map(Result::err);
         match errors.next() {
             Some(e) if 1 + errors.count() > self.tolerated => Err(e),

@@ -382,9 +382,12 @@ async fn attempt_on(
         core: core.clone(),
         conn: near.clone().unwrap_or_else(|| core.conn.clone()),
         target: target.clone(),
+        // A fresh attempt id (not a copy of the caller's, then replaced).
         how: Try {
+            holder: how.holder.clone(),
+            lease: how.lease,
+            reenter: how.reenter,
             attempt: holder::call_id(&core.id),
-            ..how.clone()
         },
     });
     let attempt = {

@@ -20,10 +20,6 @@
 -- {3, 0} when a re-entry finds its holds gone (nothing taken). Every check
 -- comes before the first write; the hash's remaining lease never shrinks.
 local lease = tonumber(ARGV[1])
-local refused = bad_lease(lease)
-if refused then
-  return redis.error_reply(refused)
-end
 local writes = redis.call('hexists', KEYS[1], ARGV[2] .. ':write') == 1
 if ARGV[3] == '1' and not writes then
   local alive = false
@@ -42,8 +38,7 @@ if mode == 'write' and not writes then
   return {0, redis.call('pttl', KEYS[1])}
 end
 -- The token first: its INCR is the counter's check and the first write.
-local token
-token, refused = take_token(KEYS[2], lease)
+local token, refused = take_token(KEYS[2], lease)
 if not token then
   return redis.error_reply(refused)
 end
