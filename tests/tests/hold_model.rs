@@ -464,10 +464,21 @@ async fn a_counter_too_large_or_of_another_type_is_refused_and_left_as_it_was() 
                 if e.to_string().contains(&format!("redisson_lock_token:{{{name}}}"))),
             "{name}: an error naming the counter, {taken:?}"
         );
-        let read = timeout(WITHIN, client.read_write_lock(name).read().acquire())
-            .await
-            .expect("the read acquire failed at once");
-        assert!(matches!(read, Err(LockError::Redis(_))), "{name}: {read:?}");
+        // Every kind names the counter, never the lock (whose key is free):
+        // fair and write locks check the counter before their first write.
+        let rw = client.read_write_lock(name);
+        let attempts = [
+            at_once(rw.read().acquire()).await,
+            at_once(rw.write().acquire()).await,
+            at_once(client.fair_lock(name).acquire()).await,
+        ];
+        for (kind, taken) in ["read", "write", "fair"].iter().zip(attempts) {
+            assert!(
+                matches!(&taken, Err(LockError::Redis(e))
+                    if e.to_string().contains(&format!("redisson_lock_token:{{{name}}}"))),
+                "{name}, {kind}: an error naming the counter, {taken:?}"
+            );
+        }
         assert!(
             !raw.exists::<_, bool>(name).await.unwrap(),
             "{name}: no hold written"

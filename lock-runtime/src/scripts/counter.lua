@@ -14,12 +14,16 @@ end
 
 -- bad_counter(key): why INCR on the fencing token counter `key` would fail,
 -- or give a token Lua cannot carry exactly (numbers are doubles: exact below
--- 2^53), or nil when it will succeed. A key of another type raises WRONGTYPE
--- at the GET. For scripts that write before they take their token (they
--- call it before their first write), so a corrupt counter costs an error
--- reply and never a half-taken lock.
+-- 2^53), or nil when it will succeed. A key of another type is named as
+-- the counter (a WRONGTYPE passed on would read as the lock's own key
+-- holding another type). For scripts that write before they take their
+-- token (they call it before their first write), so a corrupt counter costs
+-- an error reply and never a half-taken lock.
 local function bad_counter(key)
-  local value = redis.call('get', key)
+  local value = redis.pcall('get', key)
+  if type(value) == 'table' and value.err then
+    return counter_error(key, 'is a key of another type, not a string')
+  end
   -- Digits as INCR reads them: no sign, no leading zero.
   if value and (not (value == '0' or string.match(value, '^[1-9]%d*$')) or #value > 16
       or tonumber(value) >= 9007199254740991) then
