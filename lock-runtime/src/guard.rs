@@ -8,8 +8,8 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::conn::connection_lost;
-use crate::hold::{Keep, Target};
-use crate::holder::ScopedHold;
+use crate::hold::{Keep, Target, Which};
+use crate::holder::{Chain, ScopedHold};
 use crate::own::Listed;
 use crate::telemetry::HeldMetric;
 use crate::watchdog::{HoldKey, Registration, Validity, valid_until};
@@ -41,10 +41,15 @@ pub(crate) struct Held {
     metric: &'static str,
     /// In `lock_held` until dropped.
     _held: HeldMetric,
-    /// `hold_at_least`: when the lock was taken (by the acquire's answer)
-    /// and the minimum; a release before it ends leaves the lock taken until
-    /// then.
-    keep: Option<(Instant, Duration)>,
+    /// `hold_at_least`: until when the lock stays taken (from the acquire's
+    /// answer); a release before then leaves the lock taken until then.
+    keep: Option<Instant>,
+    /// What this hold shares with the other holds of its call chain on the
+    /// lock (its re-entries, or the hold it re-entered): made when a scope
+    /// first needs it, or given by the scope a re-entry was made in.
+    chain: std::sync::OnceLock<Chain>,
+    /// Which of its holder's holds this is (see [`Which`]).
+    which: Which,
     /// How many local handovers in a row led to this hold (0: taken by an
     /// acquire script; see `local::Handed::streak`).
     streak: u32,
@@ -62,6 +67,7 @@ impl Held {
         lease: Option<Duration>,
         metric: &'static str,
     ) -> Held {
+        let which = Which::first(token);
         let listed = client
             .core()
             .own
@@ -97,8 +103,17 @@ impl Held {
             metric,
             _held: HeldMetric::start(metric),
             keep: None,
+            chain: std::sync::OnceLock::new(),
+            which,
             streak: 0,
         }
+    }
+
+    /// This hold re-entered a hold of its call chain, whose scope gave
+    /// `chain`.
+    pub(crate) fn reentered(&mut self, chain: Chain) {
+        self.which = Which::reentry(self.token);
+        let _ = self.chain.set(chain);
     }
 
     /// The hold was handed over, the `streak`-th local handover in a row.
@@ -107,9 +122,26 @@ impl Held {
     }
 
     /// Keeps the lock taken until `minimum` after `taken` when released
-    /// sooner (`hold_at_least`).
+    /// sooner (`hold_at_least`), whichever hold of the call chain is given
+    /// back last.
     pub(crate) fn hold_at_least(&mut self, taken: Instant, minimum: Duration) {
-        self.keep = Some((taken, minimum));
+        let until = taken.checked_add(minimum);
+        self.keep = until;
+        if let (Some(chain), Some(until)) = (self.chain.get(), until) {
+            chain.keep_until(until);
+        }
+    }
+
+    /// What the holds of this hold's call chain share (made on first use,
+    /// holding this hold's minimum).
+    fn chain(&self) -> &Chain {
+        self.chain.get_or_init(|| {
+            let chain = Chain::default();
+            if let Some(until) = self.keep {
+                chain.keep_until(until);
+            }
+            chain
+        })
     }
 
     pub(crate) fn token(&self) -> u64 {
@@ -126,6 +158,7 @@ impl Held {
             client: self.client.core().id.clone(),
             name: self.target.name().to_owned(),
             holder: self.holder.clone(),
+            chain: self.chain().clone(),
         }
     }
 
@@ -236,14 +269,23 @@ impl Held {
             client,
             target,
             holder,
-            token,
             lease,
             _listed: listed,
             keep,
+            chain,
+            which,
             streak,
             metric,
             ..
         } = self;
+        // The chain's minimum, whichever of its holds asked for it: the
+        // release that turns out to be the chain's last applies it.
+        let keep = chain
+            .get()
+            .and_then(Chain::kept_until)
+            .into_iter()
+            .chain(keep)
+            .max();
         let fixed = matches!(lease, Lease::Fixed { .. });
         // A guard being released is no longer listed as live.
         drop(listed);
@@ -278,12 +320,12 @@ impl Held {
                 let kept = Keep::left(keep, fixed);
                 let unlocked = if tries == 1 && kept.ms == 0 {
                     crate::hold::handoff::unlock_or_hand_off(
-                        &core, &conn, &target, &holder, &request, token, streak,
+                        &core, &conn, &target, &holder, &request, which, streak,
                     )
                     .await
                 } else {
                     target
-                        .unlock(&core, &conn, &holder, &request, token, kept)
+                        .unlock(&core, &conn, &holder, &request, which, kept)
                         .await
                 };
                 match unlocked {

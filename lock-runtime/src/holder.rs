@@ -14,15 +14,39 @@
 //! other holders.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-/// One hold visible to a scope: which client, which lock, which holder.
+/// One hold visible to a scope: which client, which lock, which holder, and
+/// what the holder's holds of that lock share.
 #[derive(Debug, Clone)]
 pub(crate) struct ScopedHold {
     pub(crate) client: String,
     pub(crate) name: String,
     pub(crate) holder: String,
+    pub(crate) chain: Chain,
+}
+
+/// What the holds of one call chain on one lock (a hold and its re-entries)
+/// share: until when the lock must stay taken (`hold_at_least`), whichever
+/// of them asked for it. The chain's last release applies it, in whatever
+/// order its holds are given back.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Chain(Arc<Mutex<Option<Instant>>>);
+
+impl Chain {
+    /// The lock stays taken at least until `until` (a later minimum of the
+    /// chain is kept).
+    pub(crate) fn keep_until(&self, until: Instant) {
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *kept = Some(kept.map_or(until, |kept| kept.max(until)));
+    }
+
+    /// Until when the lock stays taken, if a hold of the chain asked.
+    pub(crate) fn kept_until(&self) -> Option<Instant> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The holds of the scopes a future runs in, outermost first.
@@ -57,8 +81,8 @@ pub(crate) fn call_id(client: &str) -> String {
 }
 
 /// The holder id under which the current scope holds `name` on `client`,
-/// if it does (innermost first).
-pub(crate) fn in_scope(client: &str, name: &str) -> Option<String> {
+/// if it does (innermost first), and its chain.
+pub(crate) fn in_scope(client: &str, name: &str) -> Option<(String, Chain)> {
     SCOPE
         .try_with(|scope| {
             scope
@@ -66,7 +90,7 @@ pub(crate) fn in_scope(client: &str, name: &str) -> Option<String> {
                 .iter()
                 .rev()
                 .find(|h| h.client == client && h.name == name)
-                .map(|h| h.holder.clone())
+                .map(|h| (h.holder.clone(), h.chain.clone()))
         })
         .ok()
         .flatten()
@@ -88,11 +112,16 @@ pub(crate) async fn scoped<F: Future>(holds: Vec<ScopedHold>, fut: F) -> F::Outp
 mod tests {
     use super::*;
 
+    fn holder_in_scope(client: &str, name: &str) -> Option<String> {
+        in_scope(client, name).map(|(holder, _)| holder)
+    }
+
     fn hold(name: &str, holder: &str) -> ScopedHold {
         ScopedHold {
             client: "c".into(),
             name: name.into(),
             holder: holder.into(),
+            chain: Chain::default(),
         }
     }
 
@@ -100,17 +129,17 @@ mod tests {
     async fn a_scope_follows_its_future_not_the_task() {
         let inside = scoped(vec![hold("x", "c:1")], async {
             tokio::task::yield_now().await;
-            in_scope("c", "x")
+            holder_in_scope("c", "x")
         });
         let beside = async {
             tokio::task::yield_now().await;
-            in_scope("c", "x")
+            holder_in_scope("c", "x")
         };
         // Both polled by one task, interleaved: only the scoped one sees it.
         let (inside, beside) = tokio::join!(inside, beside);
         assert_eq!(inside.as_deref(), Some("c:1"));
         assert_eq!(beside, None);
-        assert_eq!(in_scope("c", "x"), None, "gone after the scope");
+        assert_eq!(holder_in_scope("c", "x"), None, "gone after the scope");
     }
 
     #[tokio::test]
@@ -118,10 +147,10 @@ mod tests {
         let seen = scoped(vec![hold("x", "c:1")], async {
             scoped(vec![hold("y", "c:2"), hold("x", "c:3")], async {
                 (
-                    in_scope("c", "x"),
-                    in_scope("c", "y"),
-                    in_scope("other", "x"),
-                    in_scope("c", "z"),
+                    holder_in_scope("c", "x"),
+                    holder_in_scope("c", "y"),
+                    holder_in_scope("other", "x"),
+                    holder_in_scope("c", "z"),
                 )
             })
             .await
@@ -136,11 +165,13 @@ mod tests {
     #[tokio::test]
     async fn spawned_tasks_do_not_inherit_a_scope() {
         let seen = scoped(vec![hold("x", "c:1")], async {
-            let plain = tokio::spawn(async { in_scope("c", "x") }).await.unwrap();
+            let plain = tokio::spawn(async { holder_in_scope("c", "x") })
+                .await
+                .unwrap();
             // A scoped future spawned from inside a scope carries its own
             // holds only: the outer one is read where it runs.
             let nested = tokio::spawn(scoped(vec![hold("y", "c:2")], async {
-                (in_scope("c", "x"), in_scope("c", "y"))
+                (holder_in_scope("c", "x"), holder_in_scope("c", "y"))
             }))
             .await
             .unwrap();
@@ -153,7 +184,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_scoped_future_sees_the_scope_it_is_awaited_in() {
-        let built = scoped(vec![hold("y", "c:2")], async { in_scope("c", "x") });
+        let built = scoped(vec![hold("y", "c:2")], async { holder_in_scope("c", "x") });
         let seen = scoped(vec![hold("x", "c:1")], built).await;
         assert_eq!(seen.as_deref(), Some("c:1"));
     }

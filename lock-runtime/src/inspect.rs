@@ -257,6 +257,7 @@ pub(crate) async fn force_unlock(core: &Core, name: &str) -> Result<bool, LockEr
         .key(keys::fair_timeouts(name))
         .key(keys::rw_channel(name))
         .key(keys::tagged(name))
+        .key(keys::holds_key(name))
         .arg(core.conn.publish_command())
         .invoke_async(&mut core.conn.clone())
         .await

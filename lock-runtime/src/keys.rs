@@ -70,6 +70,13 @@ pub(crate) fn acquire_latch(name: &str, attempt: &str) -> String {
     key("redisson_lock_acquire_latch:", name, &[":", attempt])
 }
 
+/// The live holds of holders that re-entered the lock (see
+/// `scripts/holds.lua`): a HASH of holder field to the holds it names. Not
+/// part of Redisson's layout; Redisson never reads it.
+pub(crate) fn holds_key(name: &str) -> String {
+    key("redisson_lock_holds:", name, &[])
+}
+
 /// The fair lock's waiting queue.
 pub(crate) fn fair_queue(name: &str) -> String {
     key("redisson_lock_queue:", name, &[])

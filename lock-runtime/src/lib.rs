@@ -152,7 +152,10 @@
 //!   fixed lease is only shortened, and a minimum over it is refused with
 //!   [`LockError::Config`]. Such a release never hands the lock to a local
 //!   waiter. A release after the minimum frees the lock at once. Reentrant
-//!   and fair locks only; re-entries just count down.
+//!   and fair locks only. The minimum belongs to the call chain: a re-entry
+//!   shares its scope's, and whichever hold of the chain is given back last
+//!   (released or dropped, in any order) applies the latest minimum any of
+//!   them asked for; the others just count down.
 //! - **Skipping with the builder** is [`LockBuilder::try_acquire`] (or a
 //!   `wait` and `Ok(None)` on [`LockError::Timeout`]).
 //!
@@ -449,7 +452,22 @@
 //!   call, less the safety margin, so it reports the loss before Redis
 //!   expires the key.
 //! - **Release.** Unlock is idempotent (Redisson's unlock latch) and retried on
-//!   a connection error. Releasing a lock whose lease was lost returns
+//!   a connection error. A release counts once however late a copy of it
+//!   reaches Redis (a request held in a partition can arrive long after its
+//!   latch expired): while a holder has more than its first hold, its live
+//!   holds are named beside the lock, in the HASH
+//!   `redisson_lock_holds:{name}` (ours; field: the holder's field in the
+//!   lock, value `' 0 t1 t2 '`: `0` its first hold, then each re-entry's
+//!   fencing token), and a release names the hold it gives back and changes
+//!   nothing when that hold is gone. No record means the first hold alone:
+//!   its release counts, and a late copy of it finds no count (holder ids
+//!   are never used again); a late copy of a re-entry's release finds its
+//!   hold gone. The lock's own hash stays Redisson's layout throughout. The
+//!   record lives at least as long as the lock (every script that lengthens
+//!   the lock's life lengthens it too, the watchdog's renewals included) and
+//!   goes with the holder's re-entries, so a lock nobody re-entered leaves
+//!   none. The same holds for the give-backs of a reconcile, which resend
+//!   under one request id for 16 minutes. Releasing a lock whose lease was lost returns
 //!   [`LockError::Lost`] and never touches another holder's lock (a guard
 //!   that counts as lost by its clock but whose hold the server still has
 //!   gives it back, and still reports [`LockError::Lost`]). A dropped

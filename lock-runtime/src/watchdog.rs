@@ -322,7 +322,9 @@ async fn renew(
             let mut call = SCRIPTS.renew.prepare_invoke();
             call.arg(crate::config::millis(lease));
             for (key, _) in batch {
-                call.key(&key.name).arg(&key.holder);
+                call.key(&key.name)
+                    .key(crate::keys::holds_key(&key.name))
+                    .arg(&key.holder);
             }
             let answers: Vec<i64> = call.invoke_async(&mut conn).await?;
             Ok(answers.into_iter().map(|a| a == 1).collect())
@@ -333,6 +335,7 @@ async fn renew(
             for (key, _) in batch {
                 call.key(&key.name)
                     .key(crate::keys::rw_timeout_prefix(&key.name, &key.holder))
+                    .key(crate::keys::holds_key(&key.name))
                     .arg(&key.holder);
             }
             let answers: Vec<i64> = call.invoke_async(&mut conn).await?;

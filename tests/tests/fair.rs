@@ -478,3 +478,45 @@ async fn a_head_past_its_deadline_is_evicted_by_the_next_attempt() {
     assert_eq!(next.await.unwrap().unwrap(), next_id);
     until_queue_empty(&raw, "stale").await;
 }
+
+/// Redisson's `testLeaseTimeout`: eight waiters queue in order on a fair
+/// lock whose holders each take a 1 s lease and never unlock (a crashed
+/// holder, a fixed lease). Nothing is published: the queue must advance at
+/// every lease end, in arrival order. Old scripts told a waiter that was not
+/// first, and retried while the lock was briefly free, to sleep until the
+/// head's eviction deadline (minutes), and nothing woke it when its turn came
+/// by another expiry: the last waiters ran out of their wait.
+#[tokio::test]
+async fn the_queue_advances_at_every_lease_end_in_arrival_order() {
+    let server = Server::start();
+    let client = server.client().await;
+    let raw = server.raw().await;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let lease = Duration::from_secs(1);
+    // Never released: its lease ends it, long enough for all eight to queue.
+    let first = client.fair_lock("lapse").lease(Duration::from_secs(5));
+    std::mem::forget(first.acquire().await.unwrap());
+    let mut waiters = Vec::new();
+    for id in 0..8 {
+        let (client, order) = (client.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .fair_lock("lapse")
+                .lease(lease)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await?;
+            order.lock().unwrap().push(id);
+            // A holder that never unlocks.
+            std::mem::forget(guard);
+            Ok::<_, LockError>(())
+        }));
+        until_queued(&raw, "lapse", id + 1).await;
+    }
+    for (id, w) in waiters.into_iter().enumerate() {
+        w.await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("waiter {id} did not get its turn: {e:?}"));
+    }
+    assert_eq!(*order.lock().unwrap(), (0..8).collect::<Vec<_>>());
+}

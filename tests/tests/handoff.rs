@@ -247,9 +247,10 @@ async fn a_busy_client_does_not_starve_another_busy_one() {
     hammers.stop().await;
 }
 
-/// What a handover runs: `handoff.lua` headed by `counter.lua`.
+/// What a handover runs: `handoff.lua` headed by `counter.lua` and `holds.lua`.
 const HANDOFF: &str = concat!(
     include_str!("../../lock-runtime/src/scripts/counter.lua"),
+    include_str!("../../lock-runtime/src/scripts/holds.lua"),
     include_str!("../../lock-runtime/src/scripts/handoff.lua"),
 );
 
@@ -267,9 +268,12 @@ fn handover<'a>(
         .key(format!("redisson_unlock_latch:{{{name}}}:{request}"))
         .key(format!("redisson_lock_token:{{{name}}}"))
         .key(latch)
+        .key(format!("redisson_lock_holds:{{{name}}}"))
         .arg(from)
         .arg(30_000)
         .arg("publish")
+        // The holder's first hold.
+        .arg("0")
         .arg(to)
         .arg(30_000)
         .arg(record);
@@ -309,6 +313,7 @@ async fn a_resent_handover_hands_the_lock_over_once() {
     let mut raw = server.raw().await;
     let script = redis::Script::new(HANDOFF);
     let unlock = redis::Script::new(concat!(
+        include_str!("../../lock-runtime/src/scripts/holds.lua"),
         include_str!("../../lock-runtime/src/scripts/keep_taken.lua"),
         include_str!("../../lock-runtime/src/scripts/unlock.lua")
     ));
@@ -336,9 +341,11 @@ async fn a_resent_handover_hands_the_lock_over_once() {
         .key("h")
         .key("redisson_lock__channel:{h}")
         .key("redisson_unlock_latch:{h}:r1")
+        .key("redisson_lock_holds:{h}")
         .arg("a:1")
         .arg(30_000)
         .arg("publish")
+        .arg("0")
         .arg("0")
         .invoke_async(&mut raw)
         .await

@@ -459,6 +459,7 @@ async fn a_kept_lock_cannot_be_reentered_after_its_release() {
 async fn a_kept_lock_is_not_renewed() {
     const RENEW: &str = concat!(
         include_str!("../../lock-runtime/src/scripts/counter.lua"),
+        include_str!("../../lock-runtime/src/scripts/holds.lua"),
         include_str!("../../lock-runtime/src/scripts/renew.lua"),
     );
     let server = Server::start();
@@ -467,6 +468,7 @@ async fn a_kept_lock_is_not_renewed() {
     let () = raw.pexpire("kept:2", 5_000).await.expect("PEXPIRE");
     let renewed: Vec<i64> = redis::Script::new(RENEW)
         .key("kept:2")
+        .key("redisson_lock_holds:{kept:2}")
         .arg(30_000)
         .arg("client:1")
         .invoke_async(&mut raw)

@@ -563,6 +563,7 @@ async fn unlock_is_idempotent_under_retry() {
     let server = Server::start();
     let mut raw = server.raw().await;
     let unlock = redis::Script::new(concat!(
+        include_str!("../../lock-runtime/src/scripts/holds.lua"),
         include_str!("../../lock-runtime/src/scripts/keep_taken.lua"),
         include_str!("../../lock-runtime/src/scripts/unlock.lua")
     ));
@@ -575,9 +576,12 @@ async fn unlock_is_idempotent_under_retry() {
                 .key("idem")
                 .key("redisson_lock__channel:{idem}")
                 .key("redisson_unlock_latch:{idem}:req-1")
+                .key("redisson_lock_holds:{idem}")
                 .arg("h:1")
                 .arg(30_000)
                 .arg("publish")
+                // The holder's first hold.
+                .arg("0")
                 .arg("0")
                 .invoke_async(&mut conn)
                 .await
@@ -791,6 +795,7 @@ async fn a_resent_acquire_takes_the_lock_once() {
     const LATCHED: &str = concat!(
         "local function acquire()\n",
         include_str!("../../lock-runtime/src/scripts/counter.lua"),
+        include_str!("../../lock-runtime/src/scripts/holds.lua"),
         include_str!("../../lock-runtime/src/scripts/reentrant_acquire.lua"),
         "\nend\n",
         include_str!("../../lock-runtime/src/scripts/acquire_latch.lua"),
@@ -802,6 +807,7 @@ async fn a_resent_acquire_takes_the_lock_once() {
     let attempt = |latch: &'static str, reentry: &'static str| {
         let mut call = script.key("resent");
         call.key("redisson_lock_token:{resent}")
+            .key("redisson_lock_holds:{resent}")
             .arg(30_000)
             .arg("client:1")
             .arg(reentry)

@@ -35,7 +35,7 @@ use std::time::Instant;
 use crate::LockError;
 use crate::client::Core;
 use crate::conn::Conn;
-use crate::hold::{Keep, Target, Try, needs_reconcile, reconcile, reentrant};
+use crate::hold::{Keep, Target, Try, Which, needs_reconcile, reconcile, reentrant};
 use crate::local::{Handed, Handover, MAX_STREAK};
 
 /// Gives back the hold of `holder` on `target` (see [`Target::unlock`]) and,
@@ -50,7 +50,7 @@ pub(crate) async fn unlock_or_hand_off(
     target: &Target,
     holder: &str,
     request: &str,
-    token: u64,
+    which: Which,
     streak: u32,
 ) -> Result<i64, LockError> {
     let offer = match target {
@@ -65,7 +65,7 @@ pub(crate) async fn unlock_or_hand_off(
             core.local.free_for_all(&target.local_queue(holder));
         }
         return target
-            .unlock(core, conn, holder, request, token, Keep::NONE)
+            .unlock(core, conn, holder, request, which, Keep::NONE)
             .await;
     };
     // The handover is an acquisition of its own: a fresh holder id and
@@ -78,7 +78,7 @@ pub(crate) async fn unlock_or_hand_off(
     };
     let settle = |to: Try| give_back(core.clone(), target.clone(), to);
     let sent = Instant::now();
-    match reentrant::hand_off(core, conn, name, holder, request, &to).await {
+    match reentrant::hand_off(core, conn, name, holder, request, which, &to).await {
         // A resent script (a cluster connection resends one whose answer
         // was lost) found the handover made, with no token recorded: give
         // that hold back, the waiter tries by itself.

@@ -48,6 +48,61 @@ pub(crate) enum Attempt {
     Gone,
 }
 
+/// Which of its holder's holds a release gives back. The scripts that count
+/// a holder's holds in one field name each of them once the holder
+/// re-enters (`scripts/holds.lua`): a release counts only while its hold is
+/// live, so a copy of it that reaches Redis late (past its unlock latch)
+/// changes nothing. A read hold is found by its token.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Which {
+    token: u64,
+    reentry: bool,
+}
+
+impl Which {
+    /// The holder's first hold (taken by a new holder), with fencing `token`
+    /// (0 when unknown: a lost answer's; such a holder has no other hold).
+    pub(crate) fn first(token: u64) -> Which {
+        Which {
+            token,
+            reentry: false,
+        }
+    }
+
+    /// A re-entry, with fencing `token`.
+    pub(crate) fn reentry(token: u64) -> Which {
+        Which {
+            token,
+            reentry: true,
+        }
+    }
+
+    /// The hold the attempt `how` took, with fencing `token`.
+    pub(crate) fn taken(how: &Try, token: u64) -> Which {
+        if how.reenter {
+            Which::reentry(token)
+        } else {
+            Which::first(token)
+        }
+    }
+
+    /// As the unlock scripts of `target` name it: a read hold by its token
+    /// (0: any one hold of the holder); any other hold `0` for the holder's
+    /// first, else its re-entry's token.
+    fn arg(self, target: &Target) -> u64 {
+        match target {
+            Target::Read { .. } => self.token,
+            _ => self.counted(),
+        }
+    }
+
+    /// As the scripts of the layouts that count a holder's holds in one
+    /// field name it: `0` for the holder's first, else the re-entry's token.
+    fn counted(self) -> u64 {
+        if self.reentry { self.token } else { 0 }
+    }
+}
+
 /// What one acquire script call is asked to do.
 #[derive(Debug, Clone)]
 pub(crate) struct Try {
@@ -167,6 +222,7 @@ impl Target {
         let name = self.name();
         core.conn.check_slot_name(name)?;
         let token = keys::token_key(name);
+        let holds = keys::holds_key(name);
         let args = |call: &mut Eval| {
             call.arg(how.lease_ms()).arg(&how.holder);
             if let Target::Fair { .. } = self {
@@ -178,7 +234,7 @@ impl Target {
         let (latch, record) = (&how.latch(name), how.reenter);
         let call = match self {
             Target::Reentrant { .. } => {
-                let keys = [name, &token];
+                let keys = [name, &token, &holds];
                 scripts
                     .reentrant_acquire
                     .call(conn, &keys, latch, record, args)
@@ -190,6 +246,7 @@ impl Target {
                     &keys::fair_timeouts(name),
                     &token,
                     &keys::lock_channel(name),
+                    &holds,
                 ];
                 scripts.fair_acquire.call(conn, &keys, latch, record, args)
             }
@@ -201,7 +258,7 @@ impl Target {
                     .call(conn, &keys, latch, record, args)
             }
             Target::Write { .. } => {
-                let keys = [name, &token, &keys::tagged(name)];
+                let keys = [name, &token, &keys::tagged(name), &holds];
                 scripts
                     .rw_write_acquire
                     .call(conn, &keys, latch, record, args)
@@ -221,9 +278,9 @@ impl Target {
         Ok(attempt)
     }
 
-    /// One unlock script call on `conn` for the hold with fencing `token`
-    /// (a read hold is found by it; 0: any one hold of the holder): 1 freed,
-    /// 0 still held (re-entries), -1 not held. A last hold of a reentrant
+    /// One unlock script call on `conn` for the hold `which` of `holder`:
+    /// 1 freed, 0 still held (re-entries; or that hold was given back
+    /// before, by a copy of this call), -1 not held. A last hold of a reentrant
     /// or fair lock leaves the lock taken as `keep` says (`hold_at_least`):
     /// it expires then, and nobody is woken. Read and write holds (acquire
     /// refuses the option for them) ignore `keep`.
@@ -241,16 +298,19 @@ impl Target {
         conn: &Conn,
         holder: &str,
         request: &str,
-        token: u64,
+        which: Which,
         keep: Keep,
     ) -> Result<i64, LockError> {
         let scripts = &crate::scripts::SCRIPTS;
         let name = self.name();
         let latch = keys::unlock_latch(name, request);
+        // Last: the record of re-entered holds (see `Which`).
+        let holds = keys::holds_key(name);
         let (script, keys): (_, &[&str]) = match self {
-            Target::Reentrant { .. } => {
-                (&scripts.unlock, &[name, &keys::lock_channel(name), &latch])
-            }
+            Target::Reentrant { .. } => (
+                &scripts.unlock,
+                &[name, &keys::lock_channel(name), &latch, &holds],
+            ),
             Target::Fair { .. } => (
                 &scripts.fair_unlock,
                 &[
@@ -259,6 +319,7 @@ impl Target {
                     &keys::fair_timeouts(name),
                     &keys::lock_channel(name),
                     &latch,
+                    &holds,
                 ],
             ),
             // A read hold's own lease key: found by the holder.
@@ -270,25 +331,31 @@ impl Target {
                     &keys::rw_timeout_prefix(name, holder),
                     &keys::tagged(name),
                     &latch,
+                    &holds,
                 ],
             ),
             Target::Write { .. } => (
                 &scripts.rw_write_unlock,
-                &[name, &keys::rw_channel(name), &keys::tagged(name), &latch],
+                &[
+                    name,
+                    &keys::rw_channel(name),
+                    &keys::tagged(name),
+                    &latch,
+                    &holds,
+                ],
             ),
         };
         let mut call = Eval::with_keys(script, keys);
         call.arg(holder)
             .arg(crate::config::millis(core.config.unlock_latch_ttl()))
-            .arg(core.conn.publish_command());
+            .arg(core.conn.publish_command())
+            .arg(which.arg(self));
         let within_lease = if keep.within_lease { "1" } else { "0" };
         match self {
             // The message "0": it wakes one waiter.
             Target::Reentrant { .. } => call.arg("0").arg(keep.ms).arg(within_lease),
             Target::Fair { .. } => call.arg(keep.ms).arg(within_lease),
-            // Which read hold: the one with this token (0: any).
-            Target::Read { .. } => call.arg(token),
-            Target::Write { .. } => &mut call,
+            Target::Read { .. } | Target::Write { .. } => &mut call,
         };
         call.invoke(conn)
             .await
@@ -322,12 +389,12 @@ impl Keep {
         within_lease: false,
     };
 
-    /// What a release now leaves of `hold_at_least` (when the lock was
-    /// taken, and the minimum), in whole ms rounded up; `fixed`: the lease
-    /// is fixed and bounds it.
-    pub(crate) fn left(hold_at_least: Option<(Instant, Duration)>, fixed: bool) -> Keep {
-        let left = hold_at_least.map_or(Duration::ZERO, |(taken, minimum)| {
-            minimum.saturating_sub(taken.elapsed())
+    /// What a release now leaves of `hold_at_least` (until when the lock
+    /// stays taken), in whole ms rounded up; `fixed`: the lease is fixed and
+    /// bounds it.
+    pub(crate) fn left(hold_at_least: Option<Instant>, fixed: bool) -> Keep {
+        let left = hold_at_least.map_or(Duration::ZERO, |until| {
+            until.saturating_duration_since(Instant::now())
         });
         Keep {
             ms: u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
@@ -348,24 +415,59 @@ impl Keep {
 /// attempt took nothing and never will, it is made once more on the client's
 /// own connection, which reconnects: a connection lost between calls costs
 /// the caller nothing.
+///
+/// An attempt whose answer was lost and whose reconcile did not settle in
+/// time also returns that reconcile, still under way ([`Unsettled`]): until
+/// it ends, the attempt may yet take a hold under the holder's id, so the
+/// holder makes no new attempt before (the give-back could not tell two
+/// first holds of one holder apart).
 pub(crate) async fn attempt_once(
     client: &LockClient,
     target: &Target,
     how: &Try,
-) -> Result<Attempt, LockError> {
+) -> (Result<Attempt, LockError>, Option<Unsettled>) {
     let core = client.core();
     match attempt_on(core, target, how, core.conn.near_here()).await {
-        (Err(LockError::Redis(e)), true) if crate::conn::connection_lost(&e) => {
+        (Err(LockError::Redis(e)), Settled::Yes) if crate::conn::connection_lost(&e) => {
             tracing::debug!(error = %e, "an attempt's connection was lost; trying again on the client's own");
-            attempt_on(core, target, how, None).await.0
+            match attempt_on(core, target, how, None).await {
+                (result, Settled::Later(unsettled)) => (result, Some(unsettled)),
+                (result, _) => (result, None),
+            }
         }
-        (result, _) => result,
+        (result, Settled::Later(unsettled)) => (result, Some(unsettled)),
+        (result, _) => (result, None),
+    }
+}
+
+/// Whether a failed attempt was reconciled (see [`attempt_once`]).
+enum Settled {
+    /// Its answer was lost and the reconcile settled in time: it holds
+    /// nothing and never will.
+    Yes,
+    /// Nothing to reconcile (it answered, or failed for another reason), or
+    /// the reconcile gave up.
+    No,
+    /// The reconcile is still under way.
+    Later(Unsettled),
+}
+
+/// The reconcile of an attempt whose answer was lost, still under way (it
+/// retries while Redis is unreachable): see [`attempt_once`].
+pub(crate) struct Unsettled(tokio::task::JoinHandle<bool>);
+
+impl Unsettled {
+    /// Resolves when the reconcile has ended: the attempt can take nothing
+    /// any more (settled, or past the time a request can still arrive).
+    pub(crate) async fn ended(self) {
+        let _ = self.0.await;
     }
 }
 
 /// One attempt on `near` (the caller's runtime's near connection), or on the
 /// client's own connection (`None`). Also says whether a lost answer was
-/// reconciled in time: then the attempt holds nothing and never will.
+/// reconciled in time (then the attempt holds nothing and never will), or
+/// the reconcile still under way.
 ///
 /// On a near connection the call runs in the caller's task (see
 /// [`background::finish_on_drop`]); otherwise as a task on the client's
@@ -375,7 +477,7 @@ async fn attempt_on(
     target: &Target,
     how: &Try,
     near: Option<Conn>,
-) -> (Result<Attempt, LockError>, bool) {
+) -> (Result<Attempt, LockError>, Settled) {
     // What the call and its clean-up share, whichever of them ends up
     // running (one allocation, not a copy each).
     let call = std::sync::Arc::new(Call {
@@ -413,21 +515,25 @@ async fn attempt_on(
             }
         });
         let Ok(result) = (&mut answered.answered).await else {
-            return (Err(LockError::Shutdown), false);
+            return (Err(LockError::Shutdown), Settled::No);
         };
         answered.undo = None;
         result
     };
-    let mut settled = false;
+    let mut settled = Settled::No;
     if let Err(e) = &result
         && needs_reconcile(e)
     {
         // The script may have run: find the hold and give it back, or make
         // sure the attempt can no longer take it, before reporting.
         let work = reconcile(core.clone(), target.clone(), call.how.clone());
-        let reconciled = core.runtime.spawn(work);
+        let mut reconciled = core.runtime.spawn(work);
         let bound = core.config.response_timeout.saturating_mul(2);
-        settled = matches!(tokio::time::timeout(bound, reconciled).await, Ok(Ok(true)));
+        settled = match tokio::time::timeout(bound, &mut reconciled).await {
+            Ok(Ok(true)) => Settled::Yes,
+            Ok(_) => Settled::No,
+            Err(_) => Settled::Later(Unsettled(reconciled)),
+        };
     }
     (result, settled)
 }
@@ -513,7 +619,7 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
             &core.conn,
             &how.holder,
             &how.attempt,
-            token,
+            Which::taken(how, token),
             Keep::NONE,
         )
         .await?;
@@ -577,7 +683,7 @@ impl Call {
                         &self.conn,
                         &how.holder,
                         &how.attempt,
-                        token,
+                        Which::taken(how, token),
                         Keep::NONE,
                     )
                     .await;

@@ -5,11 +5,11 @@
 use crate::LockError;
 use crate::client::Core;
 use crate::conn::Conn;
-use crate::hold::Try;
+use crate::hold::{Try, Which};
 use crate::keys;
 use crate::scripts::{Eval, SCRIPTS};
 
-/// Gives back one hold and, when that frees the lock, hands it to the hold
+/// Gives back the hold `which` of `holder` and, when that frees the lock, hands it to the hold
 /// `to` describes (a waiter of this client) in the same script. Returns
 /// `(2, token)` handed over, `(1, 0)` freed and announced, `(0, 0)` still
 /// held by the holder's other holds, `(-1, 0)` not held; `request` makes a
@@ -20,6 +20,7 @@ pub(crate) async fn hand_off(
     name: &str,
     holder: &str,
     request: &str,
+    which: Which,
     to: &Try,
 ) -> Result<(i64, u64), LockError> {
     let record = crate::scripts::latch_record(conn, false);
@@ -30,11 +31,13 @@ pub(crate) async fn hand_off(
         &latch,
         &keys::token_key(name),
         &to.latch(name),
+        &keys::holds_key(name),
     ];
     let mut call = Eval::with_keys(&SCRIPTS.handoff, &keys);
     call.arg(holder)
         .arg(crate::config::millis(core.config.unlock_latch_ttl()))
         .arg(core.conn.publish_command())
+        .arg(which.counted())
         .arg(&to.holder)
         .arg(to.lease_ms())
         .arg(record);

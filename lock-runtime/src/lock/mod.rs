@@ -23,7 +23,7 @@ use crate::config::check_lease;
 use crate::conn::connection_lost;
 use crate::guard::{Held, LockGuard};
 use crate::hold::fair::GiveUp;
-use crate::hold::{Attempt, Target, Try, attempt_once};
+use crate::hold::{Attempt, Target, Try, Unsettled, attempt_once};
 use crate::holder;
 use crate::keys;
 use crate::local::Handed;
@@ -95,13 +95,12 @@ impl LockBuilder {
     /// [`lease`](Self::lease) is only shortened, and a minimum longer than
     /// it is refused with [`LockError::Config`] (the lease would end the
     /// hold first). Reentrant and fair locks; a read or write lock refuses
-    /// it with [`LockError::Config`]. A release that leaves other holds of
-    /// the holder (re-entries) only counts down; the release of the last
-    /// hold applies its own guard's minimum. Inside a scope the inner guard
-    /// is released first, so the outer guard's minimum is the one applied;
-    /// a builder user who releases an outer guard before its re-entry gets
-    /// the re-entry's. Waiters told a longer lease are woken to retry. A
-    /// lost lease is reported as usual.
+    /// it with [`LockError::Config`]. The minimum belongs to the call chain
+    /// (a hold and its re-entries): a release that leaves other holds of the
+    /// holder only counts down, and the chain's last release, whichever
+    /// guard it is and whether released or dropped, applies the latest
+    /// minimum any hold of the chain asked for. Waiters told a longer lease
+    /// are woken to retry. A lost lease is reported as usual.
     pub fn hold_at_least(mut self, minimum: Duration) -> Self {
         self.options.hold_at_least = Some(minimum);
         self
@@ -176,6 +175,18 @@ impl Drop for GiveUpOnDrop<'_> {
     }
 }
 
+/// A fair lock's answer to a waiter behind the head while the lock is free
+/// between two holders: no lease tells when the next holder's ends, so the
+/// waiter retries soon (see `scripts/fair_acquire.lua`).
+const BETWEEN_HOLDERS: i64 = -3;
+
+/// The pause before the `n`-th retry in a row that has no lease to sleep
+/// by (a fair lock between holders, a fault that may heal): 5 ms, doubling
+/// up to 1 s.
+fn backoff(n: u32) -> Duration {
+    Duration::from_millis(5u64 << n.saturating_sub(1).min(8)).min(Duration::from_secs(1))
+}
+
 /// How long to sleep before retrying, given the holder's remaining lease.
 fn nap(ttl_ms: i64) -> Duration {
     match ttl_ms {
@@ -211,6 +222,7 @@ pub(crate) fn acquire_hold(
         target,
         options,
         started: Instant::now(),
+        unsettled: std::sync::Mutex::new(None),
     };
     async move {
         check_options(&acquisition.target, &acquisition.options)?;
@@ -234,6 +246,9 @@ struct Acquisition {
     options: Options,
     /// When it was first polled: its wait counts from then.
     started: Instant,
+    /// The reconcile of a failed attempt, still under way: the next attempt
+    /// waits for it (see [`attempt_once`]).
+    unsettled: std::sync::Mutex<Option<Unsettled>>,
 }
 
 impl Acquisition {
@@ -241,7 +256,7 @@ impl Acquisition {
     /// hold of this lock on this client (a re-entry), else a new one.
     fn how(&self) -> Try {
         let core = self.client.core();
-        let scoped = holder::in_scope(&core.id, self.target.name());
+        let scoped = holder::in_scope(&core.id, self.target.name()).map(|(holder, _)| holder);
         let reenter = scoped.is_some();
         let holder = scoped.unwrap_or_else(|| {
             let number = self.options.number.unwrap_or_else(holder::fresh_number);
@@ -266,8 +281,29 @@ impl Acquisition {
     /// or the holder's remaining lease when busy (see [`Attempt::Busy`]).
     /// A re-entry that finds its hold gone is an error ([`LockError::Lost`]).
     async fn attempt(&self, how: &Try) -> Result<Result<Handed, i64>, LockError> {
+        // Not before an earlier attempt whose answer was lost can take
+        // nothing any more: the reconcile gives back what it took by the
+        // holder id alone.
+        let unsettled = self
+            .unsettled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(unsettled) = unsettled {
+            let ended = Box::pin(unsettled.ended());
+            match self.deadline() {
+                Some(d) => {
+                    if tokio::time::timeout_at(d.into(), ended).await.is_err() {
+                        return Err(timed_out(&self.target, &self.options));
+                    }
+                }
+                None => ended.await,
+            }
+        }
         let sent = Instant::now();
-        match Box::pin(attempt_once(&self.client, &self.target, how)).await? {
+        let (answer, unsettled) = Box::pin(attempt_once(&self.client, &self.target, how)).await;
+        *self.unsettled.lock().unwrap_or_else(|p| p.into_inner()) = unsettled;
+        match answer? {
             Attempt::Acquired { token } => Ok(Ok(Handed {
                 holder: how.holder.clone(),
                 token,
@@ -291,23 +327,31 @@ impl Acquisition {
         };
         // No local `Handed` lives on across the wait: every waiting task
         // would carry its room.
-        if !self.behind_others(&how)
-            && let Ok(taken) = self.attempt(&how).await?
-        {
-            give_up.how = None;
-            return Ok(self.held(taken));
+        if !self.behind_others(&how) {
+            match self.attempt(&how).await {
+                Ok(Ok(taken)) => {
+                    give_up.how = None;
+                    return Ok(self.held(taken, how.reenter));
+                }
+                Ok(Err(_)) => {}
+                // Tried again while waiting.
+                Err(e) if self.rides_out(&e, 1) => {}
+                Err(e) => return Err(e),
+            }
         }
         match self.wait(&how).await {
             Ok(taken) => {
                 give_up.how = None;
-                Ok(self.held(taken))
+                Ok(self.held(taken, how.reenter))
             }
             Err(e) => Err(give_up.left(e).await),
         }
     }
 
-    /// The guard's hold for what was `taken`.
-    fn held(&self, taken: Handed) -> Held {
+    /// The guard's hold for what was `taken`; when it re-entered, it joins
+    /// the call chain of the scope it was made in (read here, where the
+    /// acquisition runs: in that scope).
+    fn held(&self, taken: Handed, reentered: bool) -> Held {
         tracing::debug!(token = taken.token, streak = taken.streak, "acquired");
         let (client, target, options) = (&self.client, &self.target, &self.options);
         let mut held = Held::new(
@@ -320,6 +364,9 @@ impl Acquisition {
             options.metric.unwrap_or(target.kind()),
         );
         held.handed_in_streak(taken.streak);
+        if reentered && let Some((_, chain)) = holder::in_scope(&client.core().id, target.name()) {
+            held.reentered(chain);
+        }
         if let Some(minimum) = options.hold_at_least {
             // From the answer: the lock was taken no later than now.
             held.hold_at_least(Instant::now(), minimum);
@@ -400,9 +447,7 @@ impl Acquisition {
         offers: &crate::local::Offers,
         mut offer: Option<crate::local::Offer>,
     ) -> Result<Handed, LockError> {
-        let pubsub = &self.client.core().pubsub;
-        let subscribe = pubsub.subscribe(self.target.channel(&how.holder));
-        let (messages, fresh) = ticket.subscription(subscribe).await?;
+        let (messages, fresh) = ticket.subscription(self.subscribe(how)).await?;
         // A head that took over the queue's subscription with its offer in
         // place first waits, without an attempt: the lock most likely went
         // to an earlier waiter of this client, who will hand it on or
@@ -411,6 +456,8 @@ impl Acquisition {
         // streak and win the one meant for everyone, so other clients would
         // starve.
         let mut wait_first = !fresh && offer.is_some();
+        // Answers in a row with no lease to sleep by (see `backoff`).
+        let mut unclear = 0;
         loop {
             let ttl_ms = if wait_first {
                 wait_first = false;
@@ -423,13 +470,25 @@ impl Acquisition {
                 if offer.is_none() && self.takes_handovers(how) {
                     offer = offers.offer(self.options.lease);
                 }
-                match self.attempt(how).await? {
-                    Ok(taken) => return Ok(taken),
-                    Err(ttl_ms) => ttl_ms,
+                match self.attempt(how).await {
+                    Ok(Ok(taken)) => return Ok(taken),
+                    Ok(Err(ttl_ms)) => ttl_ms,
+                    // A fault that may heal, with time left: try again
+                    // (a fresh attempt; the failed one is reconciled first).
+                    Err(e) => {
+                        self.fault(e, unclear + 1)?;
+                        BETWEEN_HOLDERS
+                    }
                 }
             };
             let now = Instant::now();
-            let mut sleep = nap(ttl_ms);
+            let mut sleep = if ttl_ms == BETWEEN_HOLDERS {
+                unclear += 1;
+                backoff(unclear)
+            } else {
+                unclear = 0;
+                nap(ttl_ms)
+            };
             if let Some(d) = self.deadline() {
                 if now >= d {
                     return Err(timed_out(&self.target, &self.options));
@@ -460,6 +519,73 @@ impl Acquisition {
                 Some(None) => offer = None,
                 // Still offered.
                 None => {}
+            }
+        }
+    }
+
+    /// Whether a failed attempt is made again instead of failing the
+    /// acquisition: its error may heal ([`transient`](crate::conn::transient):
+    /// a lost connection, a timeout, a server loading), and the wait has time
+    /// left. Without a `wait` it is retried for as long as it takes, and the
+    /// first failure of a run (`nth` 1) says so in a warning.
+    fn rides_out(&self, e: &LockError, nth: u32) -> bool {
+        let LockError::Redis(e) = e else {
+            return false;
+        };
+        if !crate::conn::transient(e) {
+            return false;
+        }
+        match self.deadline() {
+            Some(d) if Instant::now() >= d => false,
+            Some(_) => {
+                tracing::debug!(lock = self.target.name(), error = %e, "an attempt failed; trying again within the wait");
+                true
+            }
+            None => {
+                if nth == 1 {
+                    tracing::warn!(lock = self.target.name(), error = %e, "an attempt failed; waiting without a deadline, so trying again with backoff until Redis answers");
+                }
+                true
+            }
+        }
+    }
+
+    /// What a waiter does about an error `e` of its `nth` try in a row:
+    /// `Ok` to try again (see [`rides_out`](Self::rides_out)); a fault that
+    /// may heal but outlasted the wait is [`LockError::Timeout`] (the lock
+    /// was not had within it); any other error is returned as it is.
+    fn fault(&self, e: LockError, nth: u32) -> Result<(), LockError> {
+        if self.rides_out(&e, nth) {
+            return Ok(());
+        }
+        match e {
+            LockError::Redis(e) if crate::conn::transient(&e) => {
+                tracing::warn!(lock = self.target.name(), error = %e, "the wait ran out while Redis failed to answer");
+                Err(timed_out(&self.target, &self.options))
+            }
+            e => Err(e),
+        }
+    }
+
+    /// Subscribes to the channel that tells this waiter to try again,
+    /// riding out faults as attempts do (with backoff, within the wait).
+    async fn subscribe(&self, how: &Try) -> Result<crate::pubsub::Subscription, LockError> {
+        let pubsub = &self.client.core().pubsub;
+        let mut tries = 0;
+        loop {
+            match pubsub.subscribe(self.target.channel(&how.holder)).await {
+                Err(e) => {
+                    tries += 1;
+                    self.fault(e, tries)?;
+                    let pause = backoff(tries);
+                    match self.deadline() {
+                        Some(d) => {
+                            tokio::time::sleep_until(d.min(Instant::now() + pause).into()).await
+                        }
+                        None => tokio::time::sleep(pause).await,
+                    }
+                }
+                subscribed => return subscribed,
             }
         }
     }

@@ -1,5 +1,6 @@
 -- Acquire or re-enter a fair lock (Redisson RFairLock layout), or take or keep
--- a place in its queue. Prepended with counter.lua.
+-- a place in its queue. Prepended with counter.lua and holds.lua (a
+-- re-entry is recorded by its token).
 --
 -- KEYS[1]  the lock: a HASH of holder id -> hold count, with a PEXPIRE lease
 -- KEYS[2]  the queue, redisson_lock_queue:{name}: a LIST of waiting holder ids
@@ -9,6 +10,7 @@
 -- KEYS[4]  the fencing token counter, redisson_lock_token:{name}
 -- KEYS[5]  the unlock channel, redisson_lock__channel:{name}; waiter w listens
 --          on KEYS[5] .. ':' .. w
+-- KEYS[6]  the record of re-entered holds, redisson_lock_holds:{name} (holds.lua)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  holder id, <client uuid>:<n>
 -- ARGV[3]  the wait time in milliseconds: how long past the lock's lease a
@@ -20,8 +22,16 @@
 -- Returns {1, token} when the lock was taken or re-entered (the token counter
 -- after INCR), {3, 0} when a re-entry finds its hold gone (nothing taken),
 -- else {0, ms}: how long the caller may sleep before retrying unless woken
--- on its channel (-1: no lease to go by). Every check comes before the first
--- write; a re-entry never shortens the lock's remaining lease.
+-- on its channel (-1: no lease to go by; -3: the lock is free and waiters
+-- ahead take it first, so retry soon to learn their lease). Every check
+-- comes before the first write; a re-entry never shortens the lock's
+-- remaining lease.
+--
+-- A waiter must never sleep past the moment its turn can come: a holder
+-- whose lease runs out without an unlock (a crash, a fixed lease) publishes
+-- nothing, so waiters behind the head retry at the lease end (its PTTL), as
+-- Redisson answers them. Between two holders (the lock free, the head not
+-- yet in) no lease tells when the next one ends: -3.
 --
 -- Time is the server's (TIME), so clients with skewed clocks agree on every
 -- deadline. A caller that is not taking the lock joins the back of the queue
@@ -41,7 +51,9 @@ end
 if (tonumber(redis.call('hget', lock, holder)) or 0) > 0 then
   redis.call('hincrby', lock, holder, 1)
   keep_longest(lock, lease)
-  return {1, next_token(KEYS[4], lease)}
+  local token = next_token(KEYS[4], lease)
+  entered(lock, KEYS[6], holder, token)
+  return {1, token}
 end
 if ARGV[5] == '1' then
   return {3, 0}
@@ -119,7 +131,13 @@ end
 if evicted and free then
   redis.call(ARGV[4], KEYS[5] .. ':' .. head, '0')
 end
--- Not first: retry when the head would be evicted, or the lease ends.
+-- Not first: retry when the lease ends, or the head would be evicted; while
+-- the lock is free (or expires this very millisecond: PTTL 0), soon: the
+-- head is about to take it, with a lease of its own that ends without a
+-- message as well.
+if free or pttl == 0 then
+  return {0, -3}
+end
 local head_deadline = tonumber(redis.call('zscore', deadlines, head)) or now
 local until_evicted = math.max(head_deadline - now, 1)
 if pttl > 0 and pttl < until_evicted then

@@ -1,4 +1,6 @@
--- (Headed by keep_taken.lua.) Release one hold of a fair lock, idempotently, and wake the head of the queue.
+-- (Headed by holds.lua and keep_taken.lua.) Release one hold of a fair
+-- lock, idempotently (a retried request or a late copy counts once, as in
+-- unlock.lua), and wake the head of the queue.
 --
 -- KEYS[1]  the lock HASH
 -- KEYS[2]  the queue LIST, redisson_lock_queue:{name}
@@ -6,19 +8,23 @@
 -- KEYS[4]  the unlock channel, redisson_lock__channel:{name}; waiter w listens
 --          on KEYS[4] .. ':' .. w
 -- KEYS[5]  the unlock latch of this request, redisson_unlock_latch:{name}:<request id>
+-- KEYS[6]  the record of re-entered holds, redisson_lock_holds:{name} (holds.lua)
 -- ARGV[1]  holder id
 -- ARGV[2]  latch lifetime in milliseconds
 -- ARGV[3]  the publish command: 'publish', or 'spublish' for sharded pub/sub
--- ARGV[4]  optional, ms the lock must stay taken after this release
+-- ARGV[4]  which hold: '0' the holder's first, else a re-entry's token (see
+--          holds.lua)
+-- ARGV[5]  optional, ms the lock must stay taken after this release
 --          (hold_at_least): when the last hold goes, the holder's count is
 --          set to 0 and the key expires then instead of being deleted (when
 --          that is sooner than before, the head is woken to learn it); '0'
 --          or absent: delete and wake the head
--- ARGV[5]  optional, '1': the lease is fixed and bounds the minimum: a key
---          that expires sooner than ARGV[4] is left to expire as it is
+-- ARGV[6]  optional, '1': the lease is fixed and bounds the minimum: a key
+--          that expires sooner than ARGV[5] is left to expire as it is
 --
 -- Returns 1 when the lock was freed (the first live waiter, if any, is told
--- on its own channel with '0'), 0 when the holder still has holds left, -1
+-- on its own channel with '0'), 0 when the holder still has holds left (or
+-- this hold was given back before: nothing changes), -1
 -- when the holder does not hold the lock (a count of 0 is a hold already
 -- released). A retried request (same latch) returns the first answer
 -- instead of running again.
@@ -26,18 +32,24 @@ local done = redis.call('get', KEYS[5])
 if done then
   return tonumber(done)
 end
-local keep = tonumber(ARGV[4] or '0') or 0
+local keep = tonumber(ARGV[5] or '0') or 0
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1])) or 0
 local result, wake = 0, false
 if count <= 0 then
   result = -1
+elseif not live_hold(KEYS[6], ARGV[1], ARGV[4]) then
+  -- Given back before: a late copy of this release. Nothing changes.
+  result = 0
 elseif count > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
+  given_back(KEYS[6], ARGV[1], ARGV[4], count - 1)
 elseif keep > 0 then
   result = 1
+  given_back(KEYS[6], ARGV[1], ARGV[4], 0)
   -- Expiring sooner than the head was told: wake it to retry.
-  wake = keep_taken(KEYS[1], ARGV[1], keep, ARGV[5])
+  wake = keep_taken(KEYS[1], ARGV[1], keep, ARGV[6])
 else
+  given_back(KEYS[6], ARGV[1], ARGV[4], 0)
   redis.call('del', KEYS[1])
   result, wake = 1, true
 end

@@ -9,10 +9,12 @@
 -- KEYS[5]  the read-write channel, redisson_rwlock:{name}
 -- KEYS[6]  the lock's hash tag {name}: prefix of the read holds' keys,
 --          KEYS[6] .. ':' .. <holder id> .. ':rwlock_timeout:' .. k
+-- KEYS[7]  the record of re-entered holds, redisson_lock_holds:{name}
 -- ARGV[1]  the publish command: 'publish', or 'spublish' for sharded pub/sub
 --
 -- Returns 1 when a lock was deleted, 0 when there was none. Deletes the lock,
--- a read-write lock's read-hold keys and a fair lock's queue (its waiters ask
+-- its record of re-entered holds, a read-write lock's read-hold keys and a
+-- fair lock's queue (its waiters ask
 -- again when woken, in the order they retry). Every waiter is told '1' (wake
 -- all): reentrant waiters on KEYS[2], fair waiters each on its own channel,
 -- read-write waiters on KEYS[5]. The fencing token counter is kept: tokens
@@ -40,7 +42,7 @@ if kind == 'hash' then
     end
   end
 end
-redis.call('del', KEYS[1], KEYS[3], KEYS[4])
+redis.call('del', KEYS[1], KEYS[3], KEYS[4], KEYS[7])
 if mode then
   redis.call(ARGV[1], KEYS[5], '1')
 else

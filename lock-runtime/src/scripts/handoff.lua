@@ -1,7 +1,10 @@
 -- Release one hold of a reentrant lock and, when that frees it, hand the
 -- lock straight to a waiter of the same client: one round trip instead of a
 -- release, a message and the waiter's acquisition. Nothing is published on a
--- handover (the lock never became free). Prepended with counter.lua.
+-- handover (the lock never became free). Prepended with counter.lua and
+-- holds.lua. A retried request counts once (the unlock latch), and so does
+-- a copy that arrives after the latch expired (the hold is named, as in
+-- unlock.lua).
 --
 -- KEYS[1]  the lock HASH
 -- KEYS[2]  the channel to announce a release on
@@ -9,18 +12,22 @@
 -- KEYS[4]  the fencing token counter, redisson_lock_token:{name}
 -- KEYS[5]  the acquire latch of the waiter's handover,
 --          redisson_lock_acquire_latch:{name}:<attempt id>
+-- KEYS[6]  the record of re-entered holds, redisson_lock_holds:{name} (holds.lua)
 -- ARGV[1]  the releasing holder id
 -- ARGV[2]  unlock latch lifetime in milliseconds
 -- ARGV[3]  the publish command: 'publish', or 'spublish' for sharded pub/sub
--- ARGV[4]  the waiter's holder id (new: unique to this handover)
--- ARGV[5]  the waiter's lease in milliseconds
--- ARGV[6]  how long to keep the handed hold's token in the acquire latch, in
+-- ARGV[4]  which hold: '0' the holder's first, else a re-entry's token (see
+--          holds.lua)
+-- ARGV[5]  the waiter's holder id (new: unique to this handover)
+-- ARGV[6]  the waiter's lease in milliseconds
+-- ARGV[7]  how long to keep the handed hold's token in the acquire latch, in
 --          ms, or 0 to keep none
 --
 -- Returns {2, token} when the lock was handed over (the waiter holds it,
 -- with this fencing token), {1, 0} when it was freed and announced instead
 -- (the waiter's handover was abandoned, or its lease or the token counter
--- is unusable), {0, 0} when the releasing holder still has holds left, and
+-- is unusable), {0, 0} when the releasing holder still has holds left (or
+-- this hold was given back before: nothing changes), and
 -- {-1, 0} when it does not hold the lock. A retried request (same unlock
 -- latch; also one made by unlock.lua, which reads 2 as "released") returns
 -- the first answer without running again: {2, token} with the token the
@@ -38,9 +45,15 @@ local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]))
 if not count or count <= 0 then
   return {-1, 0}
 end
-local lease, record = tonumber(ARGV[5]), tonumber(ARGV[6])
+local lease, record = tonumber(ARGV[6]), tonumber(ARGV[7])
+if not live_hold(KEYS[6], ARGV[1], ARGV[4]) then
+  -- Given back before: a late copy of this release. Nothing changes.
+  redis.call('set', KEYS[3], 0, 'px', ARGV[2])
+  return {0, 0}
+end
 if count > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
+  given_back(KEYS[6], ARGV[1], ARGV[4], count - 1)
   redis.call('set', KEYS[3], 0, 'px', ARGV[2])
   return {0, 0}
 end
@@ -48,6 +61,8 @@ end
 -- write. None (the handover was abandoned, or the lease or the counter is
 -- unusable): the lock is freed and announced instead.
 local token = redis.call('get', KEYS[5]) ~= 'abandoned' and take_token(KEYS[4], lease)
+-- The holder's last hold goes either way.
+given_back(KEYS[6], ARGV[1], ARGV[4], 0)
 if not token then
   redis.call('set', KEYS[3], 1, 'px', ARGV[2])
   redis.call('del', KEYS[1])
@@ -56,7 +71,7 @@ if not token then
 end
 redis.call('set', KEYS[3], 2, 'px', ARGV[2])
 redis.call('del', KEYS[1])
-redis.call('hset', KEYS[1], ARGV[4], 1)
+redis.call('hset', KEYS[1], ARGV[5], 1)
 redis.call('pexpire', KEYS[1], lease)
 if record > 0 then
   redis.call('set', KEYS[5], token, 'px', record)

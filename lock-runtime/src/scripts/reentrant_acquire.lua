@@ -1,8 +1,9 @@
 -- Acquire or re-enter a reentrant lock (Redisson RLock layout). Prepended
--- with counter.lua.
+-- with counter.lua and holds.lua (a re-entry is recorded by its token).
 --
 -- KEYS[1]  the lock: a HASH of holder id -> hold count, with a PEXPIRE lease
 -- KEYS[2]  the fencing token counter, redisson_lock_token:{name}
+-- KEYS[3]  the record of re-entered holds, redisson_lock_holds:{name} (holds.lua)
 -- ARGV[1]  lease in milliseconds (a positive integer)
 -- ARGV[2]  holder id, <client uuid>:<n>
 -- ARGV[3]  '1' when the caller re-enters a hold of its scope (the holder
@@ -39,6 +40,7 @@ if not token then
 end
 if count then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  entered(KEYS[1], KEYS[3], ARGV[2], token)
   keep_longest(KEYS[1], lease)
 else
   redis.call('hset', KEYS[1], ARGV[2], 1)

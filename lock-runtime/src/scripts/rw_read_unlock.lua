@@ -1,11 +1,13 @@
 -- Release one read hold of a read-write lock, idempotently. Prepended with
--- rw_holds.lua.
+-- holds.lua (for follow) and rw_holds.lua.
 --
 -- KEYS[1]  the lock HASH
 -- KEYS[2]  the channel, redisson_rwlock:{name}
 -- KEYS[3]  this holder's read-hold key prefix, {name}:<holder id>:rwlock_timeout
 -- KEYS[4]  the lock's hash tag {name} (prefix of every holder's read-hold keys)
 -- KEYS[5]  the unlock latch of this request, redisson_unlock_latch:{name}:<request id>
+-- KEYS[6]  the lock's record of re-entered holds, redisson_lock_holds:{name},
+--          which lives at least as long as the lock (holds.lua: the writer's)
 -- ARGV[1]  holder id
 -- ARGV[2]  latch lifetime in milliseconds
 -- ARGV[3]  the publish command: 'publish', or 'spublish' for sharded pub/sub
@@ -60,6 +62,7 @@ if count then
     -- The writer's own read holds: never cut the write lease short.
     if longest > redis.call('pttl', KEYS[1]) then
       redis.call('pexpire', KEYS[1], longest)
+      follow(KEYS[1], KEYS[6])
     end
   elseif readers == 0 then
     redis.call('del', KEYS[1])

@@ -1,10 +1,12 @@
 -- Take or re-enter the write side of a read-write lock (Redisson
--- RReadWriteLock layout). Prepended with counter.lua and rw_holds.lua.
+-- RReadWriteLock layout). Prepended with counter.lua, holds.lua (a
+-- re-entry is recorded by its token) and rw_holds.lua.
 --
 -- KEYS[1]  the lock HASH ('mode', reader fields, '<holder id>:write')
 -- KEYS[2]  the fencing token counter, redisson_lock_token:{name}
 -- KEYS[3]  the lock's hash tag {name}: the prefix of every read-hold key,
 --          {name}:<holder id>:rwlock_timeout:<k>
+-- KEYS[4]  the record of re-entered holds, redisson_lock_holds:{name} (holds.lua)
 -- ARGV[1]  lease in milliseconds (a positive integer)
 -- ARGV[2]  holder id
 -- ARGV[3]  '1' when the caller re-enters a hold of its scope, '0' for a new
@@ -25,7 +27,9 @@ local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
   redis.call('hincrby', KEYS[1], writer, 1)
   keep_longest(KEYS[1], lease)
-  return {1, next_token(KEYS[2], lease)}
+  local token = next_token(KEYS[2], lease)
+  entered(KEYS[1], KEYS[4], writer, token)
+  return {1, token}
 end
 if ARGV[3] == '1' then
   if mode == 'read' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
