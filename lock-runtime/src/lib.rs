@@ -201,6 +201,9 @@
 //!   `lock_held_seconds` (histogram; `kind`), `lock_lost_total` (counter;
 //!   `kind`; once per lost hold: by the watchdog when it finds the loss, else
 //!   by the release that reports it), `lock_renewals_total` (counter),
+//!   `lock_replica_sync_skipped_total` (counter: acquisitions that did not
+//!   wait for a replica in [`ReplicaSync::Auto`] because the lock's master
+//!   had replicas, none of them healthy; see Replica sync below),
 //!   `lock_held` and `lock_waiters` (gauges; `kind`). A multi or quorum
 //!   lock's acquisition is one sample of its kind, and each of its holds
 //!   counts under that kind in the others; a segmented lock's segments are
@@ -506,10 +509,16 @@
 //!   again when a node is lost (on the shard's promoted replica) and when a
 //!   node drops it because the slot moved.
 //! - **Replica sync.** After each acquisition the client waits (Redis
-//!   `WAIT`) until one replica has it, when the lock's master has replicas
-//!   ([`ReplicaSync::Auto`], the default); none in
+//!   `WAIT`) until one replica has it, when the lock's master has a healthy
+//!   replica ([`ReplicaSync::Auto`], the default: online, and acknowledged
+//!   within the last 2 s); none in
 //!   [`Config::replica_sync_timeout`] gives the hold back and returns
-//!   [`LockError::NotReplicated`]. This closes the common hole (a failover
+//!   [`LockError::NotReplicated`]. A master whose replicas are all in
+//!   trouble (a first sync, a partition, a stopped process) does not stop
+//!   locking in Auto mode: the acquisition does not wait, is counted in
+//!   `lock_replica_sync_skipped_total`, and a warning is logged once when a
+//!   master's replicas turn unhealthy ([`ReplicaSync::Always`] refuses
+//!   then). This closes the common hole (a failover
 //!   right after an acquire promoting a replica that never saw it), not every
 //!   one: [`Config::replica_sync`] lists what can still be lost. A lost lock
 //!   is reported: the guard's [`LockGuard::lost`] resolves at the first
