@@ -3,10 +3,12 @@
 //!
 //! [`Config::replica_sync`]: crate::Config::replica_sync
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::RedisError;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use tokio::sync::watch;
 
 use super::cluster::{replicas_per_range, slot};
 use super::{Conn, Link};
@@ -43,7 +45,11 @@ impl Conn {
         let waited = self.shared.replica_sync_timeout;
         let mut wait = redis::cmd("WAIT");
         wait.arg(1).arg(waited.as_millis().max(1) as u64);
-        let mut conn = self.clone();
+        // Off the caller's runtime (its caller went away), a near connection
+        // hands over to the client's own: `WAIT` then counts the writes of
+        // that one, which is enough for a call whose hold is given back
+        // anyway.
+        let mut conn = self.usable_here();
         let acknowledged: i64 = match &mut conn.link {
             // The master of the lock's slot, on the connection the script used.
             Link::Cluster(cluster) => redis::from_redis_value(
@@ -76,29 +82,144 @@ impl Conn {
     }
 
     /// The replicas of the master of `name`, from a view at most
-    /// [`REPLICA_VIEW_MAX_AGE`] old (or a fresh one when `fresh`).
+    /// [`REPLICA_VIEW_MAX_AGE`] old (or one looked up after this call began,
+    /// when `fresh`).
+    ///
+    /// The view is looked up by one task at a time, on the client's own
+    /// runtime and connection (see [`Replicas`]); callers wait for its
+    /// answer holding nothing, so a caller that goes away (or whose runtime
+    /// stops being driven) holds up nobody. A lookup that fails or takes
+    /// longer than twice the response timeout gives an unknown view: no
+    /// replicas, not waited for.
     async fn health_of(&self, name: &str, fresh: bool) -> Health {
-        let mut view = self.shared.replicas.lock().await;
-        let epoch = self.epoch();
-        let stale = match &*view {
-            Some(v) => fresh || v.epoch != epoch || v.fetched.elapsed() > REPLICA_VIEW_MAX_AGE,
-            None => true,
+        let replicas = &self.shared.replicas;
+        let epoch = self.own().epoch();
+        let since = Instant::now();
+        let usable = |view: &Option<Arc<ReplicaView>>| {
+            view.as_ref().is_some_and(|v| {
+                v.epoch == epoch
+                    && if fresh {
+                        v.asked >= since
+                    } else {
+                        v.asked.elapsed() <= REPLICA_VIEW_MAX_AGE
+                    }
+            })
         };
-        if stale {
-            let fetched = match ReplicaView::fetch(&mut self.clone(), epoch).await {
-                Ok(fetched) => fetched,
-                // Auto mode does not fail an acquisition over this lookup (e.g.
-                // an ACL user without INFO): it counts no replicas until the
-                // view is due again.
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot tell whether the master has replicas; not waiting for them");
-                    ReplicaView::unknown(epoch)
-                }
-            };
-            *view = Some(fetched.after(view.take()));
+        let mut seen = replicas.view.subscribe();
+        if !usable(&seen.borrow_and_update()) {
+            self.refresh_replicas();
+            // Ends: every lookup ends (bounded), and one asked after `since`
+            // follows (see `refresh_replicas`). The sender lives in `shared`.
+            let _ = seen
+                .wait_for(|view| usable(view) || view.as_ref().is_some_and(|v| v.asked >= since))
+                .await;
         }
+        let view = seen.borrow();
         view.as_ref()
             .map_or(Health::default(), |v| v.health_of(name))
+    }
+
+    /// Starts a lookup of the replica view on the client's runtime and
+    /// connection, unless one runs: then that one looks up once more when
+    /// it is done, so that every caller gets a view asked after it came.
+    fn refresh_replicas(&self) {
+        {
+            let mut state = self.shared.replicas.lock();
+            if state.running {
+                state.again = true;
+                return;
+            }
+            state.running = true;
+        }
+        let own = self.own();
+        let home = self.shared.home.clone();
+        home.spawn(async move {
+            // Whatever ends this task (done, or dropped with the runtime),
+            // the next caller can start another.
+            let _running = Running(own.shared.clone());
+            loop {
+                let asked = Instant::now();
+                let epoch = own.epoch();
+                let bound = own.shared.lookup_bound;
+                let fetched =
+                    match tokio::time::timeout(bound, ReplicaView::fetch(&mut own.clone(), epoch, asked))
+                        .await
+                    {
+                        Ok(Ok(fetched)) => fetched,
+                        // Auto mode does not fail an acquisition over this
+                        // lookup (e.g. an ACL user without INFO): it counts
+                        // no replicas until the view is due again.
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "cannot tell whether the master has replicas; not waiting for them");
+                            ReplicaView::unknown(epoch, asked)
+                        }
+                        Err(_) => {
+                            tracing::warn!(?bound, "no answer about the master's replicas; not waiting for them");
+                            ReplicaView::unknown(epoch, asked)
+                        }
+                    };
+                own.shared.replicas.view.send_modify(|view| {
+                    let before = view.take();
+                    *view = Some(Arc::new(fetched.after(before.as_deref())));
+                });
+                let mut state = own.shared.replicas.lock();
+                if !state.again {
+                    state.running = false;
+                    return;
+                }
+                state.again = false;
+            }
+        });
+    }
+}
+
+/// The replica view of a client, and its single lookup task.
+pub(super) struct Replicas {
+    /// The last view looked up; `None` before the first.
+    view: watch::Sender<Option<Arc<ReplicaView>>>,
+    lookup: Mutex<Lookup>,
+}
+
+#[derive(Default)]
+struct Lookup {
+    /// A lookup task runs.
+    running: bool,
+    /// Someone asked for a view after the running lookup began.
+    again: bool,
+}
+
+impl Replicas {
+    pub(super) fn new() -> Replicas {
+        Replicas {
+            view: watch::channel(None).0,
+            lookup: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lookup> {
+        self.lookup.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Marks the lookup task ended when dropped. Dropped before it finished
+/// (the client's runtime shut down), it also publishes an unknown view, so
+/// that nobody waits for it.
+struct Running(Arc<super::Shared>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut state = self.0.replicas.lock();
+        if state.running {
+            state.running = false;
+            state.again = false;
+            drop(state);
+            self.0.replicas.view.send_modify(|view| {
+                *view = Some(Arc::new(ReplicaView::unknown(
+                    view.as_ref().map_or(0, |v| v.epoch),
+                    Instant::now(),
+                )));
+            });
+        }
     }
 }
 
@@ -164,7 +285,8 @@ impl Health {
 
 /// Who has replicas: the one master's, or those of each slot range's master.
 pub(super) struct ReplicaView {
-    fetched: Instant,
+    /// When the lookup began.
+    asked: Instant,
     epoch: u64,
     /// `(first slot, last slot, master's replicas)` on a cluster; empty otherwise.
     ranges: Vec<(u16, u16, Health)>,
@@ -173,8 +295,8 @@ pub(super) struct ReplicaView {
 }
 
 impl ReplicaView {
-    async fn fetch(conn: &mut Conn, epoch: u64) -> Result<ReplicaView, LockError> {
-        let mut view = ReplicaView::unknown(epoch);
+    async fn fetch(conn: &mut Conn, epoch: u64, asked: Instant) -> Result<ReplicaView, LockError> {
+        let mut view = ReplicaView::unknown(epoch, asked);
         if let Link::Cluster(cluster) = &mut conn.link {
             // CLUSTER NODES rather than SLOTS: SLOTS hides replicas that have
             // not reported a replication offset yet (a fresh shard). It tells
@@ -230,9 +352,9 @@ impl ReplicaView {
         Ok(view)
     }
 
-    fn unknown(epoch: u64) -> ReplicaView {
+    fn unknown(epoch: u64, asked: Instant) -> ReplicaView {
         ReplicaView {
-            fetched: Instant::now(),
+            asked,
             epoch,
             ranges: Vec::new(),
             single: Health::default(),
@@ -242,9 +364,9 @@ impl ReplicaView {
     /// This view, taking over from `before`: warns once per episode, when a
     /// master whose replicas were healthy (or not known) has replicas now,
     /// none of them healthy.
-    fn after(self, before: Option<ReplicaView>) -> ReplicaView {
+    fn after(self, before: Option<&ReplicaView>) -> ReplicaView {
         let was_degraded = |first: Option<u16>| {
-            before.as_ref().is_some_and(|b| match first {
+            before.is_some_and(|b| match first {
                 Some(first) => b.ranges.iter().any(|(f, _, h)| *f == first && h.degraded()),
                 None => b.single.degraded(),
             })
