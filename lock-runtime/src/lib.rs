@@ -468,9 +468,14 @@
 //!   left is finished without it, so dropping an acquire future never strands
 //!   a half-taken lock: a hold that arrives for a caller who left is given
 //!   back at once, and the local queue place and pub/sub interest go with the
-//!   dropped future. One exception: when a runtime shuts down while a call
-//!   on its near connection is in flight, the connection goes with it and
-//!   the call's effect is left to the lock's lease (as at process exit).
+//!   dropped future. What is left of such a call runs on the client's own
+//!   runtime, never on the caller's (which nothing need drive again: a sync
+//!   wrapper's current-thread runtime between two `block_on`s): a request it
+//!   had in flight on the near connection counts as lost and is settled over
+//!   the client's own connection (an acquire reconciled, a release retried
+//!   with the same request id). The replica view (see Replica sync) is looked
+//!   up on the client's own runtime and connection too, by one task, and no
+//!   client-wide lock is held across a call on a caller's connection.
 //!   As with any I/O driven by a current-thread runtime, do not block that
 //!   runtime's thread on a lock call (`futures::executor::block_on` inside
 //!   it): the near connection needs the thread to make progress.
