@@ -76,12 +76,17 @@ pub(crate) fn run<T: Send + 'static, F: Future<Output = T> + Send + 'static>(
 /// task of its own, and `abandoned` gets its output there.
 ///
 /// For calls on a near connection: the request already sent is finished,
-/// and its effect undone, after the caller left. That task runs on the
-/// runtime the caller dropped it on (`fut`'s timers and connection belong
-/// to it), or on `fallback` when dropped outside any runtime. If the
-/// caller's runtime is shutting down, the task and the near connection go
-/// with it: the effect of a request already sent is then left to the
-/// lock's lease.
+/// and its effect undone, after the caller left. That task runs on
+/// `fallback`, the client's own runtime, never on the caller's: nothing
+/// need drive the caller's runtime again (a sync wrapper's current-thread
+/// runtime sits idle between two `block_on`s), and freeing a lock must not
+/// wait for it. There the near connection hands over (see `conn`): a
+/// request in flight on it fails as a lost connection, which `fut` settles
+/// as it settles any lost answer (an acquire is reconciled, a release
+/// retried with the same request id), over the client's own connection,
+/// which serves every later request of `fut` too. `fut` must not be
+/// waiting on a timer of the caller's runtime when dropped (such a timer
+/// fires only while that runtime is driven).
 ///
 /// Not an `async fn`: `fut` goes to the heap here, at once, so the future
 /// returned is a few words whatever `fut`'s size. (An `async fn` would keep
@@ -115,8 +120,8 @@ where
                 return;
             }
             if let (Some(call), Some(abandoned)) = (self.call.take(), self.abandoned.take()) {
-                let runtime = Handle::try_current().unwrap_or_else(|_| self.fallback.clone());
-                runtime.spawn(async move { abandoned(call.await).await });
+                self.fallback
+                    .spawn(async move { abandoned(call.await).await });
             }
         }
     }

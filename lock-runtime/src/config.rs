@@ -64,15 +64,24 @@ pub(crate) enum Topology {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum ReplicaSync {
-    /// Wait for one replica when the lock's master has replicas; skip the
-    /// wait when it has none. The default. On a cluster, the replicas counted
-    /// are those the cluster knows for the lock's shard and has not marked
-    /// failed; on a single master (standalone, Sentinel), those connected to
-    /// it. The answer is cached for a few seconds.
+    /// Wait for one replica when the lock's master has a healthy one; skip
+    /// the wait when it has none. The default. A replica is healthy when the
+    /// master's `INFO replication` shows it `online` with a `lag` (seconds
+    /// since its last acknowledgement) of at most 2: a replica in its first
+    /// sync, cut off by a partition (until `repl-timeout` detaches it) or
+    /// stopped is not waited for, so its trouble does not stop locking. A
+    /// wait skipped although the master has replicas attached is counted in
+    /// `lock_replica_sync_skipped_total` (feature `metrics`), and logged
+    /// (`warn`) once each time a master's replicas turn unhealthy. On a
+    /// cluster, each shard is judged by its own master (asked for the
+    /// shards whose replicas `CLUSTER NODES` lists). The answer is cached
+    /// for a few seconds, and looked up again when a `WAIT` goes
+    /// unacknowledged.
     #[default]
     Auto,
     /// Always wait for one replica; fail with [`LockError::NotReplicated`]
-    /// when the master has none or none acknowledges in time.
+    /// when the master has none or none acknowledges in time (an unhealthy
+    /// replica, too, makes every acquisition fail).
     Always,
     /// Never wait: an acquisition is confirmed by the master alone.
     Off,
@@ -244,7 +253,7 @@ impl Config {
 
     /// Whether an acquisition waits until a replica has the lock (Redis
     /// `WAIT` for one replica, up to [`replica_sync_timeout`](Self::replica_sync_timeout)).
-    /// Default [`ReplicaSync::Auto`]: when the lock's master has replicas.
+    /// Default [`ReplicaSync::Auto`]: when the lock's master has a healthy replica.
     ///
     /// When no replica acknowledges in time, the acquisition is undone and
     /// fails with [`LockError::NotReplicated`].

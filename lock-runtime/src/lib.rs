@@ -204,6 +204,9 @@
 //!   `lock_held_seconds` (histogram; `kind`), `lock_lost_total` (counter;
 //!   `kind`; once per lost hold: by the watchdog when it finds the loss, else
 //!   by the release that reports it), `lock_renewals_total` (counter),
+//!   `lock_replica_sync_skipped_total` (counter: acquisitions that did not
+//!   wait for a replica in [`ReplicaSync::Auto`] because the lock's master
+//!   had replicas, none of them healthy; see Replica sync below),
 //!   `lock_held` and `lock_waiters` (gauges; `kind`). A multi or quorum
 //!   lock's acquisition is one sample of its kind, and each of its holds
 //!   counts under that kind in the others; a segmented lock's segments are
@@ -483,9 +486,14 @@
 //!   left is finished without it, so dropping an acquire future never strands
 //!   a half-taken lock: a hold that arrives for a caller who left is given
 //!   back at once, and the local queue place and pub/sub interest go with the
-//!   dropped future. One exception: when a runtime shuts down while a call
-//!   on its near connection is in flight, the connection goes with it and
-//!   the call's effect is left to the lock's lease (as at process exit).
+//!   dropped future. What is left of such a call runs on the client's own
+//!   runtime, never on the caller's (which nothing need drive again: a sync
+//!   wrapper's current-thread runtime between two `block_on`s): a request it
+//!   had in flight on the near connection counts as lost and is settled over
+//!   the client's own connection (an acquire reconciled, a release retried
+//!   with the same request id). The replica view (see Replica sync) is looked
+//!   up on the client's own runtime and connection too, by one task, and no
+//!   client-wide lock is held across a call on a caller's connection.
 //!   As with any I/O driven by a current-thread runtime, do not block that
 //!   runtime's thread on a lock call (`futures::executor::block_on` inside
 //!   it): the near connection needs the thread to make progress.
@@ -524,10 +532,16 @@
 //!   again when a node is lost (on the shard's promoted replica) and when a
 //!   node drops it because the slot moved.
 //! - **Replica sync.** After each acquisition the client waits (Redis
-//!   `WAIT`) until one replica has it, when the lock's master has replicas
-//!   ([`ReplicaSync::Auto`], the default); none in
+//!   `WAIT`) until one replica has it, when the lock's master has a healthy
+//!   replica ([`ReplicaSync::Auto`], the default: online, and acknowledged
+//!   within the last 2 s); none in
 //!   [`Config::replica_sync_timeout`] gives the hold back and returns
-//!   [`LockError::NotReplicated`]. This closes the common hole (a failover
+//!   [`LockError::NotReplicated`]. A master whose replicas are all in
+//!   trouble (a first sync, a partition, a stopped process) does not stop
+//!   locking in Auto mode: the acquisition does not wait, is counted in
+//!   `lock_replica_sync_skipped_total`, and a warning is logged once when a
+//!   master's replicas turn unhealthy ([`ReplicaSync::Always`] refuses
+//!   then). This closes the common hole (a failover
 //!   right after an acquire promoting a replica that never saw it), not every
 //!   one: [`Config::replica_sync`] lists what can still be lost. A lost lock
 //!   is reported: the guard's [`LockGuard::lost`] resolves at the first

@@ -9,6 +9,7 @@
 //! | `lock_held_seconds` | histogram | `kind` | time from acquisition to release (or drop) of each hold |
 //! | `lock_lost_total` | counter | `kind` | holds lost before release (re-entries of one hold count once) |
 //! | `lock_renewals_total` | counter | | leases renewed: watchdog renewals and `extend` |
+//! | `lock_replica_sync_skipped_total` | counter | | acquisitions that did not wait for a replica (`ReplicaSync::Auto`) because the lock's master had replicas attached but none healthy (not online, or no acknowledgement within 2 s) |
 //! | `lock_held` | gauge | `kind` | holds this process has now |
 //! | `lock_waiters` | gauge | `kind` | callers of this process waiting for a lock now |
 //!
@@ -45,6 +46,10 @@ pub(crate) fn describe() {
                 "Holds whose lease was lost before release"
             );
             metrics::describe_counter!("lock_renewals_total", "Leases renewed");
+            metrics::describe_counter!(
+                "lock_replica_sync_skipped_total",
+                "Acquisitions that did not wait for a replica: the master had replicas, none healthy"
+            );
             metrics::describe_gauge!("lock_held", "Holds this process has now");
             metrics::describe_gauge!("lock_waiters", "Callers of this process waiting for a lock");
         });
@@ -88,6 +93,14 @@ pub(crate) fn renewed(n: u64) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = n;
+}
+
+/// Counts one acquisition that did not wait for a replica (Auto mode): its
+/// master had replicas attached, none of them healthy.
+#[inline]
+pub(crate) fn replica_sync_skipped() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lock_replica_sync_skipped_total").increment(1);
 }
 
 /// One hold, in `lock_held` while it lives; its life goes to

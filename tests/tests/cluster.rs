@@ -324,17 +324,27 @@ async fn a_failover_keeps_synced_locks_and_reports_lost_ones() {
     })
     .await;
 
-    // Then the shard's replication is cut: a synced acquisition now fails,
-    // typed, and leaves nothing behind; an unsynced one exists on the master
+    // Then the shard's replication is cut: an acquisition that must be
+    // synced (Always) now fails, typed, and leaves nothing behind; Auto no
+    // longer waits for the shard's replica, which cannot answer (it is
+    // taken, by the master alone); an unsynced one exists on the master
     // alone.
     cluster.cut_replication_of(&kept_name);
-    match client.lock(lost_name.as_str()).acquire().await {
+    let always = cluster
+        .client_with(|c| c.replica_sync(ReplicaSync::Always))
+        .await;
+    match always.lock(lost_name.as_str()).acquire().await {
         Err(LockError::NotReplicated { name, .. }) => assert_eq!(name, lost_name),
         other => panic!("expected NotReplicated, got {other:?}"),
     }
     let mut master = cluster.raw_node(shard).await;
     let left: bool = master.exists(&lost_name).await.unwrap();
     assert!(!left, "the unreplicated hold was given back");
+    let auto = tokio::time::timeout(WITHIN, client.lock(lost_name.as_str()).acquire())
+        .await
+        .expect("Auto does not wait for a replica that cannot answer")
+        .expect("Auto takes it");
+    auto.release().await.unwrap();
     let lost = unsynced.lock(lost_name.as_str()).acquire().await.unwrap();
 
     let new_master = cluster.fail_over(&kept_name).await;

@@ -86,8 +86,6 @@ pub(super) async fn server_major_version(cluster: &ClusterConnection) -> Result<
         .unwrap_or(0))
 }
 
-/// `(first slot, last slot, replicas)` from a `CLUSTER NODES` text: for each
-/// master's slot ranges, its replicas that are not marked failed.
 /// `CLUSTER NODES` as some node of the cluster sees it.
 pub(super) async fn nodes(cluster: &mut ClusterConnection) -> Result<String, RedisError> {
     let mut nodes = redis::cmd("CLUSTER");
@@ -101,7 +99,10 @@ pub(super) async fn nodes(cluster: &mut ClusterConnection) -> Result<String, Red
     redis::from_redis_value(text).map_err(RedisError::from)
 }
 
-pub(super) fn replicas_per_range(text: &str) -> Vec<(u16, u16, usize)> {
+/// `(master id, first slot, last slot, replicas)` from a `CLUSTER NODES`
+/// text: for each master's slot ranges, its replicas that are not marked
+/// failed.
+pub(super) fn replicas_per_range(text: &str) -> Vec<(String, u16, u16, usize)> {
     // <id> <addr> <flags> <master id or -> <ping> <pong> <epoch> <link> <slot>...
     let nodes: Vec<Vec<&str>> = text
         .lines()
@@ -121,7 +122,7 @@ pub(super) fn replicas_per_range(text: &str) -> Vec<(u16, u16, usize)> {
         for entry in master[8..].iter().filter(|e| !e.starts_with('[')) {
             let (first, last) = entry.split_once('-').unwrap_or((entry, entry));
             if let (Ok(first), Ok(last)) = (first.parse(), last.parse()) {
-                ranges.push((first, last, replicas));
+                ranges.push((master[0].to_owned(), first, last, replicas));
             }
         }
     }
@@ -143,7 +144,11 @@ m3 127.0.0.1:7002@17002 master,fail - 0 0 3 disconnected
 ";
         assert_eq!(
             super::replicas_per_range(text),
-            vec![(0, 5460, 1), (5461, 10922, 0), (16000, 16000, 0)]
+            vec![
+                ("m1".to_owned(), 0, 5460, 1),
+                ("m2".to_owned(), 5461, 10922, 0),
+                ("m2".to_owned(), 16000, 16000, 0)
+            ]
         );
     }
 

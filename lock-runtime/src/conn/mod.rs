@@ -20,7 +20,14 @@
 //!
 //! Acquire and release calls take the **near connection** of the runtime
 //! they run on ([`Conn::near_here`], `near`): a connection whose driver runs
-//! on that runtime, so their round trips wake no other thread.
+//! on that runtime, so their round trips wake no other thread. A near
+//! connection serves its own runtime only: a call that goes on elsewhere
+//! (its caller went away and the rest runs on the client's runtime, see
+//! `background::finish_on_drop`) must not depend on that runtime being
+//! driven again. So a request in flight on it when the call moves fails as
+//! a lost connection (the retry and reconcile paths take over, on the
+//! client's own connection), and a request made on it from anywhere else
+//! goes over the client's own connection.
 //!
 //! It also owns two topology-dependent decisions: the pub/sub flavour
 //! (sharded `SSUBSCRIBE`/`SPUBLISH` on a cluster of Redis 7 or newer, classic
@@ -34,6 +41,7 @@ mod sentinel;
 mod standalone;
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, MultiplexedConnection};
@@ -44,7 +52,7 @@ use tokio::sync::mpsc;
 
 pub(crate) use self::cluster::slot;
 use self::near::{Maker, Near};
-use self::replicas::ReplicaView;
+use self::replicas::Replicas;
 use self::sentinel::SentinelLink;
 use crate::config::{ReplicaSync, Topology};
 use crate::{Config, LockError};
@@ -74,9 +82,16 @@ struct Shared {
     replica_sync: ReplicaSync,
     replica_sync_timeout: Duration,
     /// Who has replicas, as last looked up (Auto mode only).
-    replicas: tokio::sync::Mutex<Option<ReplicaView>>,
+    replicas: Replicas,
+    /// How long a replica lookup may take before it counts as unknown.
+    lookup_bound: Duration,
     /// Standalone and Cluster.
     near: Option<Near>,
+    /// The client's own connection: what near connections hand over to
+    /// off their runtime, and what the replica view is looked up on.
+    own: Link,
+    /// The client's own runtime.
+    home: Handle,
 }
 
 impl Conn {
@@ -125,13 +140,16 @@ impl Conn {
             _ => false,
         };
         Ok(Conn {
-            link,
+            link: link.clone(),
             shared: Arc::new(Shared {
                 sharded,
                 replica_sync: config.replica_sync,
                 replica_sync_timeout: config.replica_sync_wait(),
-                replicas: tokio::sync::Mutex::new(None),
+                replicas: Replicas::new(),
+                lookup_bound: config.response_timeout.saturating_mul(2),
                 near: maker.map(|maker| Near::new(maker, runtime.id())),
+                own: link.clone(),
+                home: runtime,
             }),
             near: None,
         })
@@ -147,6 +165,24 @@ impl Conn {
             shared: self.shared.clone(),
             near: Some(id),
         })
+    }
+
+    /// The client's own connection (this one, when it is not a near one).
+    fn own(&self) -> Conn {
+        Conn {
+            link: self.shared.own.clone(),
+            shared: self.shared.clone(),
+            near: None,
+        }
+    }
+
+    /// This connection where it may serve the current task: a near
+    /// connection on its own runtime, else the client's own connection.
+    fn usable_here(&self) -> Conn {
+        match self.near {
+            Some(id) if !on_runtime(id) => self.own(),
+            _ => self.clone(),
+        }
     }
 
     /// The command unlock scripts announce a release with: `spublish` when
@@ -233,18 +269,46 @@ impl Conn {
     }
 }
 
+/// Whether the current task runs on runtime `id`.
+fn on_runtime(id: tokio::runtime::Id) -> bool {
+    Handle::try_current().is_ok_and(|here| here.id() == id)
+}
+
+/// The error of a request left in flight on a near connection by a call
+/// that moved off its runtime: its answer may never be read (nothing need
+/// drive that runtime again), so it counts as lost.
+fn left_behind() -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "the call left its runtime's near connection; its answer counts as lost",
+    ))
+}
+
 /// `call` on a near connection (`near`): when its answer says the connection
 /// is gone, the connection is forgotten and the runtime's next call makes a
-/// new one. On the client's own connection, `call` itself.
+/// new one. Polled off that runtime, it fails at once as a lost connection
+/// (see [`left_behind`]). On the client's own connection, `call` itself.
 fn watch_near<'a, T: Send + 'a>(
     near: Option<(tokio::runtime::Id, Arc<Shared>)>,
-    call: RedisFuture<'a, T>,
+    mut call: RedisFuture<'a, T>,
 ) -> RedisFuture<'a, T> {
     let Some((id, shared)) = near else {
         return call;
     };
     Box::pin(async move {
-        let answer = call.await;
+        // Checked at every poll, before the request's own (whose timers
+        // and connection driver belong to that runtime).
+        let answer = std::future::poll_fn(|cx| {
+            if on_runtime(id) {
+                call.as_mut().poll(cx).map(Some)
+            } else {
+                Poll::Ready(None)
+            }
+        })
+        .await;
+        let Some(answer) = answer else {
+            return Err(left_behind());
+        };
         if let Err(e) = &answer
             && connection_lost(e)
             && let Some(near) = &shared.near
@@ -257,6 +321,12 @@ fn watch_near<'a, T: Send + 'a>(
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        if let Some(id) = self.near
+            && !on_runtime(id)
+        {
+            let mut own = self.own();
+            return Box::pin(async move { own.req_packed_command(cmd).await });
+        }
         let near = self.near_watch();
         let call = match &mut self.link {
             Link::Standalone(manager) => manager.req_packed_command(cmd),
@@ -273,6 +343,12 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
+        if let Some(id) = self.near
+            && !on_runtime(id)
+        {
+            let mut own = self.own();
+            return Box::pin(async move { own.req_packed_commands(pipeline, offset, count).await });
+        }
         let near = self.near_watch();
         let call = match &mut self.link {
             Link::Standalone(manager) => manager.req_packed_commands(pipeline, offset, count),
