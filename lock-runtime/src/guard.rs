@@ -344,7 +344,12 @@ impl Held {
                         if tries < crate::config::UNLOCK_TRIES && connection_lost(&e) =>
                     {
                         tracing::debug!(error = %e, "unlock failed; retrying");
-                        tokio::time::sleep(Duration::from_millis(50 * u64::from(tries))).await;
+                        // On the client's runtime: this call may be
+                        // finished there for a caller who left, and a
+                        // timer of the caller's runtime fires only while
+                        // that runtime is driven.
+                        let pause = Duration::from_millis(50 * u64::from(tries));
+                        let _ = core.runtime.spawn(tokio::time::sleep(pause)).await;
                         conn = core.conn.clone();
                     }
                     Err(e) => return Err(e),

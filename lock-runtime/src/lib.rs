@@ -375,6 +375,25 @@
 //!   another holds little besides its own task: no subscription, no timer
 //!   unless it has a `wait`, and one offer to take the lock over
 //!   (`lock_bench` row 6 measures the memory per waiter; BENCHMARKS.md).
+//! - **Faults while waiting.** Within its `wait`, an acquisition rides out
+//!   faults that may heal: an attempt (or a subscription) that fails on a
+//!   timeout, a lost or refused connection, `LOADING`, `TRYAGAIN`,
+//!   `CLUSTERDOWN` or `MASTERDOWN` is made again, with backoff (5 ms
+//!   doubling up to 1 s), and the caller gets the lock or
+//!   [`LockError::Timeout`] when the wait runs out. Each new attempt has a
+//!   new attempt id and is made only once the failed one's reconcile has
+//!   ended (until then it could still take a hold under the same holder
+//!   id, which the reconcile gives back by that id alone); should the
+//!   reconcile give up, the acquisition fails rather than risk it. A
+//!   re-entry tries again in place (it never queues behind this client's
+//!   other waiters, who may be waiting for its own call chain). Errors that
+//!   will not heal (authentication, permissions, a key of another type, a
+//!   bad name, configuration) fail at once, and a `try_acquire` (no wait)
+//!   returns its attempt's error. With `wait` left out the acquisition
+//!   retries until Redis answers and says so in a `tracing` warning. A
+//!   fair waiter whose attempt's answer was lost may rejoin the queue at
+//!   its back: the reconcile of that attempt leaves the queue, as for a
+//!   caller that gave up.
 //! - **Fair locks.** [`LockClient::fair_lock`] keeps Redisson's queue and
 //!   deadlines. A waiter joins the queue at its first failed attempt (so order
 //!   is by first attempt, across tasks and clients alike) and keeps its place
@@ -385,6 +404,11 @@
 //!   the waiter's deadline to the lock's lease end plus
 //!   [`Config::fair_wait_timeout`], so a live waiter is never evicted, and a
 //!   head that stops retrying (its process died) is evicted after that wait.
+//!   Waiters behind the head sleep until the holder's lease ends (a holder
+//!   whose lease runs out publishes nothing) or the head's eviction, and
+//!   while the lock is free between two holders they retry soon (5 ms,
+//!   doubling up to 1 s) until the next holder's lease tells them when: the
+//!   queue advances at every lease end, in arrival order.
 //!   A waiter whose `wait` ends, or whose acquire is dropped, leaves the queue
 //!   and moves those behind it up. A `try_acquire` that finds the lock busy,
 //!   or an acquire whose `wait` ends, has left the queue when it returns, so

@@ -269,3 +269,100 @@ async fn hold_at_least_holds_whatever_order_a_chains_holds_go_back_in() {
         );
     }
 }
+
+/// A re-entry promised a longer lease than the lock had left lengthens the
+/// lock, and its record with it (found in review: the record took the
+/// lock's old lease, expired first, and the re-entry's release then changed
+/// nothing, leaving the lock taken with no guard). For the read-write lock,
+/// a read hold the writer takes lengthens the lock too.
+#[tokio::test]
+async fn a_longer_reentry_lengthens_the_record_with_the_lock() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+    let (short, long) = (Duration::from_millis(1500), Duration::from_secs(20));
+    for kind in [Kind::Reentrant, Kind::Fair, Kind::Write] {
+        let name = format!("long-{kind:?}");
+        let outer = kind
+            .builder(&client, &name)
+            .lease(short)
+            .acquire()
+            .await
+            .unwrap();
+        let inner = outer
+            .scope(async { kind.builder(&client, &name).lease(long).acquire().await })
+            .await
+            .unwrap();
+        assert_named_beside(&mut raw, &name, kind).await;
+        // Past the outer lease: the lock lives on by the inner one.
+        tokio::time::sleep(short + Duration::from_millis(300)).await;
+        assert_named_beside(&mut raw, &name, kind).await;
+        inner.release().await.expect("the re-entry is still named");
+        assert!(matches!(outer.release().await, Err(LockError::Lost { .. })));
+        let exists: bool = raw.exists(&name).await.unwrap();
+        assert!(!exists, "{kind:?}: the chain's last release freed the lock");
+    }
+
+    // The writer re-enters, then reads with a longer lease.
+    let rw = client.read_write_lock("long-rw");
+    let outer = rw.write().lease(short).acquire().await.unwrap();
+    let (inner, read) = outer
+        .scope(async {
+            let inner = rw.write().lease(short).acquire().await?;
+            let read = rw.read().lease(long).acquire().await?;
+            Ok::<_, LockError>((inner, read))
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(short + Duration::from_millis(300)).await;
+    assert_named_beside(&mut raw, "long-rw", Kind::Write).await;
+    assert!(matches!(inner.release().await, Err(LockError::Lost { .. })));
+    assert!(matches!(outer.release().await, Err(LockError::Lost { .. })));
+    let writer: Option<i64> = raw
+        .hget("long-rw", format!("{}:write", read.holder_id()))
+        .await
+        .unwrap();
+    assert_eq!(
+        writer, None,
+        "both write holds given back, the read hold left"
+    );
+    read.release().await.unwrap();
+    let exists: bool = raw.exists("long-rw").await.unwrap();
+    assert!(!exists);
+}
+
+/// A record of another type is refused before the first write (found in
+/// review): the re-entry fails naming it, and the outer hold is as it was.
+#[tokio::test]
+async fn a_record_of_another_type_is_refused_before_any_write() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+    for kind in [Kind::Reentrant, Kind::Fair, Kind::Write] {
+        let name = format!("wt-{kind:?}");
+        let record = format!("redisson_lock_holds:{{{name}}}");
+        let _: () = raw.rpush(&record, "x").await.unwrap();
+        let outer = kind.builder(&client, &name).acquire().await.unwrap();
+        let inner = outer
+            .scope(async { kind.builder(&client, &name).acquire().await })
+            .await;
+        assert!(
+            matches!(&inner, Err(LockError::Redis(e)) if e.to_string().contains(&record)),
+            "{kind:?}: an error naming the record: {inner:?}"
+        );
+        let count: Option<i64> = raw
+            .hget(&name, kind.field(outer.holder_id()))
+            .await
+            .unwrap();
+        assert_eq!(count, Some(1), "{kind:?}: nothing written");
+        // Releases refuse it too (they cannot tell which holds are live),
+        // writing nothing: the lease ends the hold unless it is fixed.
+        let released = outer.release().await;
+        assert!(
+            matches!(&released, Err(LockError::Redis(e)) if e.to_string().contains(&record)),
+            "{kind:?}: {released:?}"
+        );
+        let list: Vec<String> = raw.lrange(&record, 0, -1).await.unwrap();
+        assert_eq!(list, ["x"], "{kind:?}: left as it was");
+    }
+}

@@ -180,3 +180,47 @@ async fn faults_within_the_wait_end_in_timeout_and_lasting_errors_fail_at_once()
     );
     drop(held);
 }
+
+/// A re-entry that meets a fault tries again in place, never in the
+/// client's queue for the lock (found in review): there it would wait behind
+/// this client's other waiters, who wait for the very hold it re-enters.
+#[tokio::test]
+async fn a_reentry_rides_out_a_fault_in_place() {
+    let server = Server::start();
+    let client = server
+        .client_with(|c| c.response_timeout(Duration::from_millis(500)))
+        .await;
+    let mut raw = server.raw().await;
+    let outer = client.lock("deep").acquire().await.unwrap();
+    // Another task of the same client waits for the lock.
+    let other = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("deep").acquire().await.map(drop) }
+    });
+    eventually("the other task waits", WITHIN, || {
+        let mut raw = raw.clone();
+        async move { numsub(&mut raw, "redisson_lock__channel:{deep}").await > 0 }
+    })
+    .await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2000)
+        .arg("WRITE")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let inner = timeout(
+        WITHIN,
+        outer.scope(client.lock("deep").wait(Duration::from_secs(15)).acquire()),
+    )
+    .await
+    .expect("the re-entry answers")
+    .expect("the re-entry rode out the pause");
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+    timeout(WITHIN, other)
+        .await
+        .expect("the other task gets its turn")
+        .unwrap()
+        .unwrap();
+}

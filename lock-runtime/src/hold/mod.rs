@@ -252,7 +252,12 @@ impl Target {
             }
             // A read hold's own lease key, named by the holder.
             Target::Read { .. } => {
-                let keys = [name, &token, &keys::rw_timeout_prefix(name, &how.holder)];
+                let keys = [
+                    name,
+                    &token,
+                    &keys::rw_timeout_prefix(name, &how.holder),
+                    &holds,
+                ];
                 scripts
                     .rw_read_acquire
                     .call(conn, &keys, latch, record, args)
@@ -445,22 +450,32 @@ enum Settled {
     /// Its answer was lost and the reconcile settled in time: it holds
     /// nothing and never will.
     Yes,
-    /// Nothing to reconcile (it answered, or failed for another reason), or
-    /// the reconcile gave up.
+    /// Nothing to reconcile (it answered, or failed for another reason).
     No,
-    /// The reconcile is still under way.
+    /// The reconcile is still under way, or gave up.
     Later(Unsettled),
 }
 
-/// The reconcile of an attempt whose answer was lost, still under way (it
-/// retries while Redis is unreachable): see [`attempt_once`].
-pub(crate) struct Unsettled(tokio::task::JoinHandle<bool>);
+/// The reconcile of an attempt whose answer was lost, when it did not
+/// settle in time: see [`attempt_once`].
+pub(crate) enum Unsettled {
+    /// Still under way (it retries while Redis is unreachable).
+    Pending(tokio::task::JoinHandle<bool>),
+    /// It gave up on an error that does not heal: the attempt may have
+    /// taken a hold under the holder's id that nothing gives back before its
+    /// lease ends, so the holder makes no further attempt.
+    GaveUp,
+}
 
 impl Unsettled {
-    /// Resolves when the reconcile has ended: the attempt can take nothing
-    /// any more (settled, or past the time a request can still arrive).
-    pub(crate) async fn ended(self) {
-        let _ = self.0.await;
+    /// Resolves when the reconcile has ended, with whether it settled: the
+    /// attempt can take nothing any more (settled, or past the time a
+    /// request can still arrive). `false`: it gave up.
+    pub(crate) async fn ended(self) -> bool {
+        match self {
+            Unsettled::Pending(reconcile) => reconcile.await.unwrap_or(false),
+            Unsettled::GaveUp => false,
+        }
     }
 }
 
@@ -521,6 +536,8 @@ async fn attempt_on(
         result
     };
     let mut settled = Settled::No;
+    // Whether the reconcile settled: `Yes`, else `Later` (still under way,
+    // or it gave up).
     if let Err(e) = &result
         && needs_reconcile(e)
     {
@@ -531,8 +548,8 @@ async fn attempt_on(
         let bound = core.config.response_timeout.saturating_mul(2);
         settled = match tokio::time::timeout(bound, &mut reconciled).await {
             Ok(Ok(true)) => Settled::Yes,
-            Ok(_) => Settled::No,
-            Err(_) => Settled::Later(Unsettled(reconciled)),
+            Ok(_) => Settled::Later(Unsettled::GaveUp),
+            Err(_) => Settled::Later(Unsettled::Pending(reconciled)),
         };
     }
     (result, settled)

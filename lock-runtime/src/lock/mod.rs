@@ -291,13 +291,25 @@ impl Acquisition {
             .take();
         if let Some(unsettled) = unsettled {
             let ended = Box::pin(unsettled.ended());
-            match self.deadline() {
-                Some(d) => {
-                    if tokio::time::timeout_at(d.into(), ended).await.is_err() {
-                        return Err(timed_out(&self.target, &self.options));
-                    }
-                }
+            let settled = match self.deadline() {
+                Some(d) => match tokio::time::timeout_at(d.into(), ended).await {
+                    Ok(settled) => settled,
+                    Err(_) => return Err(timed_out(&self.target, &self.options)),
+                },
                 None => ended.await,
+            };
+            if !settled {
+                // It may hold the lock under this holder id until its
+                // lease ends, and nothing could give it back: no new
+                // attempt under the same id.
+                return Err(LockError::Redis(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "an earlier attempt whose answer was lost could not be reconciled",
+                    format!(
+                        "lock `{}`: not trying again under its holder id",
+                        self.target.name()
+                    ),
+                ))));
             }
         }
         let sent = Instant::now();
@@ -327,15 +339,23 @@ impl Acquisition {
         };
         // No local `Handed` lives on across the wait: every waiting task
         // would carry its room.
-        if !self.behind_others(&how) {
+        let mut tries = 0;
+        while !self.behind_others(&how) {
+            tries += 1;
             match self.attempt(&how).await {
                 Ok(Ok(taken)) => {
                     give_up.how = None;
                     return Ok(self.held(taken, how.reenter));
                 }
-                Ok(Err(_)) => {}
+                Ok(Err(_)) => break,
+                // A re-entry never queues for a turn (the waiters it would
+                // queue behind may wait for its own call chain): it tries
+                // again in place.
+                Err(e) if how.reenter && self.rides_out(&e, tries) => {
+                    self.pause(backoff(tries)).await;
+                }
                 // Tried again while waiting.
-                Err(e) if self.rides_out(&e, 1) => {}
+                Err(e) if self.rides_out(&e, 1) => break,
                 Err(e) => return Err(e),
             }
         }
@@ -567,6 +587,14 @@ impl Acquisition {
         }
     }
 
+    /// Sleeps for `pause`, or until the wait ends if that is sooner.
+    async fn pause(&self, pause: Duration) {
+        match self.deadline() {
+            Some(d) => tokio::time::sleep_until(d.min(Instant::now() + pause).into()).await,
+            None => tokio::time::sleep(pause).await,
+        }
+    }
+
     /// Subscribes to the channel that tells this waiter to try again,
     /// riding out faults as attempts do (with backoff, within the wait).
     async fn subscribe(&self, how: &Try) -> Result<crate::pubsub::Subscription, LockError> {
@@ -577,13 +605,7 @@ impl Acquisition {
                 Err(e) => {
                     tries += 1;
                     self.fault(e, tries)?;
-                    let pause = backoff(tries);
-                    match self.deadline() {
-                        Some(d) => {
-                            tokio::time::sleep_until(d.min(Instant::now() + pause).into()).await
-                        }
-                        None => tokio::time::sleep(pause).await,
-                    }
+                    self.pause(backoff(tries)).await;
                 }
                 subscribed => return subscribed,
             }

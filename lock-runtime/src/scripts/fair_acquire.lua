@@ -49,10 +49,11 @@ if refused or not wait then
 end
 -- A count of 0 is a hold released but kept taken (hold_at_least): not held.
 if (tonumber(redis.call('hget', lock, holder)) or 0) > 0 then
+  local holds = holds_of(KEYS[6], holder)
   redis.call('hincrby', lock, holder, 1)
   keep_longest(lock, lease)
   local token = next_token(KEYS[4], lease)
-  entered(lock, KEYS[6], holder, token)
+  entered(lock, KEYS[6], holder, holds, token, lease)
   return {1, token}
 end
 if ARGV[5] == '1' then

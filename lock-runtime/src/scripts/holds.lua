@@ -21,34 +21,52 @@
 -- fields go with their holder's holds, so a lock whose re-entries were all
 -- given back has nothing but Redisson's layout.
 
--- follow(lock, record): the record HASH, if any, lives at least as long as
--- the lock HASH.
-local function follow(lock, record)
+-- follow(lock, record, floor): the record HASH, if any, lives at least as
+-- long as the lock HASH (call it after every write that lengthens the
+-- lock's life), and at least `floor` ms when the lock has no expiry (never
+-- one of ours: a record is never left without one).
+local function follow(lock, record, floor)
   local have = redis.call('pttl', record)
   if have == -2 then
     return
   end
   local ttl = redis.call('pttl', lock)
+  if ttl < 0 then
+    ttl = floor
+  end
   if ttl > 0 and (have < 0 or have < ttl) then
     redis.call('pexpire', record, ttl)
   end
 end
 
--- entered(lock, record, field, token): records the re-entry with fencing
--- `token` of the holder counted in `field` of `lock` (after its count rose
--- and its lease was kept).
-local function entered(lock, record, field, token)
-  local holds = redis.call('hget', record, field) or ' 0 '
+-- holds_of(record, field): the holds named for the holder counted in
+-- `field` (false: none, only its first hold). Reads only, so call it before
+-- the script's first write: a record of another type is refused then, as
+-- an error reply naming it (raised), with nothing written.
+local function holds_of(record, field)
+  local holds = redis.pcall('hget', record, field)
+  if type(holds) == 'table' and holds.err then
+    error(redis.error_reply('ERR the record of re-entered holds ' .. record ..
+      ' is a key of another type, not a hash: fix or delete it'))
+  end
+  return holds
+end
+
+-- entered(lock, record, field, holds, token, lease): records the re-entry
+-- with fencing `token` and `lease` (ms) of the holder counted in `field` of
+-- `lock`, whose record read `holds` before the first write (holds_of).
+-- Call it after the lock's count rose and its lease was kept.
+local function entered(lock, record, field, holds, token, lease)
   -- As an integer's digits (tokens are below 2^53), not Lua's %.14g.
-  redis.call('hset', record, field, holds .. string.format('%d', token) .. ' ')
-  follow(lock, record)
+  redis.call('hset', record, field, (holds or ' 0 ') .. string.format('%d', token) .. ' ')
+  follow(lock, record, lease)
 end
 
 -- live_hold(record, field, hold): whether hold `hold` ('0': the first, else
--- a re-entry's token) of the holder counted in `field` is still held. Writes
--- nothing: call it before the release's first write.
+-- a re-entry's token) of the holder counted in `field` is still held. Reads
+-- only: call it before the release's first write.
 local function live_hold(record, field, hold)
-  local holds = redis.call('hget', record, field) or ' 0 '
+  local holds = holds_of(record, field) or ' 0 '
   return string.find(holds, ' ' .. hold .. ' ', 1, true) ~= nil
 end
 

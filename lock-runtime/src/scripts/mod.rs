@@ -181,7 +181,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         include_str!("fair_unlock.lua")
     )),
     fair_give_up: Script::new(include_str!("fair_give_up.lua")),
-    rw_read_acquire: acquire_script!("rw_read_acquire.lua"),
+    rw_read_acquire: acquire_script!("holds.lua", "rw_read_acquire.lua"),
     // rw_holds.lua defines `live_reads`, shared by the scripts it heads.
     rw_write_acquire: acquire_script!("holds.lua", "rw_holds.lua", "rw_write_acquire.lua"),
     rw_read_unlock: Script::new(concat!(

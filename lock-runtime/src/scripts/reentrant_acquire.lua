@@ -33,6 +33,8 @@ if ARGV[3] == '1' or redis.call('exists', KEYS[1]) == 1 then
     return {0, redis.call('pttl', KEYS[1])}
   end
 end
+-- A re-entry's record, read before the first write.
+local holds = count and holds_of(KEYS[3], ARGV[2])
 -- The token first: its INCR is the counter's check and the first write.
 local token, refused = take_token(KEYS[2], lease)
 if not token then
@@ -40,8 +42,8 @@ if not token then
 end
 if count then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  entered(KEYS[1], KEYS[3], ARGV[2], token)
   keep_longest(KEYS[1], lease)
+  entered(KEYS[1], KEYS[3], ARGV[2], holds, token, lease)
 else
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], lease)

@@ -22,7 +22,7 @@ for i = 1, #KEYS / 2 do
   local ok, count = pcall(redis.call, 'hget', key, ARGV[i + 1])
   if ok and (tonumber(count) or 0) > 0 then
     keep_longest(key, lease)
-    follow(key, KEYS[2 * i])
+    follow(key, KEYS[2 * i], lease)
     out[i] = 1
   else
     out[i] = 0

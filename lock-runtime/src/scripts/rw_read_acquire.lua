@@ -1,5 +1,7 @@
 -- Take or re-enter the read side of a read-write lock (Redisson
--- RReadWriteLock layout). Prepended with counter.lua.
+-- RReadWriteLock layout). Prepended with counter.lua and holds.lua (for
+-- follow: a writer's read hold may lengthen the hash, and the record of
+-- its re-entered write holds must live as long).
 --
 -- KEYS[1]  the lock: a HASH with 'mode' -> 'read' | 'write', each reader's
 --          holder id -> its read hold count, and '<holder id>:write' -> the
@@ -9,6 +11,7 @@
 --          {name}:<holder id>:rwlock_timeout; hold k is KEYS[3] .. ':' .. k,
 --          with its own PEXPIRE and, as its value, the hold's token (so a
 --          release finds its own hold)
+-- KEYS[4]  the lock's record of re-entered holds, redisson_lock_holds:{name}
 -- ARGV[1]  lease in milliseconds (a positive integer)
 -- ARGV[2]  holder id
 -- ARGV[3]  '1' when the caller re-enters a hold of its scope (the holder
@@ -45,8 +48,9 @@ end
 local k = redis.call('hincrby', KEYS[1], ARGV[2], 1)
 redis.call('set', KEYS[3] .. ':' .. k, token, 'px', lease)
 if mode then
-  -- The hash lives as long as its longest hold.
+  -- The hash lives as long as its longest hold, and the record with it.
   keep_longest(KEYS[1], lease)
+  follow(KEYS[1], KEYS[4], lease)
 else
   redis.call('hset', KEYS[1], 'mode', 'read')
   redis.call('pexpire', KEYS[1], lease)

@@ -62,7 +62,7 @@ if count then
     -- The writer's own read holds: never cut the write lease short.
     if longest > redis.call('pttl', KEYS[1]) then
       redis.call('pexpire', KEYS[1], longest)
-      follow(KEYS[1], KEYS[6])
+      follow(KEYS[1], KEYS[6], longest)
     end
   elseif readers == 0 then
     redis.call('del', KEYS[1])

@@ -31,7 +31,7 @@ for i = 1, #KEYS / 3 do
       return 0
     end
     keep_longest(lock, lease)
-    follow(lock, KEYS[3 * i])
+    follow(lock, KEYS[3 * i], lease)
     return 1
   end)
   out[i] = (ok and renewed) or 0

@@ -25,10 +25,11 @@ end
 local writer = ARGV[2] .. ':write'
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == 'write' and redis.call('hexists', KEYS[1], writer) == 1 then
+  local holds = holds_of(KEYS[4], writer)
   redis.call('hincrby', KEYS[1], writer, 1)
   keep_longest(KEYS[1], lease)
   local token = next_token(KEYS[2], lease)
-  entered(KEYS[1], KEYS[4], writer, token)
+  entered(KEYS[1], KEYS[4], writer, holds, token, lease)
   return {1, token}
 end
 if ARGV[3] == '1' then
