@@ -465,3 +465,16 @@ pub fn scratch_dir(tag: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("a scratch directory");
     dir
 }
+
+/// Pauses the server's writes for `ms` milliseconds (`CLIENT PAUSE ms
+/// WRITE`): scripts, writes and their expiries wait, reads go on. A fault
+/// that heals by itself.
+pub async fn pause_writes(raw: &mut redis::aio::MultiplexedConnection, ms: u64) {
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg("WRITE")
+        .query_async(raw)
+        .await
+        .expect("CLIENT PAUSE");
+}

@@ -459,7 +459,7 @@ async fn a_kept_lock_cannot_be_reentered_after_its_release() {
 async fn a_kept_lock_is_not_renewed() {
     const RENEW: &str = concat!(
         include_str!("../../lock-runtime/src/scripts/counter.lua"),
-        include_str!("../../lock-runtime/src/scripts/holds.lua"),
+        include_str!("../../lock-runtime/src/scripts/reentered.lua"),
         include_str!("../../lock-runtime/src/scripts/renew.lua"),
     );
     let server = Server::start();

@@ -153,13 +153,7 @@ async fn validity_spent_while_acquiring_is_not_a_hold() {
     let lease = Duration::from_millis(1500);
     for server in &cluster.servers[..3] {
         let mut raw = server.raw().await;
-        let _: () = redis::cmd("CLIENT")
-            .arg("PAUSE")
-            .arg(2000)
-            .arg("WRITE")
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        tests::pause_writes(&mut raw, 2000).await;
     }
     let attempt = QuorumLock::new("q:slow", &cluster.clients)
         .lease(lease)

@@ -795,7 +795,7 @@ async fn a_resent_acquire_takes_the_lock_once() {
     const LATCHED: &str = concat!(
         "local function acquire()\n",
         include_str!("../../lock-runtime/src/scripts/counter.lua"),
-        include_str!("../../lock-runtime/src/scripts/holds.lua"),
+        include_str!("../../lock-runtime/src/scripts/reentered.lua"),
         include_str!("../../lock-runtime/src/scripts/reentrant_acquire.lua"),
         "\nend\n",
         include_str!("../../lock-runtime/src/scripts/acquire_latch.lua"),

@@ -89,13 +89,7 @@ async fn a_waiter_rides_out_a_pause(kind: Kind) {
         async move { kind.waiting(&mut raw, &name).await }
     })
     .await;
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(6000)
-        .arg("WRITE")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    tests::pause_writes(&mut raw, 6000).await;
     let guard = timeout(WITHIN, taken)
         .await
         .expect("the waiter answers within its wait")
@@ -144,13 +138,7 @@ async fn faults_within_the_wait_end_in_timeout_and_lasting_errors_fail_at_once()
         .acquire()
         .await
         .unwrap();
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(4000)
-        .arg("WRITE")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    tests::pause_writes(&mut raw, 4000).await;
     let waited = timeout(
         WITHIN,
         waiter.lock("busy").wait(Duration::from_secs(2)).acquire(),
@@ -202,13 +190,7 @@ async fn a_reentry_rides_out_a_fault_in_place() {
         async move { numsub(&mut raw, "redisson_lock__channel:{deep}").await > 0 }
     })
     .await;
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(2000)
-        .arg("WRITE")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    tests::pause_writes(&mut raw, 2000).await;
     let inner = timeout(
         WITHIN,
         outer.scope(client.lock("deep").wait(Duration::from_secs(15)).acquire()),

@@ -248,7 +248,8 @@ struct Acquisition {
     started: Instant,
     /// The reconcile of a failed attempt, still under way: the next attempt
     /// waits for it (see [`attempt_once`]).
-    unsettled: std::sync::Mutex<Option<Unsettled>>,
+    /// Boxed: rare, and every waiting task carries this.
+    unsettled: std::sync::Mutex<Option<Box<Unsettled>>>,
 }
 
 impl Acquisition {
@@ -290,31 +291,12 @@ impl Acquisition {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         if let Some(unsettled) = unsettled {
-            let ended = Box::pin(unsettled.ended());
-            let settled = match self.deadline() {
-                Some(d) => match tokio::time::timeout_at(d.into(), ended).await {
-                    Ok(settled) => settled,
-                    Err(_) => return Err(timed_out(&self.target, &self.options)),
-                },
-                None => ended.await,
-            };
-            if !settled {
-                // It may hold the lock under this holder id until its
-                // lease ends, and nothing could give it back: no new
-                // attempt under the same id.
-                return Err(LockError::Redis(redis::RedisError::from((
-                    redis::ErrorKind::Client,
-                    "an earlier attempt whose answer was lost could not be reconciled",
-                    format!(
-                        "lock `{}`: not trying again under its holder id",
-                        self.target.name()
-                    ),
-                ))));
-            }
+            // Boxed: rare, and its timer would be in every waiter's future.
+            Box::pin(self.settled(*unsettled)).await?;
         }
         let sent = Instant::now();
         let (answer, unsettled) = Box::pin(attempt_once(&self.client, &self.target, how)).await;
-        *self.unsettled.lock().unwrap_or_else(|p| p.into_inner()) = unsettled;
+        *self.unsettled.lock().unwrap_or_else(|p| p.into_inner()) = unsettled.map(Box::new);
         match answer? {
             Attempt::Acquired { token } => Ok(Ok(Handed {
                 holder: how.holder.clone(),
@@ -325,6 +307,33 @@ impl Acquisition {
             Attempt::Busy { ttl_ms } => Ok(Err(ttl_ms)),
             Attempt::Gone => Err(lost(&self.target)),
         }
+    }
+
+    /// Waits, within the wait, for the reconcile of an earlier attempt to end
+    /// (see [`attempt_once`]); an error when the wait ran out, or when it
+    /// gave up: that attempt may hold the lock under this holder id until
+    /// its lease ends and nothing could give it back, so no new attempt is
+    /// made under the same id.
+    async fn settled(&self, unsettled: Unsettled) -> Result<(), LockError> {
+        let ended = unsettled.ended();
+        let settled = match self.deadline() {
+            Some(d) => match tokio::time::timeout_at(d.into(), ended).await {
+                Ok(settled) => settled,
+                Err(_) => return Err(timed_out(&self.target, &self.options)),
+            },
+            None => ended.await,
+        };
+        if settled {
+            return Ok(());
+        }
+        Err(LockError::Redis(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "an earlier attempt whose answer was lost could not be reconciled",
+            format!(
+                "lock `{}`: not trying again under its holder id",
+                self.target.name()
+            ),
+        ))))
     }
 
     /// Takes the hold: one attempt, else waiting.
@@ -350,14 +359,15 @@ impl Acquisition {
                 Ok(Err(_)) => break,
                 // A re-entry never queues for a turn (the waiters it would
                 // queue behind may wait for its own call chain): it tries
-                // again in place.
-                Err(e) if how.reenter && self.rides_out(&e, tries) => {
-                    self.pause(backoff(tries)).await;
-                }
+                // again in place, after the pause below.
+                Err(e) if how.reenter && self.rides_out(&e, tries) => {}
                 // Tried again while waiting.
                 Err(e) if self.rides_out(&e, 1) => break,
                 Err(e) => return Err(e),
             }
+            // Boxed, and with no error kept across it: rare, and this
+            // future is in every waiter's.
+            Box::pin(self.pause(backoff(tries))).await;
         }
         match self.wait(&how).await {
             Ok(taken) => {
@@ -605,7 +615,8 @@ impl Acquisition {
                 Err(e) => {
                     tries += 1;
                     self.fault(e, tries)?;
-                    self.pause(backoff(tries)).await;
+                    // Boxed: rare, and a head's future would carry its timer.
+                    Box::pin(self.pause(backoff(tries))).await;
                 }
                 subscribed => return subscribed,
             }

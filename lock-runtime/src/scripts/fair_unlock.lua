@@ -35,21 +35,22 @@ end
 local keep = tonumber(ARGV[5] or '0') or 0
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1])) or 0
 local result, wake = 0, false
+local live, holds = live_hold(KEYS[6], ARGV[1], ARGV[4])
 if count <= 0 then
   result = -1
-elseif not live_hold(KEYS[6], ARGV[1], ARGV[4]) then
+elseif not live then
   -- Given back before: a late copy of this release. Nothing changes.
   result = 0
 elseif count > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
-  given_back(KEYS[6], ARGV[1], ARGV[4], count - 1)
+  given_back(KEYS[6], ARGV[1], holds, ARGV[4], count - 1)
 elseif keep > 0 then
   result = 1
-  given_back(KEYS[6], ARGV[1], ARGV[4], 0)
+  given_back(KEYS[6], ARGV[1], holds, ARGV[4], 0)
   -- Expiring sooner than the head was told: wake it to retry.
   wake = keep_taken(KEYS[1], ARGV[1], keep, ARGV[6])
 else
-  given_back(KEYS[6], ARGV[1], ARGV[4], 0)
+  given_back(KEYS[6], ARGV[1], holds, ARGV[4], 0)
   redis.call('del', KEYS[1])
   result, wake = 1, true
 end

@@ -46,14 +46,15 @@ if not count or count <= 0 then
   return {-1, 0}
 end
 local lease, record = tonumber(ARGV[6]), tonumber(ARGV[7])
-if not live_hold(KEYS[6], ARGV[1], ARGV[4]) then
+local live, holds = live_hold(KEYS[6], ARGV[1], ARGV[4])
+if not live then
   -- Given back before: a late copy of this release. Nothing changes.
   redis.call('set', KEYS[3], 0, 'px', ARGV[2])
   return {0, 0}
 end
 if count > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
-  given_back(KEYS[6], ARGV[1], ARGV[4], count - 1)
+  given_back(KEYS[6], ARGV[1], holds, ARGV[4], count - 1)
   redis.call('set', KEYS[3], 0, 'px', ARGV[2])
   return {0, 0}
 end
@@ -62,7 +63,7 @@ end
 -- unusable): the lock is freed and announced instead.
 local token = redis.call('get', KEYS[5]) ~= 'abandoned' and take_token(KEYS[4], lease)
 -- The holder's last hold goes either way.
-given_back(KEYS[6], ARGV[1], ARGV[4], 0)
+given_back(KEYS[6], ARGV[1], holds, ARGV[4], 0)
 if not token then
   redis.call('set', KEYS[3], 1, 'px', ARGV[2])
   redis.call('del', KEYS[1])

@@ -155,9 +155,10 @@ pub(crate) fn latch_record(conn: &Conn, record: bool) -> u64 {
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     // holds.lua names a holder's holds while it has re-entered, so that a
     // release counts once however late a copy of it arrives: shared by the
-    // scripts that count holds in one field (reentrant, fair, write), and
-    // by those that lengthen a lock's life (its record must live as long).
-    reentrant_acquire: acquire_script!("holds.lua", "reentrant_acquire.lua"),
+    // unlocks of the locks that count holds in one field (reentrant, fair,
+    // write); reentered.lua by their acquires and by every script that
+    // lengthens a lock's life (the record must live as long).
+    reentrant_acquire: acquire_script!("reentered.lua", "reentrant_acquire.lua"),
     // keep_taken.lua defines `keep_taken` (hold_at_least), shared by both unlocks.
     unlock: Script::new(concat!(
         include_str!("holds.lua"),
@@ -171,21 +172,21 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     )),
     renew: Script::new(concat!(
         include_str!("counter.lua"),
-        include_str!("holds.lua"),
+        include_str!("reentered.lua"),
         include_str!("renew.lua")
     )),
-    fair_acquire: acquire_script!("holds.lua", "fair_acquire.lua"),
+    fair_acquire: acquire_script!("reentered.lua", "fair_acquire.lua"),
     fair_unlock: Script::new(concat!(
         include_str!("holds.lua"),
         include_str!("keep_taken.lua"),
         include_str!("fair_unlock.lua")
     )),
     fair_give_up: Script::new(include_str!("fair_give_up.lua")),
-    rw_read_acquire: acquire_script!("holds.lua", "rw_read_acquire.lua"),
+    rw_read_acquire: acquire_script!("reentered.lua", "rw_read_acquire.lua"),
     // rw_holds.lua defines `live_reads`, shared by the scripts it heads.
-    rw_write_acquire: acquire_script!("holds.lua", "rw_holds.lua", "rw_write_acquire.lua"),
+    rw_write_acquire: acquire_script!("reentered.lua", "rw_holds.lua", "rw_write_acquire.lua"),
     rw_read_unlock: Script::new(concat!(
-        include_str!("holds.lua"),
+        include_str!("reentered.lua"),
         include_str!("rw_holds.lua"),
         include_str!("rw_read_unlock.lua")
     )),
@@ -196,7 +197,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     )),
     rw_renew: Script::new(concat!(
         include_str!("counter.lua"),
-        include_str!("holds.lua"),
+        include_str!("reentered.lua"),
         include_str!("rw_renew.lua")
     )),
     inspect: Script::new(include_str!("inspect.lua")),

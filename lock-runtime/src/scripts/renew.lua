@@ -1,6 +1,6 @@
 -- Renew many hash-layout locks (reentrant, fair) in one call: the watchdog's
--- tick. Prepended with counter.lua (for keep_longest) and holds.lua (for
--- follow).
+-- tick. Prepended with counter.lua (for keep_longest) and reentered.lua
+-- (for follow).
 --
 -- KEYS[2i-1]  a lock HASH
 -- KEYS[2i]    its record of re-entered holds, redisson_lock_holds:{name},

@@ -1,5 +1,5 @@
 -- Take or re-enter the read side of a read-write lock (Redisson
--- RReadWriteLock layout). Prepended with counter.lua and holds.lua (for
+-- RReadWriteLock layout). Prepended with counter.lua and reentered.lua (for
 -- follow: a writer's read hold may lengthen the hash, and the record of
 -- its re-entered write holds must live as long).
 --

@@ -1,5 +1,5 @@
 -- Release one read hold of a read-write lock, idempotently. Prepended with
--- holds.lua (for follow) and rw_holds.lua.
+-- reentered.lua (for follow) and rw_holds.lua.
 --
 -- KEYS[1]  the lock HASH
 -- KEYS[2]  the channel, redisson_rwlock:{name}

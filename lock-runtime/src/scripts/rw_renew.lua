@@ -1,7 +1,7 @@
 -- Renew many read-write lock holds in one call: the watchdog's tick. Only the
 -- given holders' own holds are renewed, never another holder's. Prepended
 -- with counter.lua (for keep_longest): no key's remaining lease shrinks; and
--- holds.lua (for follow).
+-- reentered.lua (for follow).
 --
 -- KEYS[3i-2]  a read-write lock HASH
 -- KEYS[3i-1]  the holder's read-hold key prefix, {name}:<holder id>:rwlock_timeout

@@ -25,17 +25,18 @@ if done then
   return tonumber(done)
 end
 local writer = ARGV[1] .. ':write'
+local live, holds = live_hold(KEYS[5], writer, ARGV[4])
 local result
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], writer) == 0 then
   result = -1
-elseif not live_hold(KEYS[5], writer, ARGV[4]) then
+elseif not live then
   -- Given back before: a late copy of this release. Nothing changes.
   result = 0
 elseif redis.call('hincrby', KEYS[1], writer, -1) > 0 then
-  given_back(KEYS[5], writer, ARGV[4], 1)
+  given_back(KEYS[5], writer, holds, ARGV[4], 1)
   result = 0
 else
-  given_back(KEYS[5], writer, ARGV[4], 0)
+  given_back(KEYS[5], writer, holds, ARGV[4], 0)
   redis.call('hdel', KEYS[1], writer)
   local readers, longest = live_reads(KEYS[1], KEYS[3])
   if readers == 0 then

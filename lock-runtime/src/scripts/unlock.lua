@@ -37,21 +37,22 @@ if count <= 0 then
   return -1
 end
 local result = 0
-if not live_hold(KEYS[4], ARGV[1], ARGV[4]) then
+local live, holds = live_hold(KEYS[4], ARGV[1], ARGV[4])
+if not live then
   -- Given back before: a late copy of this release. Nothing changes.
   result = 0
 elseif count > 1 then
   redis.call('hincrby', KEYS[1], ARGV[1], -1)
-  given_back(KEYS[4], ARGV[1], ARGV[4], count - 1)
+  given_back(KEYS[4], ARGV[1], holds, ARGV[4], count - 1)
 elseif keep > 0 then
-  given_back(KEYS[4], ARGV[1], ARGV[4], 0)
+  given_back(KEYS[4], ARGV[1], holds, ARGV[4], 0)
   if keep_taken(KEYS[1], ARGV[1], keep, ARGV[7]) then
     -- Expiring sooner than waiters were told: wake them all to retry.
     redis.call(ARGV[3], KEYS[2], '1')
   end
   result = 1
 else
-  given_back(KEYS[4], ARGV[1], ARGV[4], 0)
+  given_back(KEYS[4], ARGV[1], holds, ARGV[4], 0)
   redis.call('del', KEYS[1])
   redis.call(ARGV[3], KEYS[2], ARGV[5])
   result = 1
