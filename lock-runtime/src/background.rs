@@ -21,6 +21,21 @@ use tokio::sync::oneshot;
 
 use crate::LockError;
 
+tokio::task_local! {
+    /// Set while a call whose caller left is finished (see [`finish_on_drop`]).
+    static LEFT: ();
+}
+
+/// Whether the current task finishes a call whose caller left, off the
+/// caller's runtime (see [`finish_on_drop`]): a near connection of that
+/// runtime must not serve it. A task-local flag rather than the current
+/// runtime's handle, since it is asked at every request and poll: cloning
+/// the handle would bounce its reference count between the runtime's
+/// threads on every lock call.
+pub(crate) fn finishing_for_one_who_left() -> bool {
+    LEFT.try_with(|_| ()).is_ok()
+}
+
 /// Owns the runtime thread; dropping it stops the runtime (and every task on it).
 pub(crate) struct Background {
     handle: Handle,
@@ -121,7 +136,7 @@ where
             }
             if let (Some(call), Some(abandoned)) = (self.call.take(), self.abandoned.take()) {
                 self.fallback
-                    .spawn(async move { abandoned(call.await).await });
+                    .spawn(LEFT.scope((), async move { abandoned(call.await).await }));
             }
         }
     }

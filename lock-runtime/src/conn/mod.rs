@@ -180,7 +180,7 @@ impl Conn {
     /// connection on its own runtime, else the client's own connection.
     fn usable_here(&self) -> Conn {
         match self.near {
-            Some(id) if !on_runtime(id) => self.own(),
+            Some(_) if moved_off() => self.own(),
             _ => self.clone(),
         }
     }
@@ -269,9 +269,11 @@ impl Conn {
     }
 }
 
-/// Whether the current task runs on runtime `id`.
-fn on_runtime(id: tokio::runtime::Id) -> bool {
-    Handle::try_current().is_ok_and(|here| here.id() == id)
+/// Whether the current task has moved off the runtime of the near
+/// connections it was given: the only such task is one that finishes a call
+/// whose caller left, on the client's runtime (`background::finish_on_drop`).
+fn moved_off() -> bool {
+    crate::background::finishing_for_one_who_left()
 }
 
 /// The error of a request left in flight on a near connection by a call
@@ -299,10 +301,10 @@ fn watch_near<'a, T: Send + 'a>(
         // Checked at every poll, before the request's own (whose timers
         // and connection driver belong to that runtime).
         let answer = std::future::poll_fn(|cx| {
-            if on_runtime(id) {
-                call.as_mut().poll(cx).map(Some)
-            } else {
+            if moved_off() {
                 Poll::Ready(None)
+            } else {
+                call.as_mut().poll(cx).map(Some)
             }
         })
         .await;
@@ -321,9 +323,7 @@ fn watch_near<'a, T: Send + 'a>(
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        if let Some(id) = self.near
-            && !on_runtime(id)
-        {
+        if self.near.is_some() && moved_off() {
             let mut own = self.own();
             return Box::pin(async move { own.req_packed_command(cmd).await });
         }
@@ -343,9 +343,7 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        if let Some(id) = self.near
-            && !on_runtime(id)
-        {
+        if self.near.is_some() && moved_off() {
             let mut own = self.own();
             return Box::pin(async move { own.req_packed_commands(pipeline, offset, count).await });
         }
