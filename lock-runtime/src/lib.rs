@@ -358,8 +358,11 @@
 //!   cluster and for re-entries) and `abandoned` marks of attempts whose
 //!   answer was lost (16 min). The counter goes one to two leases after its last
 //!   acquisition. A fair lock's queue and deadline keys expire at the latest
-//!   deadline in them, so a waiter that died leaves nothing for good. Every
-//!   key the library writes has an expiry.
+//!   deadline in them, so a waiter that died leaves nothing for good. The
+//!   record of re-entered holds (`redisson_lock_holds:{name}`) goes with
+//!   the re-entries it names, and a holder that died while re-entered
+//!   leaves it to expire with the lock. Every key the library writes has an
+//!   expiry.
 //! - **No leaked subscriptions.** A `SUBSCRIBE` that timed out can still be
 //!   confirmed later, and the connection makes every confirmed subscription
 //!   again after a reconnect. So a channel whose subscribe or unsubscribe

@@ -173,6 +173,15 @@ async fn the_record_of_reentered_holds_lives_as_long_as_the_lock() {
         tokio::time::sleep(Duration::from_millis(2500)).await;
         assert!(!outer.is_lost() && !inner.is_lost(), "{kind:?}: renewed");
         assert_named_beside(&mut raw, &name, kind).await;
+        // Operations see the lock, not its record.
+        let listed: Vec<String> = client
+            .locks("*")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|info| info.name)
+            .collect();
+        assert_eq!(listed, [name.clone()], "{kind:?}");
         inner
             .release()
             .await
