@@ -181,7 +181,7 @@ async fn the_record_of_reentered_holds_lives_as_long_as_the_lock() {
             .into_iter()
             .map(|info| info.name)
             .collect();
-        assert_eq!(listed, [name.clone()], "{kind:?}");
+        assert_eq!(listed, std::slice::from_ref(&name), "{kind:?}");
         inner
             .release()
             .await
