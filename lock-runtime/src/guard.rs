@@ -278,14 +278,10 @@ impl Held {
             metric,
             ..
         } = self;
-        // The chain's minimum, whichever of its holds asked for it: the
-        // release that turns out to be the chain's last applies it.
-        let keep = chain
-            .get()
-            .and_then(Chain::kept_until)
-            .into_iter()
-            .chain(keep)
-            .max();
+        // The chain's minimum (its holds' latest, this one's included),
+        // whichever of them asked for it: the release that turns out to be
+        // the chain's last applies it.
+        let keep = chain.get().map_or(keep, Chain::kept_until);
         let fixed = matches!(lease, Lease::Fixed { .. });
         // A guard being released is no longer listed as live.
         drop(listed);

@@ -478,3 +478,37 @@ pub async fn pause_writes(raw: &mut redis::aio::MultiplexedConnection, ms: u64) 
         .await
         .expect("CLIENT PAUSE");
 }
+
+/// The kinds of single-name lock, for tests that run one scenario on each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `client.lock(name)`.
+    Reentrant,
+    /// `client.fair_lock(name)`.
+    Fair,
+    /// `client.read_write_lock(name).write()`.
+    Write,
+    /// `client.read_write_lock(name).read()`.
+    Read,
+}
+
+impl Kind {
+    /// A builder of this kind of lock on `name`.
+    pub fn builder(self, client: &LockClient, name: &str) -> lock_runtime::LockBuilder {
+        match self {
+            Kind::Reentrant => client.lock(name),
+            Kind::Fair => client.fair_lock(name),
+            Kind::Write => client.read_write_lock(name).write(),
+            Kind::Read => client.read_write_lock(name).read(),
+        }
+    }
+
+    /// The field of the lock's hash that counts `holder`'s holds of this
+    /// kind (a writer's is `<holder>:write`).
+    pub fn field(self, holder: &str) -> String {
+        match self {
+            Kind::Write => format!("{holder}:write"),
+            _ => holder.to_owned(),
+        }
+    }
+}

@@ -247,9 +247,11 @@ async fn a_busy_client_does_not_starve_another_busy_one() {
     hammers.stop().await;
 }
 
-/// What a handover runs: `handoff.lua` headed by `counter.lua` and `holds.lua`.
+/// What a handover runs: `handoff.lua` headed by `counter.lua`, `holds_of.lua`
+/// and `holds.lua`.
 const HANDOFF: &str = concat!(
     include_str!("../../lock-runtime/src/scripts/counter.lua"),
+    include_str!("../../lock-runtime/src/scripts/holds_of.lua"),
     include_str!("../../lock-runtime/src/scripts/holds.lua"),
     include_str!("../../lock-runtime/src/scripts/handoff.lua"),
 );
@@ -313,6 +315,7 @@ async fn a_resent_handover_hands_the_lock_over_once() {
     let mut raw = server.raw().await;
     let script = redis::Script::new(HANDOFF);
     let unlock = redis::Script::new(concat!(
+        include_str!("../../lock-runtime/src/scripts/holds_of.lua"),
         include_str!("../../lock-runtime/src/scripts/holds.lua"),
         include_str!("../../lock-runtime/src/scripts/keep_taken.lua"),
         include_str!("../../lock-runtime/src/scripts/unlock.lua")

@@ -10,10 +10,10 @@
 
 use std::time::Duration;
 
-use lock_runtime::{Config, LockBuilder, LockClient, LockError, LockGuard};
+use lock_runtime::{Config, LockClient, LockError, LockGuard};
 use redis::AsyncCommands;
 use tests::proxy::Proxy;
-use tests::{Server, eventually};
+use tests::{Kind, Server, eventually};
 use tokio::time::timeout;
 
 const WITHIN: Duration = Duration::from_secs(10);
@@ -23,31 +23,9 @@ async fn latches(raw: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
     raw.keys("redisson_unlock_latch:*").await.unwrap()
 }
 
-/// The kinds of lock that count re-entries in one hash field.
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Reentrant,
-    Fair,
-    Write,
-}
-
-impl Kind {
-    fn builder(self, client: &LockClient, name: &str) -> LockBuilder {
-        match self {
-            Kind::Reentrant => client.lock(name),
-            Kind::Fair => client.fair_lock(name),
-            Kind::Write => client.read_write_lock(name).write(),
-        }
-    }
-
-    /// The hash field that counts the holder's holds.
-    fn field(self, holder: &str) -> String {
-        match self {
-            Kind::Reentrant | Kind::Fair => holder.to_owned(),
-            Kind::Write => format!("{holder}:write"),
-        }
-    }
-}
+/// The kinds of lock that count re-entries in one hash field (read holds
+/// are found by their own keys).
+const COUNTED: [Kind; 3] = [Kind::Reentrant, Kind::Fair, Kind::Write];
 
 /// A holds `x` twice (re-entry). The inner release runs on the server but its
 /// answer is held back in a stalled link, and so are its retries; the
@@ -162,7 +140,7 @@ async fn the_record_of_reentered_holds_lives_as_long_as_the_lock() {
         .client_with(|c| c.watchdog_timeout(Duration::from_secs(1)))
         .await;
     let mut raw = server.raw().await;
-    for kind in [Kind::Reentrant, Kind::Fair, Kind::Write] {
+    for kind in COUNTED {
         let name = format!("{kind:?}");
         let outer = kind.builder(&client, &name).acquire().await.unwrap();
         let inner = outer
@@ -228,22 +206,17 @@ async fn hold_at_least_holds_whatever_order_a_chains_holds_go_back_in() {
     let other = server.client().await;
     let mut raw = server.raw().await;
     let minimum = Duration::from_secs(30);
-    for (i, fair) in [false, true, false, true].into_iter().enumerate() {
+    let kinds = [Kind::Reentrant, Kind::Fair, Kind::Reentrant, Kind::Fair];
+    for (i, kind) in kinds.into_iter().enumerate() {
         let name = format!("job{i}");
-        let builder = |c: &LockClient| {
-            if fair {
-                c.fair_lock(name.as_str())
-            } else {
-                c.lock(name.as_str())
-            }
-        };
-        let outer = builder(&client)
+        let outer = kind
+            .builder(&client, &name)
             .hold_at_least(minimum)
             .acquire()
             .await
             .unwrap();
         let inner = outer
-            .scope(async { builder(&client).acquire().await })
+            .scope(async { kind.builder(&client, &name).acquire().await })
             .await
             .unwrap();
         if i < 2 {
@@ -269,12 +242,12 @@ async fn hold_at_least_holds_whatever_order_a_chains_holds_go_back_in() {
         let ttl: i64 = raw.pttl(&name).await.unwrap();
         assert!(
             ttl > 20_000,
-            "{name} (fair: {fair}): kept taken for the minimum, pttl {ttl}"
+            "{name} ({kind:?}): kept taken for the minimum, pttl {ttl}"
         );
-        let taken = builder(&other).try_acquire().await.unwrap();
+        let taken = kind.builder(&other, &name).try_acquire().await.unwrap();
         assert!(
             taken.is_none(),
-            "{name} (fair: {fair}): taken before the minimum"
+            "{name} ({kind:?}): taken before the minimum"
         );
     }
 }
@@ -290,7 +263,7 @@ async fn a_longer_reentry_lengthens_the_record_with_the_lock() {
     let client = server.client().await;
     let mut raw = server.raw().await;
     let (short, long) = (Duration::from_millis(1500), Duration::from_secs(20));
-    for kind in [Kind::Reentrant, Kind::Fair, Kind::Write] {
+    for kind in COUNTED {
         let name = format!("long-{kind:?}");
         let outer = kind
             .builder(&client, &name)
@@ -347,7 +320,7 @@ async fn a_record_of_another_type_is_refused_before_any_write() {
     let server = Server::start();
     let client = server.client().await;
     let mut raw = server.raw().await;
-    for kind in [Kind::Reentrant, Kind::Fair, Kind::Write] {
+    for kind in COUNTED {
         let name = format!("wt-{kind:?}");
         let record = format!("redisson_lock_holds:{{{name}}}");
         let _: () = raw.rpush(&record, "x").await.unwrap();

@@ -563,6 +563,7 @@ async fn unlock_is_idempotent_under_retry() {
     let server = Server::start();
     let mut raw = server.raw().await;
     let unlock = redis::Script::new(concat!(
+        include_str!("../../lock-runtime/src/scripts/holds_of.lua"),
         include_str!("../../lock-runtime/src/scripts/holds.lua"),
         include_str!("../../lock-runtime/src/scripts/keep_taken.lua"),
         include_str!("../../lock-runtime/src/scripts/unlock.lua")
@@ -795,6 +796,7 @@ async fn a_resent_acquire_takes_the_lock_once() {
     const LATCHED: &str = concat!(
         "local function acquire()\n",
         include_str!("../../lock-runtime/src/scripts/counter.lua"),
+        include_str!("../../lock-runtime/src/scripts/holds_of.lua"),
         include_str!("../../lock-runtime/src/scripts/reentered.lua"),
         include_str!("../../lock-runtime/src/scripts/reentrant_acquire.lua"),
         "\nend\n",

@@ -8,54 +8,32 @@ use std::time::Duration;
 
 use lock_runtime::{LockBuilder, LockClient, LockError};
 use redis::AsyncCommands;
-use tests::{Server, eventually, numsub};
+use tests::{Kind, Server, eventually, numsub};
 use tokio::time::timeout;
 
 const WITHIN: Duration = Duration::from_secs(30);
 
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Reentrant,
-    Fair,
-    Write,
-    Read,
+/// What the holder that keeps a waiter of `kind` out holds.
+fn keeping_out(kind: Kind, client: &LockClient, name: &str) -> LockBuilder {
+    match kind {
+        Kind::Read => client.read_write_lock(name).write(),
+        _ => kind.builder(client, name),
+    }
 }
 
-impl Kind {
-    /// What the waiter asks for.
-    fn waiter(self, client: &LockClient, name: &str) -> LockBuilder {
-        match self {
-            Kind::Reentrant => client.lock(name),
-            Kind::Fair => client.fair_lock(name),
-            Kind::Write => client.read_write_lock(name).write(),
-            Kind::Read => client.read_write_lock(name).read(),
+/// Whether a waiter of `kind` is waiting now (it made its first attempt and
+/// listens for its turn).
+async fn waiting(kind: Kind, raw: &mut redis::aio::MultiplexedConnection, name: &str) -> bool {
+    match kind {
+        Kind::Reentrant => numsub(raw, &format!("redisson_lock__channel:{{{name}}}")).await > 0,
+        Kind::Fair => {
+            let queued: i64 = raw
+                .llen(format!("redisson_lock_queue:{{{name}}}"))
+                .await
+                .unwrap();
+            queued > 0
         }
-    }
-
-    /// What the holder that keeps the waiter out holds.
-    fn holder(self, client: &LockClient, name: &str) -> LockBuilder {
-        match self {
-            Kind::Read => client.read_write_lock(name).write(),
-            _ => self.waiter(client, name),
-        }
-    }
-
-    /// Whether the waiter is waiting now (it made its first attempt and
-    /// listens for its turn).
-    async fn waiting(self, raw: &mut redis::aio::MultiplexedConnection, name: &str) -> bool {
-        match self {
-            Kind::Reentrant => numsub(raw, &format!("redisson_lock__channel:{{{name}}}")).await > 0,
-            Kind::Fair => {
-                let queued: i64 = raw
-                    .llen(format!("redisson_lock_queue:{{{name}}}"))
-                    .await
-                    .unwrap();
-                queued > 0
-            }
-            Kind::Write | Kind::Read => {
-                numsub(raw, &format!("redisson_rwlock:{{{name}}}")).await > 0
-            }
-        }
+        Kind::Write | Kind::Read => numsub(raw, &format!("redisson_rwlock:{{{name}}}")).await > 0,
     }
 }
 
@@ -73,8 +51,7 @@ async fn a_waiter_rides_out_a_pause(kind: Kind) {
     let name = format!("{kind:?}");
 
     // Never released: its lease ends it, during the pause.
-    let held = kind
-        .holder(&holder, &name)
+    let held = keeping_out(kind, &holder, &name)
         .lease(Duration::from_secs(2))
         .acquire()
         .await
@@ -82,11 +59,11 @@ async fn a_waiter_rides_out_a_pause(kind: Kind) {
     let wait = Duration::from_secs(20);
     let taken = tokio::spawn({
         let (waiter, name) = (waiter.clone(), name.clone());
-        async move { kind.waiter(&waiter, &name).wait(wait).acquire().await }
+        async move { kind.builder(&waiter, &name).wait(wait).acquire().await }
     });
     eventually("the waiter waits", WITHIN, || {
         let (mut raw, name) = (raw.clone(), name.clone());
-        async move { kind.waiting(&mut raw, &name).await }
+        async move { waiting(kind, &mut raw, &name).await }
     })
     .await;
     tests::pause_writes(&mut raw, 6000).await;

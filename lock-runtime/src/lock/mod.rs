@@ -175,10 +175,11 @@ impl Drop for GiveUpOnDrop<'_> {
     }
 }
 
-/// A fair lock's answer to a waiter behind the head while the lock is free
-/// between two holders: no lease tells when the next holder's ends, so the
-/// waiter retries soon (see `scripts/fair_acquire.lua`).
-const BETWEEN_HOLDERS: i64 = -3;
+/// "Retry soon, with backoff": no lease to sleep by. A fair lock answers it
+/// to a waiter behind the head while the lock is free between two holders
+/// (`scripts/fair_acquire.lua`), and the acquire loop takes a fault it rides
+/// out the same way.
+const RETRY_SOON: i64 = -3;
 
 /// The pause before the `n`-th retry in a row that has no lease to sleep
 /// by (a fair lock between holders, a fault that may heal): 5 ms, doubling
@@ -357,13 +358,13 @@ impl Acquisition {
                     return Ok(self.held(taken, how.reenter));
                 }
                 Ok(Err(_)) => break,
+                Err(e) if !self.rides_out(&e, tries) => return Err(e),
+                // Tried again while waiting.
+                Err(_) if !how.reenter => break,
                 // A re-entry never queues for a turn (the waiters it would
                 // queue behind may wait for its own call chain): it tries
                 // again in place, after the pause below.
-                Err(e) if how.reenter && self.rides_out(&e, tries) => {}
-                // Tried again while waiting.
-                Err(e) if self.rides_out(&e, 1) => break,
-                Err(e) => return Err(e),
+                Err(_) => {}
             }
             // Boxed, and with no error kept across it: rare, and this
             // future is in every waiter's.
@@ -507,12 +508,12 @@ impl Acquisition {
                     // (a fresh attempt; the failed one is reconciled first).
                     Err(e) => {
                         self.fault(e, unclear + 1)?;
-                        BETWEEN_HOLDERS
+                        RETRY_SOON
                     }
                 }
             };
             let now = Instant::now();
-            let mut sleep = if ttl_ms == BETWEEN_HOLDERS {
+            let mut sleep = if ttl_ms == RETRY_SOON {
                 unclear += 1;
                 backoff(unclear)
             } else {

@@ -1,6 +1,6 @@
 -- Acquire or re-enter a fair lock (Redisson RFairLock layout), or take or keep
--- a place in its queue. Prepended with counter.lua and reentered.lua
--- (a re-entry is recorded by its token).
+-- a place in its queue. Prepended with counter.lua, holds_of.lua and
+-- reentered.lua (a re-entry is recorded by its token).
 --
 -- KEYS[1]  the lock: a HASH of holder id -> hold count, with a PEXPIRE lease
 -- KEYS[2]  the queue, redisson_lock_queue:{name}: a LIST of waiting holder ids

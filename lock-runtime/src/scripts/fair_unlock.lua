@@ -1,4 +1,4 @@
--- (Headed by holds.lua and keep_taken.lua.) Release one hold of a fair
+-- (Headed by holds_of.lua, holds.lua and keep_taken.lua.) Release one hold of a fair
 -- lock, idempotently (a retried request or a late copy counts once, as in
 -- unlock.lua), and wake the head of the queue.
 --

@@ -1,8 +1,8 @@
 -- Release one hold of a reentrant lock and, when that frees it, hand the
 -- lock straight to a waiter of the same client: one round trip instead of a
 -- release, a message and the waiter's acquisition. Nothing is published on a
--- handover (the lock never became free). Prepended with counter.lua and
--- holds.lua. A retried request counts once (the unlock latch), and so does
+-- handover (the lock never became free). Prepended with counter.lua,
+-- holds_of.lua and holds.lua. A retried request counts once (the unlock latch), and so does
 -- a copy that arrives after the latch expired (the hold is named, as in
 -- unlock.lua).
 --

@@ -1,6 +1,7 @@
 -- Shared by the unlock scripts of the locks that count a holder's holds in
 -- one hash field (reentrant, fair, and the write side of read-write locks):
--- prepended to each. reentered.lua holds the acquiring side. Calls only
+-- prepended to each, after holds_of.lua. reentered.lua holds the acquiring
+-- side. Calls only
 -- Redis commands; takes no KEYS or ARGV of its own. (Two files, not one:
 -- each function a script defines costs it a closure on every call.)
 --
@@ -24,15 +25,10 @@
 
 -- live_hold(record, field, hold): whether hold `hold` ('0': the first, else
 -- a re-entry's token) of the holder counted in `field` is still held, and
--- the holds named for it, for given_back. Reads only, so call it before the
--- release's first write: a record of another type is refused then, as an
--- error reply naming it (raised), with nothing written.
+-- the holds named for it, for given_back. Reads only (holds_of): call it
+-- before the release's first write.
 local function live_hold(record, field, hold)
-  local holds = redis.pcall('hget', record, field)
-  if type(holds) == 'table' and holds.err then
-    error(redis.error_reply('ERR the record of re-entered holds ' .. record ..
-      ' is a key of another type, not a hash: fix or delete it'))
-  end
+  local holds = holds_of(record, field)
   return string.find(holds or ' 0 ', ' ' .. hold .. ' ', 1, true) ~= nil, holds
 end
 

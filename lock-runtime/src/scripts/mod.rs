@@ -158,15 +158,17 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     // unlocks of the locks that count holds in one field (reentrant, fair,
     // write); reentered.lua by their acquires and by every script that
     // lengthens a lock's life (the record must live as long).
-    reentrant_acquire: acquire_script!("reentered.lua", "reentrant_acquire.lua"),
+    reentrant_acquire: acquire_script!("holds_of.lua", "reentered.lua", "reentrant_acquire.lua"),
     // keep_taken.lua defines `keep_taken` (hold_at_least), shared by both unlocks.
     unlock: Script::new(concat!(
+        include_str!("holds_of.lua"),
         include_str!("holds.lua"),
         include_str!("keep_taken.lua"),
         include_str!("unlock.lua")
     )),
     handoff: Script::new(concat!(
         include_str!("counter.lua"),
+        include_str!("holds_of.lua"),
         include_str!("holds.lua"),
         include_str!("handoff.lua")
     )),
@@ -175,8 +177,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         include_str!("reentered.lua"),
         include_str!("renew.lua")
     )),
-    fair_acquire: acquire_script!("reentered.lua", "fair_acquire.lua"),
+    fair_acquire: acquire_script!("holds_of.lua", "reentered.lua", "fair_acquire.lua"),
     fair_unlock: Script::new(concat!(
+        include_str!("holds_of.lua"),
         include_str!("holds.lua"),
         include_str!("keep_taken.lua"),
         include_str!("fair_unlock.lua")
@@ -184,13 +187,19 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     fair_give_up: Script::new(include_str!("fair_give_up.lua")),
     rw_read_acquire: acquire_script!("reentered.lua", "rw_read_acquire.lua"),
     // rw_holds.lua defines `live_reads`, shared by the scripts it heads.
-    rw_write_acquire: acquire_script!("reentered.lua", "rw_holds.lua", "rw_write_acquire.lua"),
+    rw_write_acquire: acquire_script!(
+        "holds_of.lua",
+        "reentered.lua",
+        "rw_holds.lua",
+        "rw_write_acquire.lua"
+    ),
     rw_read_unlock: Script::new(concat!(
         include_str!("reentered.lua"),
         include_str!("rw_holds.lua"),
         include_str!("rw_read_unlock.lua")
     )),
     rw_write_unlock: Script::new(concat!(
+        include_str!("holds_of.lua"),
         include_str!("holds.lua"),
         include_str!("rw_holds.lua"),
         include_str!("rw_write_unlock.lua")

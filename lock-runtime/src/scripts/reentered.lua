@@ -1,8 +1,8 @@
 -- The acquiring side of holds.lua (which says what the record of re-entered
 -- holds is): prepended to the acquire scripts that count a holder's holds
--- in one hash field, and to every script that lengthens a lock's life (the
--- record must live as long). Calls only Redis commands; takes no KEYS or
--- ARGV of its own.
+-- in one hash field (after holds_of.lua), and to every script that
+-- lengthens a lock's life (the record must live as long). Calls only Redis
+-- commands; takes no KEYS or ARGV of its own.
 
 -- follow(lock, record, floor): the record HASH, if any, lives at least as
 -- long as the lock HASH (call it after every write that lengthens the
@@ -20,19 +20,6 @@ local function follow(lock, record, floor)
   if ttl > 0 and (have < 0 or have < ttl) then
     redis.call('pexpire', record, ttl)
   end
-end
-
--- holds_of(record, field): the holds named for the holder counted in
--- `field` (false: none, only its first hold). Reads only, so call it before
--- the script's first write: a record of another type is refused then, as
--- an error reply naming it (raised), with nothing written.
-local function holds_of(record, field)
-  local holds = redis.pcall('hget', record, field)
-  if type(holds) == 'table' and holds.err then
-    error(redis.error_reply('ERR the record of re-entered holds ' .. record ..
-      ' is a key of another type, not a hash: fix or delete it'))
-  end
-  return holds
 end
 
 -- entered(lock, record, field, holds, token, lease): records the re-entry

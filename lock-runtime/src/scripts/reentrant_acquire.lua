@@ -1,5 +1,6 @@
 -- Acquire or re-enter a reentrant lock (Redisson RLock layout). Prepended
--- with counter.lua and reentered.lua (a re-entry is recorded by its token).
+-- with counter.lua, holds_of.lua and reentered.lua (a re-entry is recorded
+-- by its token).
 --
 -- KEYS[1]  the lock: a HASH of holder id -> hold count, with a PEXPIRE lease
 -- KEYS[2]  the fencing token counter, redisson_lock_token:{name}

@@ -1,6 +1,6 @@
 -- Take or re-enter the write side of a read-write lock (Redisson
--- RReadWriteLock layout). Prepended with counter.lua, reentered.lua
--- (a re-entry is recorded by its token) and rw_holds.lua.
+-- RReadWriteLock layout). Prepended with counter.lua, holds_of.lua,
+-- reentered.lua (a re-entry is recorded by its token) and rw_holds.lua.
 --
 -- KEYS[1]  the lock HASH ('mode', reader fields, '<holder id>:write')
 -- KEYS[2]  the fencing token counter, redisson_lock_token:{name}

@@ -1,6 +1,6 @@
 -- Release one write hold of a read-write lock, idempotently (a retried
 -- request or a late copy counts once, as in unlock.lua). Prepended with
--- holds.lua and rw_holds.lua.
+-- holds_of.lua, holds.lua and rw_holds.lua.
 --
 -- KEYS[1]  the lock HASH
 -- KEYS[2]  the channel, redisson_rwlock:{name}
@@ -32,11 +32,13 @@ if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[
 elseif not live then
   -- Given back before: a late copy of this release. Nothing changes.
   result = 0
-elseif redis.call('hincrby', KEYS[1], writer, -1) > 0 then
-  given_back(KEYS[5], writer, holds, ARGV[4], 1)
-  result = 0
 else
-  given_back(KEYS[5], writer, holds, ARGV[4], 0)
+  local left = redis.call('hincrby', KEYS[1], writer, -1)
+  given_back(KEYS[5], writer, holds, ARGV[4], left)
+  result = left > 0 and 0 or 1
+end
+if result == 1 then
+  -- The writer's last write hold went.
   redis.call('hdel', KEYS[1], writer)
   local readers, longest = live_reads(KEYS[1], KEYS[3])
   if readers == 0 then
@@ -48,7 +50,6 @@ else
     end
   end
   redis.call(ARGV[3], KEYS[2], '1')
-  result = 1
 end
 redis.call('set', KEYS[4], result, 'px', ARGV[2])
 return result

@@ -1,4 +1,4 @@
--- (Headed by holds.lua and keep_taken.lua.) Release one hold of a reentrant
+-- (Headed by holds_of.lua, holds.lua and keep_taken.lua.) Release one hold of a reentrant
 -- lock, idempotently: a retried request counts once (the latch), and so
 -- does a copy that arrives after the latch expired (the hold is named).
 --
