@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
-# Installs what the demo and the tests need on a fresh Debian/Ubuntu machine:
-# a Rust toolchain is assumed (rustup); redis-server (with redis-cli) comes
-# from the system's packages when it is missing. The tests start their own
-# servers on free loopback ports; the system service is never used.
+# Installs what the demo and the tests need on a fresh Debian/Ubuntu machine
+# (a Rust toolchain is assumed: rustup), from the system's packages, each only
+# when it is missing:
+#   redis-server (with redis-cli)   the Redis engine's servers
+#   etcd-server, etcd-client        the etcd engine's servers, and etcdctl for
+#                                   the interop tests
+#   protobuf-compiler               protoc, which the etcd client needs to build
+# The tests start their own servers on free loopback ports; a system service
+# (6379, 2379) is never used.
 set -euo pipefail
 
-need_redis=0
-command -v redis-server >/dev/null 2>&1 || need_redis=1
-command -v redis-cli >/dev/null 2>&1 || need_redis=1
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-server)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 
-if [ "$need_redis" = 1 ]; then
-    echo "setup: installing redis-server from the system's packages" >&2
+if [ "${#missing[@]}" -gt 0 ]; then
+    # One name each.
+    mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+    echo "setup: installing ${missing[*]} from the system's packages" >&2
     SUDO=""
     if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
     if command -v apt-get >/dev/null 2>&1; then
         $SUDO apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
-    elif command -v dnf >/dev/null 2>&1; then
-        $SUDO dnf install -y redis
-    elif command -v brew >/dev/null 2>&1; then
-        brew install redis
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-        echo "setup: please install redis-server (Redis 6 or newer) and re-run" >&2
+        echo "setup: please install ${missing[*]} (Redis 6 or newer, etcd 3.4 or newer, protoc) and re-run" >&2
         exit 1
     fi
 fi
@@ -31,3 +37,4 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 redis-server --version >&2
+etcd --version 2>&1 | head -1 >&2

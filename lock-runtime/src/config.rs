@@ -164,18 +164,43 @@ impl Config {
         config
     }
 
-    /// `REDIS_URL` from the environment, or [`DEFAULT_URL`].
+    /// The URL in `LOCK_URL` (any engine's scheme: `redis://`, `etcd://`,
+    /// ...), else `REDIS_URL`, else [`DEFAULT_URL`].
     pub fn from_env() -> Self {
+        if let Ok(url) = std::env::var("LOCK_URL") {
+            return Config {
+                origin: "from LOCK_URL",
+                ..Config::new(url)
+            };
+        }
         match std::env::var("REDIS_URL") {
             Ok(url) => Config {
                 origin: "from REDIS_URL",
                 ..Config::new(url)
             },
             Err(_) => Config {
-                origin: "the default; REDIS_URL is not set",
+                origin: "the default; neither LOCK_URL nor REDIS_URL is set",
                 ..Config::new(DEFAULT_URL)
             },
         }
+    }
+
+    /// The URL this configuration was made with (empty for
+    /// [`sentinel`](Self::sentinel) and [`cluster`](Self::cluster)).
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Where the URL came from (`from Config`, `from LOCK_URL`, ...).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn origin(&self) -> &'static str {
+        self.origin
+    }
+
+    /// The username and password set on the configuration, if any.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn credentials(&self) -> (Option<&str>, Option<&str>) {
+        (self.username.as_deref(), self.password.as_deref())
     }
 
     /// A failure to reach the servers, as [`LockError::Connect`]: which
@@ -590,7 +615,7 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
 }
 
 /// `url` with any password replaced by `***`.
-fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];

@@ -45,8 +45,8 @@ pub enum LockError {
     Connect {
         /// `host:port`, or the sentinels or cluster seeds.
         server: String,
-        /// `from Config`, `from REDIS_URL`, or `the default; REDIS_URL is
-        /// not set`.
+        /// `from Config`, `from LOCK_URL`, `from REDIS_URL`, or `the
+        /// default; neither LOCK_URL nor REDIS_URL is set`.
         origin: &'static str,
         /// Why, in words: refused, no answer in time, not a Redis server,
         /// authentication failed, ...
@@ -96,6 +96,28 @@ pub enum LockError {
     /// The client's background runtime is gone (the process is shutting down).
     #[error("the lock client has shut down")]
     Shutdown,
+    /// The client's engine cannot do what was asked (a quorum lock on etcd,
+    /// say: etcd is already a quorum). Never approximated silently.
+    #[error("the {engine} engine does not support {what}")]
+    Unsupported {
+        /// The engine: `"redis"`, `"etcd"`, `"zookeeper"`.
+        engine: &'static str,
+        /// What was asked for.
+        what: String,
+    },
+    /// A store other than Redis (etcd, ZooKeeper) answered with an error, or
+    /// could not be reached.
+    #[error("{engine} error: {message}")]
+    Store {
+        /// The engine: `"etcd"`, `"zookeeper"`.
+        engine: &'static str,
+        /// The store's or the transport's error, in words.
+        message: String,
+        /// Whether the fault may heal by itself (no answer in time, a lost
+        /// connection, a leader election): a waiter retries it within its
+        /// wait.
+        transient: bool,
+    },
 }
 
 /// `Timeout`'s message: a zero wait was one attempt.

@@ -8,9 +8,10 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::conn::connection_lost;
-use crate::hold::{Keep, Target, Which};
+use crate::hold::{Keep, Which};
 use crate::holder::{Chain, ScopedHold};
 use crate::own::Listed;
+use crate::request::Target;
 use crate::telemetry::HeldMetric;
 use crate::watchdog::{HoldKey, Registration, Validity, valid_until};
 
@@ -28,8 +29,75 @@ enum Lease {
     Fixed { until: Instant },
 }
 
-/// One hold on one lock by one holder.
-pub(crate) struct Held {
+/// One hold on one lock by one holder, on whichever engine the client has.
+pub(crate) enum Held {
+    /// On Redis (the layouts of DESIGN §4).
+    Redis(RedisHold),
+    /// On etcd (see `engine::etcd`).
+    #[cfg(feature = "etcd")]
+    Etcd(crate::engine::etcd::EtcdHold),
+}
+
+/// Calls `$call` on whichever engine's hold `$held` is.
+macro_rules! on_engine {
+    ($held:expr, $h:ident => $call:expr) => {
+        match $held {
+            Held::Redis($h) => $call,
+            #[cfg(feature = "etcd")]
+            Held::Etcd($h) => $call,
+        }
+    };
+}
+
+impl Held {
+    pub(crate) fn name(&self) -> &str {
+        on_engine!(self, h => h.name())
+    }
+
+    pub(crate) fn token(&self) -> u64 {
+        on_engine!(self, h => h.token())
+    }
+
+    fn holder(&self) -> &str {
+        on_engine!(self, h => h.holder())
+    }
+
+    fn scoped(&self) -> ScopedHold {
+        on_engine!(self, h => h.scoped())
+    }
+
+    fn expire_by(&mut self, at: Instant) {
+        on_engine!(self, h => h.expire_by(at))
+    }
+
+    fn is_lost(&self) -> bool {
+        on_engine!(self, h => h.is_lost())
+    }
+
+    fn remaining(&self) -> Duration {
+        on_engine!(self, h => h.remaining())
+    }
+
+    async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
+        on_engine!(self, h => h.extend(lease).await)
+    }
+
+    async fn lost(&self) {
+        on_engine!(self, h => h.lost().await)
+    }
+
+    async fn release(self) -> Result<(), LockError> {
+        on_engine!(self, h => h.release().await)
+    }
+
+    /// The client's runtime, where a dropped guard's release runs.
+    fn runtime(&self) -> tokio::runtime::Handle {
+        on_engine!(self, h => h.runtime())
+    }
+}
+
+/// One hold on one Redis lock by one holder.
+pub(crate) struct RedisHold {
     client: LockClient,
     target: Target,
     holder: String,
@@ -55,7 +123,7 @@ pub(crate) struct Held {
     streak: u32,
 }
 
-impl Held {
+impl RedisHold {
     /// Wraps a fresh acquisition, confirmed by a call sent at `sent`; a
     /// watchdog lease (`lease` None) is registered here.
     pub(crate) fn new(
@@ -66,7 +134,7 @@ impl Held {
         sent: Instant,
         lease: Option<Duration>,
         metric: &'static str,
-    ) -> Held {
+    ) -> RedisHold {
         let which = Which::first(token);
         let listed = client
             .core()
@@ -93,7 +161,7 @@ impl Held {
                 }
             }
         };
-        Held {
+        RedisHold {
             client,
             target,
             holder,
@@ -150,6 +218,14 @@ impl Held {
 
     pub(crate) fn name(&self) -> &str {
         self.target.name()
+    }
+
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    fn runtime(&self) -> tokio::runtime::Handle {
+        self.client.core().runtime.clone()
     }
 
     /// This hold as a scope sees it.
@@ -265,7 +341,7 @@ impl Held {
     /// [`LockError::Lost`]: its body may have run without exclusion.
     pub(crate) async fn release(self) -> Result<(), LockError> {
         let was_lost = self.is_lost();
-        let Held {
+        let RedisHold {
             client,
             target,
             holder,
@@ -447,7 +523,7 @@ impl LockGuard {
     /// holds on one client share one; for a quorum lock this is the first
     /// node's.
     pub fn holder_id(&self) -> &str {
-        self.holds.first().map_or("", |h| h.holder.as_str())
+        self.holds.first().map_or("", Held::holder)
     }
 
     /// Runs `fut` in the scope of this guard's holds: an acquisition of the
@@ -578,7 +654,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         for held in self.holds.drain(..) {
-            let runtime = held.client.core().runtime.clone();
+            let runtime = held.runtime();
             let name = held.name().to_owned();
             runtime.spawn(async move {
                 if let Err(e) = held.release().await {

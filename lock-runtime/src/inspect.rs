@@ -12,7 +12,9 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::LockError;
-use crate::client::Core;
+use crate::client::{Core, Engine};
+#[cfg(feature = "etcd")]
+use crate::engine::etcd;
 use crate::keys;
 use crate::own::OwnGuard;
 use crate::scripts::SCRIPTS;
@@ -280,10 +282,20 @@ impl crate::LockClient {
     /// Fails with [`LockError::WrongType`] when the key holds something
     /// that is not a lock.
     pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
-        let core = self.core().clone();
         let name = name.to_owned();
-        self.on_background(async move { inspect(&core, &name).await })
-            .await?
+        match self.engine() {
+            Engine::Redis(core) => {
+                let core = core.clone();
+                self.on_background(async move { inspect(&core, &name).await })
+                    .await?
+            }
+            #[cfg(feature = "etcd")]
+            Engine::Etcd(etcd) => {
+                let etcd = etcd.clone();
+                self.on_background(async move { etcd::inspect(&etcd, &name).await })
+                    .await?
+            }
+        }
     }
 
     /// The held locks whose names match `pattern` (glob-style, as Redis
@@ -295,10 +307,20 @@ impl crate::LockClient {
     /// not block the server, then one call per lock found). A lock taken or
     /// freed during the walk may or may not be listed.
     pub async fn locks(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
-        let core = self.core().clone();
         let pattern = pattern.to_owned();
-        self.on_background(async move { locks(&core, &pattern).await })
-            .await?
+        match self.engine() {
+            Engine::Redis(core) => {
+                let core = core.clone();
+                self.on_background(async move { locks(&core, &pattern).await })
+                    .await?
+            }
+            #[cfg(feature = "etcd")]
+            Engine::Etcd(etcd) => {
+                let etcd = etcd.clone();
+                self.on_background(async move { etcd::locks(&etcd, &pattern).await })
+                    .await?
+            }
+        }
     }
 
     /// Frees lock `name` whatever its kind and whoever holds it, and wakes
@@ -313,10 +335,20 @@ impl crate::LockClient {
     /// for a lock whose holder is stuck; a working holder loses its
     /// exclusion.
     pub async fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
-        let core = self.core().clone();
         let name = name.to_owned();
-        self.on_background(async move { force_unlock(&core, &name).await })
-            .await?
+        match self.engine() {
+            Engine::Redis(core) => {
+                let core = core.clone();
+                self.on_background(async move { force_unlock(&core, &name).await })
+                    .await?
+            }
+            #[cfg(feature = "etcd")]
+            Engine::Etcd(etcd) => {
+                let etcd = etcd.clone();
+                self.on_background(async move { etcd::force_unlock(&etcd, &name).await })
+                    .await?
+            }
+        }
     }
 }
 

@@ -91,7 +91,12 @@ impl RedisSegmentStore {
         &self,
         command: redis::Cmd,
     ) -> Result<T, StoreError> {
-        let mut conn = self.client.core().conn.clone();
+        let mut conn = (self
+            .client
+            .redis("RedisSegmentStore")
+            .map_err(StoreError::from)?)
+        .conn
+        .clone();
         let answer = self
             .client
             .on_background(async move { command.query_async(&mut conn).await })

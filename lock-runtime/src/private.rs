@@ -5,9 +5,9 @@ use std::fmt::Display;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::hold::Target;
 use crate::lock::multi::MultiLock;
 use crate::lock::{Options, acquire_hold};
+use crate::request::Target;
 use crate::{LockClient, LockError, LockGuard};
 
 pub use std::format;

@@ -15,10 +15,17 @@ pub(super) async fn watch(
     out: &mut impl Write,
 ) -> Result<(), super::Failure> {
     keys::check_name(name)?;
-    let pubsub = &client.core().pubsub;
-    // Unlock messages of reentrant and fair locks, and of read-write locks.
-    let mut lock_channel = pubsub.subscribe(keys::lock_channel(name)).await?;
-    let mut rw_channel = pubsub.subscribe(keys::rw_channel(name)).await?;
+    // On Redis, unlock messages of reentrant and fair locks, and of
+    // read-write locks, wake the watch at once; other engines are read
+    // every interval.
+    let (mut lock_channel, mut rw_channel) = match client.engine() {
+        crate::client::Engine::Redis(core) => (
+            Some(core.pubsub.subscribe(keys::lock_channel(name)).await?),
+            Some(core.pubsub.subscribe(keys::rw_channel(name)).await?),
+        ),
+        #[cfg(feature = "etcd")]
+        crate::client::Engine::Etcd(_) => (None, None),
+    };
     let mut state = client.inspect(name).await?;
     let started = Instant::now();
     writeln!(out, "watching {name} (Ctrl-C ends)")?;
@@ -27,13 +34,14 @@ pub(super) async fn watch(
     let stop = tokio::signal::ctrl_c();
     tokio::pin!(stop);
     loop {
-        lock_channel.mark_seen();
-        rw_channel.mark_seen();
+        for channel in [&mut lock_channel, &mut rw_channel].into_iter().flatten() {
+            channel.mark_seen();
+        }
         let mut events = Vec::new();
         tokio::select! {
             _ = &mut stop => return Ok(()),
-            () = lock_channel.changed() => events.push("unlock message: waiters woken".to_owned()),
-            () = rw_channel.changed() => events.push("read-write unlock message: waiters woken".to_owned()),
+            () = changed(lock_channel.as_mut()) => events.push("unlock message: waiters woken".to_owned()),
+            () = changed(rw_channel.as_mut()) => events.push("read-write unlock message: waiters woken".to_owned()),
             () = tokio::time::sleep(interval) => {}
         }
         let now = match client.inspect(name).await {
@@ -52,6 +60,14 @@ pub(super) async fn watch(
         }
         out.flush()?;
         state = now;
+    }
+}
+
+/// Resolves when `channel` has a message; never without a channel.
+async fn changed(channel: Option<&mut crate::pubsub::Subscription>) {
+    match channel {
+        Some(channel) => channel.changed().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -35,8 +35,9 @@ use std::time::Instant;
 use crate::LockError;
 use crate::client::Core;
 use crate::conn::Conn;
-use crate::hold::{Keep, Target, Try, Which, needs_reconcile, reconcile, reentrant};
+use crate::hold::{Keep, Try, Which, needs_reconcile, reconcile, reentrant};
 use crate::local::{Handed, Handover, MAX_STREAK};
+use crate::request::Target;
 
 /// Gives back the hold of `holder` on `target` (see [`Target::unlock`]) and,
 /// when that frees a reentrant lock whose local queue has an offer, hands

@@ -19,23 +19,11 @@ use crate::client::Core;
 use crate::conn::Conn;
 use crate::holder;
 use crate::keys;
+use crate::request::Target;
 use crate::retry;
 use crate::scripts::Eval;
 use crate::watchdog::RenewKind;
 use crate::{LockClient, LockError};
-
-/// What one hold is on: the kind of lock and its name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Target {
-    /// Redisson's `RLock`.
-    Reentrant { name: String },
-    /// Redisson's `RFairLock`.
-    Fair { name: String },
-    /// The read side of Redisson's `RReadWriteLock`.
-    Read { name: String },
-    /// The write side of Redisson's `RReadWriteLock`.
-    Write { name: String },
-}
 
 /// The answer of one acquire script.
 #[derive(Debug, Clone, Copy)]
@@ -159,25 +147,8 @@ fn answer(name: &str, (code, value): (i64, i64)) -> Result<Attempt, LockError> {
     }
 }
 
+/// What a hold on each kind of lock is in Redis.
 impl Target {
-    pub(crate) fn name(&self) -> &str {
-        match self {
-            Target::Reentrant { name }
-            | Target::Fair { name }
-            | Target::Read { name }
-            | Target::Write { name } => name,
-        }
-    }
-
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            Target::Reentrant { .. } => "reentrant",
-            Target::Fair { .. } => "fair",
-            Target::Read { .. } => "read",
-            Target::Write { .. } => "write",
-        }
-    }
-
     /// Waiters of the same local queue take turns contending in Redis.
     pub(crate) fn local_queue(&self, holder: &str) -> String {
         match self {

@@ -19,32 +19,18 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
+use crate::client::Engine;
 use crate::config::check_lease;
 use crate::conn::connection_lost;
-use crate::guard::{Held, LockGuard};
+use crate::guard::{Held, LockGuard, RedisHold};
 use crate::hold::fair::GiveUp;
-use crate::hold::{Attempt, Target, Try, Unsettled, attempt_once};
+use crate::hold::{Attempt, Try, Unsettled, attempt_once};
 use crate::holder;
 use crate::keys;
 use crate::local::Handed;
+pub(crate) use crate::request::Options;
+use crate::request::{Target, backoff, timed_out};
 use crate::{LockClient, LockError};
-
-/// Options of one acquisition, shared by every kind's builder.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Options {
-    pub(crate) wait: Option<Duration>,
-    pub(crate) lease: Option<Duration>,
-    /// The holder number of a new hold (a multi lock's parts share one);
-    /// `None`: a fresh one. Ignored when the scope re-enters.
-    pub(crate) number: Option<u64>,
-    /// The `kind` label of a part of a multi or quorum lock (`"multi"`,
-    /// `"quorum"`), which records its own acquisition; `None`: the lock's
-    /// own kind, and the acquisition is recorded here.
-    pub(crate) metric: Option<&'static str>,
-    /// Keep the lock taken at least this long after it was acquired, even
-    /// when released sooner (`hold_at_least`).
-    pub(crate) hold_at_least: Option<Duration>,
-}
 
 /// Builds one acquisition of a lock: [`wait`](Self::wait) and
 /// [`lease`](Self::lease), then [`acquire`](Self::acquire) or
@@ -181,13 +167,6 @@ impl Drop for GiveUpOnDrop<'_> {
 /// out the same way.
 const RETRY_SOON: i64 = -3;
 
-/// The pause before the `n`-th retry in a row that has no lease to sleep
-/// by (a fair lock between holders, a fault that may heal): 5 ms, doubling
-/// up to 1 s.
-fn backoff(n: u32) -> Duration {
-    Duration::from_millis(5u64 << n.saturating_sub(1).min(8)).min(Duration::from_secs(1))
-}
-
 /// How long to sleep before retrying, given the holder's remaining lease.
 fn nap(ttl_ms: i64) -> Duration {
     match ttl_ms {
@@ -228,7 +207,20 @@ pub(crate) fn acquire_hold(
     async move {
         check_options(&acquisition.target, &acquisition.options)?;
         acquisition.started = Instant::now();
-        let result = acquisition.take().await;
+        let result = match acquisition.client.engine() {
+            Engine::Redis(_) => acquisition.take().await.map(Held::Redis),
+            // Boxed: a Redis waiter's future does not carry etcd's state.
+            #[cfg(feature = "etcd")]
+            Engine::Etcd(etcd) => Box::pin(crate::engine::etcd::acquire(
+                acquisition.client.clone(),
+                etcd.clone(),
+                acquisition.target.clone(),
+                acquisition.options,
+                acquisition.started,
+            ))
+            .await
+            .map(Held::Etcd),
+        };
         if acquisition.options.metric.is_none() {
             let outcome = crate::telemetry::outcome(&result);
             let kind = acquisition.target.kind();
@@ -340,7 +332,7 @@ impl Acquisition {
     /// Takes the hold: one attempt, else waiting.
     // `self.` throughout, not references in locals: the locals of an
     // `async fn` that live across an `.await` are kept in its future.
-    async fn take(&self) -> Result<Held, LockError> {
+    async fn take(&self) -> Result<RedisHold, LockError> {
         let how = self.how();
         tracing::Span::current().record("reenter", how.reenter);
         let mut give_up = GiveUpOnDrop {
@@ -382,10 +374,10 @@ impl Acquisition {
     /// The guard's hold for what was `taken`; when it re-entered, it joins
     /// the call chain of the scope it was made in (read here, where the
     /// acquisition runs: in that scope).
-    fn held(&self, taken: Handed, reentered: bool) -> Held {
+    fn held(&self, taken: Handed, reentered: bool) -> RedisHold {
         tracing::debug!(token = taken.token, streak = taken.streak, "acquired");
         let (client, target, options) = (&self.client, &self.target, &self.options);
-        let mut held = Held::new(
+        let mut held = RedisHold::new(
             client.clone(),
             target.clone(),
             taken.holder,
@@ -641,7 +633,7 @@ impl Acquisition {
 }
 
 /// What an acquisition's options are checked for before anything is sent.
-fn check_options(target: &Target, options: &Options) -> Result<(), LockError> {
+pub(crate) fn check_options(target: &Target, options: &Options) -> Result<(), LockError> {
     keys::check_name(target.name())?;
     check_lease(options.lease)?;
     let Some(minimum) = options.hold_at_least else {
@@ -665,14 +657,6 @@ fn check_options(target: &Target, options: &Options) -> Result<(), LockError> {
         )));
     }
     Ok(())
-}
-
-/// The error of a wait that ran out.
-fn timed_out(target: &Target, options: &Options) -> LockError {
-    LockError::Timeout {
-        name: target.name().to_owned(),
-        waited: options.wait.unwrap_or_default(),
-    }
 }
 
 /// The error of an acquisition the server says is gone (see [`Attempt::Gone`]).

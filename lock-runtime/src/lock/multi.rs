@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
-use crate::hold::Target;
 use crate::lock::{LockBuilder, Options, acquire_hold};
+use crate::request::Target;
 use crate::{LockClient, LockError};
 
 /// Several locks taken and released as one: [`acquire`](Self::acquire)

@@ -15,8 +15,8 @@ use futures_util::future::join_all;
 use tracing::Instrument;
 
 use crate::guard::LockGuard;
-use crate::hold::Target;
 use crate::lock::{Options, acquire_hold};
+use crate::request::Target;
 use crate::{LockClient, LockError, keys};
 
 /// A lock held by a majority of independent Redis servers (the Redlock
@@ -163,6 +163,12 @@ impl QuorumLock {
         let refuse = |e| (e, false);
         keys::check_name(&self.name).map_err(refuse)?;
         crate::config::check_lease(self.options.lease).map_err(refuse)?;
+        // Redlock is for independent Redis masters: etcd is a quorum already.
+        for client in &self.clients {
+            client
+                .redis("quorum locks (etcd is already a quorum)")
+                .map_err(refuse)?;
+        }
         let nodes = self.nodes().map_err(refuse)?;
         let lease = match self.options.lease {
             Some(lease) => lease,

@@ -7,8 +7,8 @@
 //! `redisson_rwlock:{name}`.
 
 use crate::LockClient;
-use crate::hold::Target;
 use crate::lock::LockBuilder;
+use crate::request::Target;
 
 /// A read-write lock (Redisson's `RReadWriteLock`), from
 /// [`LockClient::read_write_lock`]: any number of readers at a time, or one

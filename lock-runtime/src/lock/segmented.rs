@@ -14,9 +14,9 @@ use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::guard::LockGuard;
-use crate::hold::Target;
 use crate::keys;
 use crate::lock::{Options, acquire_hold};
+use crate::request::Target;
 use crate::{LockClient, LockError};
 
 /// Where the first "free segment" attempt starts: rotates over every

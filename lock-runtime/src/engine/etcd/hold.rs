@@ -1,0 +1,474 @@
+//! A hold on etcd once taken: the record a client keeps of its key
+//! (shared by a hold and its re-entries), and the guard's side of it:
+//! loss, `extend`, release. Taking one is in `take`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use tokio::sync::{OwnedMutexGuard, watch};
+
+use super::layout::Side;
+use super::session::{Bound, Session, ttl_secs};
+use super::watches::Note;
+use super::{Etcd, transient};
+use crate::holder::{Chain, ScopedHold};
+use crate::own::Listed;
+use crate::request::{Options, backoff};
+use crate::telemetry::HeldMetric;
+use crate::watchdog::valid_until;
+use crate::{LockClient, LockError};
+
+/// How a record's key is kept alive.
+pub(super) enum Lease {
+    /// Bound to the client's session lease.
+    Session {
+        session: Arc<Session>,
+        _bound: Bound,
+    },
+    /// A lease of its own, not kept alive: lost by the client's clock at
+    /// `until`.
+    Fixed { id: i64, until: Mutex<Instant> },
+}
+
+impl Lease {
+    fn fixed_until(&self) -> Option<Instant> {
+        match self {
+            Lease::Session { .. } => None,
+            Lease::Fixed { until, .. } => Some(*until.lock().unwrap_or_else(|p| p.into_inner())),
+        }
+    }
+}
+
+/// A client's one key for one name, shared by a hold and its re-entries.
+/// The process queue's turn is kept until it is dropped, after the key is
+/// gone.
+pub(crate) struct Record {
+    pub(super) etcd: Arc<Etcd>,
+    pub(super) name: String,
+    pub(super) side: Side,
+    pub(super) key: String,
+    pub(super) holder: String,
+    pub(super) create_revision: i64,
+    pub(super) lease: Lease,
+    /// Live holds of the chain (a hold and its re-entries).
+    pub(super) holds: AtomicUsize,
+    /// The key was deleted by someone else (`force_unlock`, `etcdctl del`).
+    pub(super) deleted: watch::Sender<bool>,
+    /// The task watching the key's deletion.
+    pub(super) watcher: OnceLock<tokio::task::AbortHandle>,
+    /// A mutex key's turn in the process queue.
+    pub(super) _turn: Option<OwnedMutexGuard<()>>,
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        if let Some(watcher) = self.watcher.get() {
+            watcher.abort();
+        }
+        let mut records = self.etcd.records.lock().unwrap_or_else(|p| p.into_inner());
+        if records
+            .get(&self.holder)
+            .is_some_and(|r| r.strong_count() == 0)
+        {
+            records.remove(&self.holder);
+        }
+    }
+}
+
+impl Record {
+    fn is_lost(&self) -> bool {
+        if *self.deleted.borrow() {
+            return true;
+        }
+        match &self.lease {
+            Lease::Session { session, .. } => session.is_lost(),
+            Lease::Fixed { until, .. } => {
+                Instant::now() >= *until.lock().unwrap_or_else(|p| p.into_inner())
+            }
+        }
+    }
+
+    fn remaining(&self) -> Duration {
+        if *self.deleted.borrow() {
+            return Duration::ZERO;
+        }
+        match &self.lease {
+            Lease::Session { session, .. } => session.remaining(),
+            Lease::Fixed { until, .. } => until
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .saturating_duration_since(Instant::now()),
+        }
+    }
+
+    async fn lost(&self) {
+        let mut deleted = self.deleted.subscribe();
+        let gone = async move {
+            let _ = deleted.wait_for(|d| *d).await;
+        };
+        let mut gone = std::pin::pin!(gone);
+        match &self.lease {
+            Lease::Session { session, .. } => {
+                tokio::select! {
+                    () = session.lost() => {}
+                    () = &mut gone => {}
+                }
+            }
+            Lease::Fixed { .. } => loop {
+                let until = self.lease.fixed_until().unwrap_or_else(Instant::now);
+                tokio::select! {
+                    () = tokio::time::sleep_until(until.into()) => {
+                        if self.is_lost() {
+                            return;
+                        }
+                    }
+                    () = &mut gone => return,
+                }
+            },
+        }
+    }
+
+    /// The compare that holds while the key is this record's.
+    fn ours(&self) -> Compare {
+        Compare::create_revision(self.key.as_str(), CompareOp::Equal, self.create_revision)
+    }
+
+    /// Watches the key's deletion from a task of the client's runtime,
+    /// looking again whenever the watch breaks.
+    pub(super) fn watch_deletion(self: &Arc<Record>) {
+        let record = Arc::downgrade(self);
+        let etcd = self.etcd.clone();
+        let (key, mut from) = (self.key.clone(), self.create_revision + 1);
+        let task = etcd.runtime.clone().spawn(async move {
+            let mut tries = 0;
+            loop {
+                let mut watch = etcd.watches.watch(&key, from);
+                if watch.next().await == Note::Deleted {
+                    break;
+                }
+                tries += 1;
+                tokio::time::sleep(backoff(tries)).await;
+                // Broken: is the key still ours, and from when to watch?
+                let Some(alive) = record.upgrade() else {
+                    return;
+                };
+                let mut kv = etcd.client().kv_client();
+                match etcd.call(kv.get(key.as_str(), None)).await {
+                    Ok(found) => {
+                        let ours = found
+                            .kvs()
+                            .first()
+                            .is_some_and(|kv| kv.create_revision() == alive.create_revision);
+                        if !ours {
+                            break;
+                        }
+                        from = found.header().map_or(from, |h| h.revision() + 1);
+                    }
+                    Err(_) => continue,
+                }
+            }
+            if let Some(record) = record.upgrade() {
+                record.deleted.send_replace(true);
+            }
+        });
+        let _ = self.watcher.set(task.abort_handle());
+    }
+}
+
+/// A hold on etcd: the record it shares with its chain, and its own token.
+pub(crate) struct EtcdHold {
+    client: LockClient,
+    record: Arc<Record>,
+    token: u64,
+    _listed: Listed,
+    metric: &'static str,
+    _held: HeldMetric,
+    /// `hold_at_least`: until when the lock stays taken.
+    keep: Option<Instant>,
+    chain: OnceLock<Chain>,
+}
+
+/// A re-entry of `record`'s hold: its key bumped (a put that keeps it, its
+/// lease and its create revision) for a token of its own; [`LockError::Lost`]
+/// when the key is gone.
+pub(super) async fn reenter(
+    client: LockClient,
+    record: Arc<Record>,
+    side: Side,
+    chain: Chain,
+    options: &Options,
+    metric: &'static str,
+) -> Result<EtcdHold, LockError> {
+    match (record.side, side) {
+        (Side::Mutex, Side::Mutex) | (Side::Read, Side::Read) | (Side::Write, _) => {}
+        (Side::Read, Side::Write) => {
+            return Err(LockError::NotHeld {
+                name: record.name.clone(),
+                reason: "this scope holds it for reading; a reader cannot take the write lock \
+                         (release the read hold first)"
+                    .into(),
+            });
+        }
+        (held, asked) => {
+            return Err(LockError::NotHeld {
+                name: record.name.clone(),
+                reason: format!(
+                    "this scope holds it as a {held:?} lock, not as a {asked:?} lock (one name, \
+                     one kind)"
+                ),
+            });
+        }
+    }
+    if record.is_lost() {
+        return Err(lost(&record.name));
+    }
+    let etcd = record.etcd.clone();
+    let sent = Instant::now();
+    let bump = Txn::new().when([record.ours()]).and_then([TxnOp::put(
+        record.key.as_str(),
+        record.holder.as_str(),
+        Some(PutOptions::new().with_ignore_lease()),
+    )]);
+    let mut kv = etcd.client().kv_client();
+    let answer = etcd.call(kv.txn(bump)).await?;
+    if !answer.succeeded() {
+        record.deleted.send_replace(true);
+        return Err(lost(&record.name));
+    }
+    let token = revision(answer.header());
+    record.holds.fetch_add(1, Ordering::AcqRel);
+    let held = EtcdHold::new(client, record, token, sent, options, metric);
+    let _ = held.chain.set(chain);
+    if let (Some(chain), Some(keep)) = (held.chain.get(), held.keep) {
+        chain.keep_until(keep);
+    }
+    Ok(held)
+}
+
+pub(super) fn revision(header: Option<&etcd_client::ResponseHeader>) -> u64 {
+    header.map_or(0, |h| u64::try_from(h.revision()).unwrap_or(0))
+}
+
+pub(super) fn lost(name: &str) -> LockError {
+    LockError::Lost {
+        name: name.to_owned(),
+    }
+}
+
+impl EtcdHold {
+    pub(super) fn new(
+        client: LockClient,
+        record: Arc<Record>,
+        token: u64,
+        sent: Instant,
+        options: &Options,
+        metric: &'static str,
+    ) -> EtcdHold {
+        let listed = record
+            .etcd
+            .own
+            .list(&record.name, &record.holder, token, sent, options.lease);
+        let keep = options
+            .hold_at_least
+            .and_then(|minimum| Instant::now().checked_add(minimum));
+        EtcdHold {
+            client,
+            record,
+            token,
+            _listed: listed,
+            metric,
+            _held: HeldMetric::start(metric),
+            keep,
+            chain: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.record.name
+    }
+
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+
+    pub(crate) fn holder(&self) -> &str {
+        &self.record.holder
+    }
+
+    pub(crate) fn runtime(&self) -> tokio::runtime::Handle {
+        self.record.etcd.runtime.clone()
+    }
+
+    fn chain(&self) -> &Chain {
+        self.chain.get_or_init(|| {
+            let chain = Chain::default();
+            if let Some(until) = self.keep {
+                chain.keep_until(until);
+            }
+            chain
+        })
+    }
+
+    pub(crate) fn scoped(&self) -> ScopedHold {
+        ScopedHold {
+            client: self.record.etcd.id.clone(),
+            name: self.record.name.clone(),
+            holder: self.record.holder.clone(),
+            chain: self.chain().clone(),
+        }
+    }
+
+    pub(crate) fn expire_by(&mut self, at: Instant) {
+        if let Lease::Fixed { until, .. } = &self.record.lease {
+            let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
+            *until = (*until).min(at);
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.record.is_lost()
+    }
+
+    pub(crate) fn remaining(&self) -> Duration {
+        self.record.remaining()
+    }
+
+    pub(crate) async fn lost(&self) {
+        self.record.lost().await;
+    }
+
+    /// Moves the key to a new lease of TTL `lease` (a put keeps its create
+    /// revision), then lets the old lease go. A fixed lease only.
+    pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
+        let name = self.record.name.clone();
+        let Lease::Fixed { id: old, until } = &self.record.lease else {
+            return Err(LockError::Config(format!(
+                "lock `{name}`: extend is for fixed leases (acquired with .lease(..)); the \
+                 session's keep-alive renews this guard's lease until release"
+            )));
+        };
+        if self.record.is_lost() {
+            return Err(lost(&name));
+        }
+        let record = self.record.clone();
+        let old = *old;
+        let moved = self
+            .client
+            .on_background(async move {
+                let etcd = &record.etcd;
+                let sent = Instant::now();
+                let mut leases = etcd.client().lease_client();
+                let granted = etcd.call(leases.grant(ttl_secs(lease), None)).await?;
+                let put = Txn::new().when([record.ours()]).and_then([TxnOp::put(
+                    record.key.as_str(),
+                    record.holder.as_str(),
+                    Some(PutOptions::new().with_lease(granted.id())),
+                )]);
+                let mut kv = etcd.client().kv_client();
+                let answer = etcd.call(kv.txn(put)).await?;
+                if !answer.succeeded() {
+                    let _ = etcd.call(leases.revoke(granted.id())).await;
+                    return Ok(None);
+                }
+                let _ = etcd.call(leases.revoke(old)).await;
+                let ttl = Duration::from_secs(granted.ttl().max(1) as u64);
+                Ok::<_, LockError>(Some(valid_until(sent, ttl)))
+            })
+            .await??;
+        let Some(new_until) = moved else {
+            self.record.deleted.send_replace(true);
+            return Err(lost(&name));
+        };
+        let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
+        *until = (*until).max(new_until);
+        crate::telemetry::renewed(1);
+        Ok(())
+    }
+
+    /// Gives the hold back: the chain's last release deletes the key (or,
+    /// before a `hold_at_least` minimum, moves it to a lease that ends
+    /// then); the others only count down. [`LockError::Lost`] when the
+    /// lease counted as lost or the key was not this record's any more.
+    pub(crate) async fn release(self) -> Result<(), LockError> {
+        let was_lost = self.record.is_lost();
+        let keep = self.chain.get().map_or(self.keep, Chain::kept_until);
+        let EtcdHold {
+            client,
+            record,
+            metric,
+            _listed,
+            ..
+        } = self;
+        drop(_listed);
+        let name = record.name.clone();
+        let last = record.holds.fetch_sub(1, Ordering::AcqRel) == 1;
+        let released = if last {
+            client
+                .on_background(give_back(record, keep))
+                .await
+                .and_then(|r| r)
+        } else {
+            Ok(true)
+        };
+        let result = match released {
+            Ok(true) if !was_lost => Ok(()),
+            Ok(_) => Err(lost(&name)),
+            Err(e) => Err(e),
+        };
+        if matches!(result, Err(LockError::Lost { .. })) {
+            crate::telemetry::lost(metric);
+        }
+        result
+    }
+}
+
+/// Deletes `record`'s key, or keeps it until `keep` on a lease that ends
+/// then; whether the key was still this record's. Retries a call whose
+/// answer was lost (each is idempotent: it names the record's create
+/// revision).
+async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
+    let etcd = record.etcd.clone();
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match give_back_once(&etcd, &record, keep).await {
+            Err(e) if transient(&e) && tries < crate::config::UNLOCK_TRIES => {
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(tries))).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+async fn give_back_once(
+    etcd: &Etcd,
+    record: &Record,
+    keep: Option<Instant>,
+) -> Result<bool, LockError> {
+    let mut kv = etcd.client().kv_client();
+    let mut leases = etcd.client().lease_client();
+    let kept = keep.map(|k| k.saturating_duration_since(Instant::now()));
+    let answer = match kept {
+        Some(left) if !left.is_zero() => {
+            let granted = etcd.call(leases.grant(ttl_secs(left), None)).await?;
+            let put = Txn::new().when([record.ours()]).and_then([TxnOp::put(
+                record.key.as_str(),
+                record.holder.as_str(),
+                Some(PutOptions::new().with_lease(granted.id())),
+            )]);
+            etcd.call(kv.txn(put)).await?
+        }
+        _ => {
+            let delete = Txn::new()
+                .when([record.ours()])
+                .and_then([TxnOp::delete(record.key.as_str(), None)]);
+            etcd.call(kv.txn(delete)).await?
+        }
+    };
+    if let Lease::Fixed { id, .. } = &record.lease {
+        let _ = etcd.call(leases.revoke(*id)).await;
+    }
+    Ok(answer.succeeded())
+}

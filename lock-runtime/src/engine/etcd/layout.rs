@@ -1,0 +1,130 @@
+//! Where a lock's contenders live in etcd's key space, and which of them
+//! keep which out.
+//!
+//! Every key of lock `name` is under `<name>/`, and every contender is
+//! served in create-revision order:
+//!
+//! | contender | key | waits for every earlier key that is |
+//! | --- | --- | --- |
+//! | mutex (`lock`, `fair_lock`, `etcdctl lock`) | `<name>/<lease hex>` | any |
+//! | writer of a read-write lock | `<name>/write/<lease hex>-<n>` | any |
+//! | reader of a read-write lock | `<name>/read/<lease hex>-<n>` | not a reader's |
+//!
+//! `<n>` is the holder number (the second half of the holder id), so each
+//! read-write acquisition has a key of its own, known before its create is
+//! sent. A mutex key is one per client and name: the client's
+//! acquisitions queue in the process. `etcdctl lock <name>` sees the
+//! read-write keys as contenders like its own, so it excludes readers and
+//! writers alike, and they it.
+
+use etcd_client::{GetOptions, SortOrder, SortTarget};
+
+use crate::LockError;
+use crate::request::Target;
+
+/// Which kind of contender a key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// A reentrant or fair lock's (and `etcdctl lock`'s).
+    Mutex,
+    /// A read-write lock's reader.
+    Read,
+    /// A read-write lock's writer.
+    Write,
+}
+
+impl Side {
+    /// The side `target` takes; refuses a name with a `/`, whose keys
+    /// would look like another lock's (`a/` is a prefix of `a/b/`).
+    pub(crate) fn of(target: &Target) -> Result<Side, LockError> {
+        check_name(target.name())?;
+        Ok(match target {
+            Target::Reentrant { .. } | Target::Fair { .. } => Side::Mutex,
+            Target::Read { .. } => Side::Read,
+            Target::Write { .. } => Side::Write,
+        })
+    }
+
+    /// The key of a contender on this side.
+    pub(crate) fn key(self, name: &str, lease: i64, number: &str) -> String {
+        match self {
+            Side::Mutex => format!("{name}/{lease:x}"),
+            Side::Read => format!("{name}/read/{lease:x}-{number}"),
+            Side::Write => format!("{name}/write/{lease:x}-{number}"),
+        }
+    }
+
+    /// The key ranges `[start, end)` whose earlier keys this side waits
+    /// for.
+    pub(crate) fn blockers(self, name: &str) -> Vec<(String, String)> {
+        match self {
+            Side::Mutex | Side::Write => vec![(prefix(name), prefix_end(name))],
+            // Everything but the readers: before `<name>/read/`, and from
+            // just after its range (`/` + 1 is `0`).
+            Side::Read => vec![
+                (prefix(name), format!("{name}/read/")),
+                (format!("{name}/read0"), prefix_end(name)),
+            ],
+        }
+    }
+
+    /// The side of a contender key under `<name>/` (`rest` is what follows
+    /// the prefix); `None` for a key that is not a contender's.
+    pub(crate) fn of_key(rest: &str) -> Option<Side> {
+        let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+        if let Some(own) = rest.strip_prefix("read/") {
+            return own
+                .split_once('-')
+                .filter(|(l, _)| hex(l))
+                .map(|_| Side::Read);
+        }
+        if let Some(own) = rest.strip_prefix("write/") {
+            return own
+                .split_once('-')
+                .filter(|(l, _)| hex(l))
+                .map(|_| Side::Write);
+        }
+        hex(rest).then_some(Side::Mutex)
+    }
+}
+
+/// Refuses a name etcd cannot tell apart from another's.
+pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
+    crate::keys::check_name(name)?;
+    if name.contains('/') {
+        return Err(LockError::BadName {
+            name: name.to_owned(),
+            reason: "a name on etcd must not contain `/` (lock `a`'s keys `a/...` would \
+                     include lock `a/b`'s)",
+        });
+    }
+    Ok(())
+}
+
+/// The prefix under which lock `name`'s contenders live.
+pub(crate) fn prefix(name: &str) -> String {
+    [name, "/"].concat()
+}
+
+/// The end of [`prefix`]'s range (`/` + 1 is `0`).
+fn prefix_end(name: &str) -> String {
+    [name, "0"].concat()
+}
+
+/// Reads the first (`Ascend`) or last (`Descend`) created key of
+/// `range`, only among keys created at or before `max_create` if set.
+pub(crate) fn one_of(
+    range: &(String, String),
+    order: SortOrder,
+    max_create: Option<i64>,
+) -> (String, GetOptions) {
+    let options = GetOptions::new()
+        .with_range(range.1.as_str())
+        .with_sort(SortTarget::Create, order)
+        .with_limit(1);
+    let options = match max_create {
+        Some(max) => options.with_max_create_revision(max),
+        None => options,
+    };
+    (range.0.clone(), options)
+}

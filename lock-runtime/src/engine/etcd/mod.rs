@@ -1,0 +1,289 @@
+//! The etcd engine (DESIGN §9): locks in the layout of etcd's own lock
+//! recipe (Go's `concurrency.Mutex`, `etcdctl lock`), so Go services and
+//! this crate exclude each other on the same names.
+//!
+//! # Layout
+//!
+//! A contender for lock `name` is the key `<name>/<lease id in lowercase
+//! hex>`, bound to that lease; its value is the holder id
+//! (`<client id>:<n>`; `etcdctl` writes an empty one). The holder is the
+//! key with the lowest create revision under `<name>/`: every lock is FIFO
+//! by arrival (`fair_lock` is the same lock). A waiter watches the deletion
+//! of the key just before its own, on the client's one watch stream: no
+//! herd, no polling.
+//!
+//! - **Leases.** Without a fixed `lease`, keys are bound to the client's
+//!   session lease (TTL [`Config::watchdog_timeout`], kept alive every third
+//!   of it on one keep-alive stream for all of the client's holds). With
+//!   `lease(d)`, a hold has a lease of its own with TTL `d` (rounded up to
+//!   whole seconds, raised by the server to its minimum) that is not kept
+//!   alive: the server deletes the key when it runs out.
+//! - **Fencing token.** A revision at which the hold was confirmed its
+//!   holder's (the create revision when the lock was free): holds of one
+//!   name follow each other in revision order, so tokens strictly increase
+//!   per name, and a re-entry bumps its key (a put) for a token of its own.
+//! - **One record per client and name.** A client's acquisitions of one
+//!   name queue in the process (FIFO) and only the head has a key in etcd;
+//!   a re-entry writes no second key (it is counted in the process).
+//! - **Loss**, by the guard's own clock: the last keep-alive answer's send
+//!   time plus the TTL (less the safety margin), or the fixed lease's end;
+//!   and at once when the key is deleted (`force_unlock`, an operator's
+//!   `etcdctl del`), which the hold watches for.
+//! - **Cancellation.** A create whose answer was lost is found again by its
+//!   key (the lease id names it) and deleted; a dropped waiter's key is
+//!   deleted before its turn in the process queue passes on.
+//!
+//! Quorum locks and replica sync are [`LockError::Unsupported`]: etcd is a
+//! quorum already, and its writes are linearizable.
+
+mod hold;
+mod layout;
+mod ops;
+mod session;
+mod take;
+mod watches;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+use tokio::runtime::Handle;
+
+pub(crate) use hold::EtcdHold;
+pub(crate) use ops::{force_unlock, inspect, locks};
+pub(crate) use take::acquire;
+
+use crate::own::OwnHolds;
+use crate::{Config, LockError};
+
+/// The engine's name in errors and metrics.
+pub(crate) const ENGINE: &str = "etcd";
+
+/// What the tasks of a client on etcd share.
+pub(crate) struct Etcd {
+    /// Random per client: the first half of every holder id.
+    pub(crate) id: String,
+    pub(crate) config: Config,
+    pub(crate) runtime: Handle,
+    client: Client,
+    sessions: session::Sessions,
+    watches: watches::Watches,
+    /// Per name, the process queue its acquisitions wait in (FIFO).
+    queues: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// Per holder id, its record (for re-entries).
+    records: Mutex<HashMap<String, Weak<hold::Record>>>,
+    /// This client's live guards, for `inspect`.
+    pub(crate) own: OwnHolds,
+}
+
+impl Etcd {
+    /// Connects to the endpoints of `config`'s URL on the client's
+    /// `runtime`, and grants the session lease (which proves the cluster
+    /// answers).
+    pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<Etcd>, LockError> {
+        let target = Target::parse(&config)?;
+        if config.replica_sync == crate::ReplicaSync::Always {
+            return Err(crate::engine::unsupported(
+                ENGINE,
+                "replica sync (etcd's writes are linearizable: a granted hold is on a quorum already)",
+            ));
+        }
+        let handle = runtime.clone();
+        crate::background::run(&runtime, async move {
+            let mut options = ConnectOptions::new()
+                .with_connect_timeout(config.connect_timeout)
+                .with_keep_alive(Duration::from_secs(10), config.response_timeout);
+            if let Some((user, password)) = &target.user {
+                options = options.with_user(user.clone(), password.clone());
+            }
+            #[cfg(feature = "tls")]
+            if target.tls {
+                options = options.with_tls(etcd_client::TlsOptions::new());
+            }
+            let connect = Client::connect(target.endpoints.clone(), Some(options));
+            let client = match tokio::time::timeout(config.connect_timeout, connect).await {
+                Ok(Ok(client)) => client,
+                Ok(Err(e)) => return Err(target.connect_error(&config, &e.to_string())),
+                Err(_) => return Err(target.connect_error(&config, "no answer in time")),
+            };
+            let sessions = session::Sessions::new(client.clone(), &config);
+            let etcd = Arc::new(Etcd {
+                id: uuid::Uuid::new_v4().to_string(),
+                watches: watches::Watches::start(client.clone()),
+                client,
+                sessions,
+                runtime: handle,
+                queues: Mutex::default(),
+                records: Mutex::default(),
+                own: OwnHolds::default(),
+                config,
+            });
+            // The first session now: a cluster that does not answer fails
+            // the connect, not the first acquisition.
+            if let Err(e) = tokio::time::timeout(etcd.config.connect_timeout, etcd.sessions.get())
+                .await
+                .unwrap_or_else(|_| Err(timeout_error()))
+            {
+                return Err(target.connect_error(&etcd.config, &e.to_string()));
+            }
+            Ok(etcd)
+        })
+        .await?
+    }
+
+    /// A client of the etcd API (cheap to clone: it shares the channel).
+    pub(crate) fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// How many holds the session's keep-alive keeps.
+    pub(crate) fn renewed(&self) -> usize {
+        self.sessions.holds()
+    }
+
+    /// The process queue of `name` (made when missing).
+    fn queue(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(queue) = queues.get(name).and_then(Weak::upgrade) {
+            return queue;
+        }
+        // Forget the queues nobody waits in any more, now and then.
+        if queues.len() >= 64 && queues.len().is_power_of_two() {
+            queues.retain(|_, q| q.strong_count() > 0);
+        }
+        let queue = Arc::new(tokio::sync::Mutex::new(()));
+        queues.insert(name.to_owned(), Arc::downgrade(&queue));
+        queue
+    }
+
+    /// Runs one etcd call within the response timeout.
+    async fn call<T>(
+        &self,
+        call: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, LockError> {
+        match tokio::time::timeout(self.config.response_timeout, call).await {
+            Ok(answer) => answer.map_err(store_error),
+            Err(_) => Err(timeout_error()),
+        }
+    }
+}
+
+/// The endpoints, credentials and transport an `etcd://` URL names.
+struct Target {
+    endpoints: Vec<String>,
+    user: Option<(String, String)>,
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    tls: bool,
+}
+
+impl Target {
+    /// `etcd://[user:password@]host:port[,host:port...][/]` (`etcds://` for
+    /// TLS, with the `tls` feature). [`Config::username`] and
+    /// [`Config::password`] override the URL's.
+    fn parse(config: &Config) -> Result<Target, LockError> {
+        let url = config.url();
+        let bad = |why: &str| {
+            LockError::Config(format!(
+                "invalid etcd URL {:?}: {why}",
+                crate::config::redact(url)
+            ))
+        };
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| bad("the scheme is missing"))?;
+        let tls = scheme == "etcds";
+        if tls && !cfg!(feature = "tls") {
+            return Err(bad("etcds:// needs lock-runtime's `tls` feature"));
+        }
+        let rest = rest.trim_end_matches('/');
+        if rest.contains(['/', '?', '#']) {
+            return Err(bad(
+                "an etcd URL names endpoints only (no path, query or fragment)",
+            ));
+        }
+        let (userinfo, hosts) = match rest.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, rest),
+        };
+        let mut user = userinfo.map(|userinfo| match userinfo.split_once(':') {
+            Some((user, password)) => (user.to_owned(), password.to_owned()),
+            None => (userinfo.to_owned(), String::new()),
+        });
+        if let (Some(name), password) = config.credentials() {
+            user = Some((name.to_owned(), password.unwrap_or_default().to_owned()));
+        } else if let (None, Some(password)) = config.credentials() {
+            let name = user.as_ref().map(|(n, _)| n.clone()).unwrap_or_default();
+            user = Some((name, password.to_owned()));
+        }
+        let mut endpoints = Vec::new();
+        for host in hosts.split(',') {
+            let port = host.rsplit_once(':').map(|(_, port)| port);
+            match port {
+                Some(port) if port.parse::<u16>().is_ok_and(|p| p != 0) => {}
+                _ => return Err(bad(&format!("{host:?} is not host:port"))),
+            }
+            let scheme = if tls { "https" } else { "http" };
+            endpoints.push(format!("{scheme}://{host}"));
+        }
+        Ok(Target {
+            endpoints,
+            user,
+            tls,
+        })
+    }
+
+    /// A connect failure, naming the endpoints and where they came from.
+    fn connect_error(&self, config: &Config, reason: &str) -> LockError {
+        LockError::Store {
+            engine: ENGINE,
+            message: format!(
+                "cannot connect to etcd at {} ({}): {reason}",
+                self.endpoints.join(","),
+                config.origin()
+            ),
+            transient: true,
+        }
+    }
+}
+
+/// An etcd error as a [`LockError`], saying whether it may heal (a lost
+/// connection, no leader for the moment, a request that timed out).
+fn store_error(e: etcd_client::Error) -> LockError {
+    use etcd_client::Error;
+    let transient = match &e {
+        // gRPC's DEADLINE_EXCEEDED, ABORTED and UNAVAILABLE (a leader
+        // election, a member going away), by number.
+        Error::GRpcStatus(status) => matches!(i32::from(status.code()), 4 | 10 | 14),
+        Error::TransportError(_)
+        | Error::IoError(_)
+        | Error::WatchError(_)
+        | Error::LeaseKeepAliveError(_) => true,
+        _ => false,
+    };
+    LockError::Store {
+        engine: ENGINE,
+        message: e.to_string(),
+        transient,
+    }
+}
+
+/// No answer within the response timeout.
+fn timeout_error() -> LockError {
+    LockError::Store {
+        engine: ENGINE,
+        message: "no answer within the response timeout".into(),
+        transient: true,
+    }
+}
+
+/// Whether `e` may heal by itself (retried within a wait).
+pub(crate) fn transient(e: &LockError) -> bool {
+    matches!(
+        e,
+        LockError::Store {
+            transient: true,
+            ..
+        }
+    )
+}

@@ -1,0 +1,174 @@
+//! The operations on any lock on etcd, foreign holders included:
+//! `inspect`, `locks` (lockctl's list) and `force_unlock`.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp,
+};
+
+use super::Etcd;
+use super::layout::{Side, check_name, prefix};
+use crate::LockError;
+use crate::inspect::{HolderInfo, LockInfo, LockKind, RwMode};
+
+/// The contenders of lock `name` in arrival order (lowest create revision
+/// first), each with its side: the holders, then the waiters. Keys under
+/// `<name>/` that are no contender's are left out.
+async fn contenders(etcd: &Etcd, name: &str) -> Result<Vec<(Side, KeyValue)>, LockError> {
+    let mut kv = etcd.client().kv_client();
+    let options = GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend);
+    let mut found = etcd.call(kv.get(prefix(name), Some(options))).await?;
+    let prefix = prefix(name);
+    Ok(found
+        .take_kvs()
+        .into_iter()
+        .filter_map(|kv| {
+            let rest = kv.key_str().ok()?.strip_prefix(prefix.as_str())?;
+            Some((Side::of_key(rest)?, kv))
+        })
+        .collect())
+}
+
+/// A contender's holder id: the value we write, else (`etcdctl`) the key.
+fn holder_of(kv: &KeyValue) -> String {
+    match kv.value_str() {
+        Ok(value) if !value.is_empty() => value.to_owned(),
+        _ => kv.key_str().unwrap_or_default().to_owned(),
+    }
+}
+
+/// What lock `name` looks like on etcd; `None` when nobody holds it. The
+/// holders are the first contender, or the readers before the first
+/// contender that is not one; the queue is the rest, in order.
+pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>, LockError> {
+    check_name(name)?;
+    let contenders = contenders(etcd, name).await?;
+    let Some((first_side, first)) = contenders.first() else {
+        return Ok(None);
+    };
+    let held = match first_side {
+        Side::Read => contenders
+            .iter()
+            .take_while(|(side, _)| *side == Side::Read)
+            .count(),
+        Side::Mutex | Side::Write => 1,
+    };
+    let read_write = contenders.iter().any(|(side, _)| *side != Side::Mutex);
+    let holders = contenders[..held]
+        .iter()
+        .map(|(side, kv)| {
+            let id = holder_of(kv);
+            let count = etcd
+                .records
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&id)
+                .and_then(std::sync::Weak::upgrade)
+                .map_or(1, |r| r.holds.load(Ordering::Acquire).max(1) as u64);
+            HolderInfo {
+                guards: etcd.own.guards(name, &id),
+                id,
+                count,
+                write: *side == Side::Write,
+            }
+        })
+        .collect();
+    let ttl = if first.lease() == 0 {
+        None
+    } else {
+        let mut leases = etcd.client().lease_client();
+        let left = etcd.call(leases.time_to_live(first.lease(), None)).await?;
+        Some(Duration::from_secs(left.ttl().max(0) as u64))
+    };
+    let queue: Vec<String> = contenders[held..]
+        .iter()
+        .map(|(_, kv)| holder_of(kv))
+        .collect();
+    let (kind, mode) = match (read_write, first_side) {
+        (true, Side::Read) => (LockKind::ReadWrite, Some(RwMode::Read)),
+        (true, _) => (LockKind::ReadWrite, Some(RwMode::Write)),
+        (false, _) if queue.is_empty() => (LockKind::Reentrant, None),
+        (false, _) => (LockKind::Fair, None),
+    };
+    Ok(Some(LockInfo {
+        name: name.to_owned(),
+        kind,
+        mode,
+        holders,
+        ttl,
+        queue,
+    }))
+}
+
+/// The held locks whose names match `pattern` (`*` and `?` wildcards).
+pub(crate) async fn locks(etcd: &Etcd, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
+    let literal = pattern.split(['*', '?']).next().unwrap_or_default();
+    let mut kv = etcd.client().kv_client();
+    let options = GetOptions::new().with_keys_only();
+    let options = if literal.is_empty() {
+        options.with_all_keys()
+    } else {
+        options.with_prefix()
+    };
+    let found = etcd.call(kv.get(literal, Some(options))).await?;
+    let mut names: Vec<String> = found
+        .kvs()
+        .iter()
+        .filter_map(|kv| kv.key_str().ok())
+        .filter_map(|key| key.split_once('/'))
+        .filter(|(name, rest)| {
+            Side::of_key(rest).is_some() && glob(pattern.as_bytes(), name.as_bytes())
+        })
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    names.sort();
+    names.dedup();
+    let mut infos = Vec::with_capacity(names.len());
+    for name in names {
+        if let Some(info) = inspect(etcd, &name).await? {
+            infos.push(info);
+        }
+    }
+    Ok(infos)
+}
+
+/// Whether `text` matches `pattern` (`*`: any run, `?`: any one byte).
+fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    match (pattern.split_first(), text.split_first()) {
+        (None, None) => true,
+        (Some((b'*', rest)), _) => {
+            glob(rest, text) || text.split_first().is_some_and(|(_, t)| glob(pattern, t))
+        }
+        (Some((b'?', rest)), Some((_, t))) => glob(rest, t),
+        (Some((p, rest)), Some((c, t))) if p == c => glob(rest, t),
+        _ => false,
+    }
+}
+
+/// Deletes the holder's key of lock `name`: the next in line becomes
+/// holder, and the old holder's guard reports the loss. Whether there was
+/// a holder.
+pub(crate) async fn force_unlock(etcd: &Etcd, name: &str) -> Result<bool, LockError> {
+    check_name(name)?;
+    loop {
+        let contenders = contenders(etcd, name).await?;
+        let Some((_, first)) = contenders.first() else {
+            return Ok(false);
+        };
+        let delete = Txn::new()
+            .when([Compare::create_revision(
+                first.key(),
+                CompareOp::Equal,
+                first.create_revision(),
+            )])
+            .and_then([TxnOp::delete(first.key(), None::<DeleteOptions>)]);
+        let mut kv = etcd.client().kv_client();
+        if etcd.call(kv.txn(delete)).await?.succeeded() {
+            return Ok(true);
+        }
+    }
+}

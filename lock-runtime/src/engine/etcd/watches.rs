@@ -1,0 +1,222 @@
+//! The client's one watch stream: every waiter's watch on its predecessor
+//! and every hold's watch on its own key share it, told apart by watch id.
+//!
+//! A task owns the stream. A watch asked for is created on it (etcd answers
+//! creations in the order they were sent, which names each one's id); its
+//! key's deletions go to the watcher; dropping the watcher cancels it. When
+//! the stream breaks, every watcher is told ([`Note::Broken`]) and looks
+//! again (a waiter re-reads its predecessor, a hold its key); the next
+//! watch opens a new stream.
+
+use std::collections::{HashMap, VecDeque};
+
+use etcd_client::{Client, EventType, WatchFilterType, WatchOptions, WatchResponse};
+use tokio::sync::mpsc;
+
+/// What a watcher hears.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Note {
+    /// The key was deleted.
+    Deleted,
+    /// The watch ended without telling (the stream broke, or its start
+    /// revision was compacted): look again.
+    Broken,
+}
+
+enum Command {
+    Watch {
+        id: u64,
+        key: String,
+        from: i64,
+        sink: mpsc::UnboundedSender<Note>,
+    },
+    Cancel {
+        id: u64,
+    },
+}
+
+/// The handle to the client's watch task.
+pub(crate) struct Watches {
+    commands: mpsc::UnboundedSender<Command>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// One watch on one key's deletion; cancelled when dropped.
+pub(crate) struct Watch {
+    id: u64,
+    notes: mpsc::UnboundedReceiver<Note>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl Watch {
+    /// The next thing heard: the key's deletion, or that the watch broke.
+    pub(crate) async fn next(&mut self) -> Note {
+        self.notes.recv().await.unwrap_or(Note::Broken)
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Cancel { id: self.id });
+    }
+}
+
+impl Watches {
+    /// Starts the task (on the current runtime: the client's).
+    pub(crate) fn start(client: Client) -> Watches {
+        let (commands, inbox) = mpsc::unbounded_channel();
+        tokio::spawn(run(client, inbox));
+        Watches {
+            commands,
+            next: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    /// Watches `key` for its deletion at revision `from` or later.
+    pub(crate) fn watch(&self, key: &str, from: i64) -> Watch {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (sink, notes) = mpsc::unbounded_channel();
+        // The task is gone only with the client's runtime: then the
+        // watcher hears `Broken` at once.
+        let _ = self.commands.send(Command::Watch {
+            id,
+            key: key.to_owned(),
+            from,
+            sink,
+        });
+        Watch {
+            id,
+            notes,
+            commands: self.commands.clone(),
+        }
+    }
+}
+
+/// The watch task's state.
+#[derive(Default)]
+struct Table {
+    /// Watches sent, their creation not yet answered, in order.
+    pending: VecDeque<u64>,
+    /// etcd's watch id to ours.
+    ids: HashMap<i64, u64>,
+    /// Our watches: where their notes go, and etcd's id once created.
+    sinks: HashMap<u64, (mpsc::UnboundedSender<Note>, Option<i64>)>,
+}
+
+impl Table {
+    /// The stream broke: every watcher looks again.
+    fn broken(&mut self) {
+        for (sink, _) in self.sinks.values() {
+            let _ = sink.send(Note::Broken);
+        }
+        *self = Table::default();
+    }
+
+    /// Handles one answer; returns etcd ids to cancel (watches dropped
+    /// before their creation was answered).
+    fn answer(&mut self, answer: &WatchResponse) -> Option<i64> {
+        let etcd_id = answer.watch_id();
+        if answer.created() {
+            let ours = self.pending.pop_front()?;
+            match self.sinks.get_mut(&ours) {
+                Some((_, id)) => {
+                    *id = Some(etcd_id);
+                    self.ids.insert(etcd_id, ours);
+                }
+                None => return Some(etcd_id),
+            }
+        }
+        let ours = *self.ids.get(&etcd_id)?;
+        if answer.canceled() {
+            self.ids.remove(&etcd_id);
+            if let Some((sink, _)) = self.sinks.remove(&ours) {
+                let _ = sink.send(Note::Broken);
+            }
+            return None;
+        }
+        if answer
+            .events()
+            .iter()
+            .any(|e| e.event_type() == EventType::Delete)
+            && let Some((sink, _)) = self.sinks.get(&ours)
+        {
+            let _ = sink.send(Note::Deleted);
+        }
+        None
+    }
+}
+
+/// What woke the watch task.
+enum Woken {
+    Command(Option<Command>),
+    Answer(Result<Option<WatchResponse>, etcd_client::Error>),
+}
+
+async fn run(client: Client, mut inbox: mpsc::UnboundedReceiver<Command>) {
+    let mut table = Table::default();
+    let mut stream: Option<etcd_client::WatchStream> = None;
+    loop {
+        let woken = {
+            let answer = async {
+                match stream.as_mut() {
+                    Some(stream) => stream.message().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                command = inbox.recv() => Woken::Command(command),
+                answer = answer => Woken::Answer(answer),
+            }
+        };
+        match woken {
+            Woken::Command(None) => return,
+            Woken::Command(Some(Command::Watch {
+                id,
+                key,
+                from,
+                sink,
+            })) => {
+                let options = WatchOptions::new()
+                    .with_start_revision(from)
+                    .with_filters([WatchFilterType::NoPut]);
+                let sent = match stream.as_mut() {
+                    Some(stream) => stream.watch(key, Some(options)).await.is_ok(),
+                    None => match client.watch_client().watch(key, Some(options)).await {
+                        Ok(opened) => {
+                            stream = Some(opened);
+                            true
+                        }
+                        Err(_) => false,
+                    },
+                };
+                if sent {
+                    table.pending.push_back(id);
+                    table.sinks.insert(id, (sink, None));
+                } else {
+                    let _ = sink.send(Note::Broken);
+                    table.broken();
+                    stream = None;
+                }
+            }
+            Woken::Command(Some(Command::Cancel { id })) => {
+                if let Some((_, Some(etcd_id))) = table.sinks.remove(&id) {
+                    table.ids.remove(&etcd_id);
+                    if let Some(stream) = stream.as_mut() {
+                        let _ = stream.cancel(etcd_id).await;
+                    }
+                }
+            }
+            Woken::Answer(Ok(Some(answer))) => {
+                if let Some(etcd_id) = table.answer(&answer)
+                    && let Some(stream) = stream.as_mut()
+                {
+                    let _ = stream.cancel(etcd_id).await;
+                }
+            }
+            Woken::Answer(_) => {
+                table.broken();
+                stream = None;
+            }
+        }
+    }
+}

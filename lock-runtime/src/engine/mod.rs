@@ -1,0 +1,56 @@
+//! The stores a lock can live on (DESIGN §9), and which one a URL names.
+//!
+//! Every engine gives the same four things to the layers above it: take a
+//! hold (waiting for a turn), keep it alive, give it back, and inspect or
+//! force a lock. Redis is the crate's original engine (`client::Core` and
+//! the modules under it); the others are a module each here. No engine
+//! imports another, and the shared layers reach an engine only through
+//! what its module exports.
+
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
+
+use crate::{Config, LockError};
+
+/// Which engine a configuration's URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Store {
+    /// `redis://`, `rediss://`, `unix://`, and the Sentinel and Cluster
+    /// configurations.
+    Redis,
+    /// `etcd://`, `etcds://`.
+    #[cfg(feature = "etcd")]
+    Etcd,
+}
+
+impl Store {
+    /// The engine `config` names: by its URL's scheme. An engine that this
+    /// build does not have is [`LockError::Config`] naming the feature to
+    /// enable.
+    pub(crate) fn of(config: &Config) -> Result<Store, LockError> {
+        let scheme = config.url().split_once("://").map(|(scheme, _)| scheme);
+        match scheme {
+            #[cfg(feature = "etcd")]
+            Some("etcd" | "etcds") => Ok(Store::Etcd),
+            #[cfg(not(feature = "etcd"))]
+            Some("etcd" | "etcds") => Err(LockError::Config(
+                "etcd:// URLs need lock-runtime's `etcd` feature; enable it in Cargo.toml".into(),
+            )),
+            Some("zk") => Err(LockError::Config(
+                "zk:// URLs need lock-runtime's `zookeeper` engine, which this version does not \
+                 have yet; use redis:// or etcd://"
+                    .into(),
+            )),
+            _ => Ok(Store::Redis),
+        }
+    }
+}
+
+/// `what` cannot be done on `engine`.
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub(crate) fn unsupported(engine: &'static str, what: impl Into<String>) -> LockError {
+    LockError::Unsupported {
+        engine,
+        what: what.into(),
+    }
+}

@@ -1,0 +1,74 @@
+//! What one acquisition asks for, whatever the engine: which lock
+//! ([`Target`]), with which options ([`Options`]), and the shared rules of
+//! its wait (the backoff between tries, the error of a wait that ran out).
+//!
+//! Below the engines and the acquire loop, which both read it.
+
+use std::time::Duration;
+
+use crate::LockError;
+
+/// What one hold is on: the kind of lock and its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// Redisson's `RLock`.
+    Reentrant { name: String },
+    /// Redisson's `RFairLock`.
+    Fair { name: String },
+    /// The read side of Redisson's `RReadWriteLock`.
+    Read { name: String },
+    /// The write side of Redisson's `RReadWriteLock`.
+    Write { name: String },
+}
+
+impl Target {
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            Target::Reentrant { name }
+            | Target::Fair { name }
+            | Target::Read { name }
+            | Target::Write { name } => name,
+        }
+    }
+
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Target::Reentrant { .. } => "reentrant",
+            Target::Fair { .. } => "fair",
+            Target::Read { .. } => "read",
+            Target::Write { .. } => "write",
+        }
+    }
+}
+
+/// Options of one acquisition, shared by every kind's builder.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Options {
+    pub(crate) wait: Option<Duration>,
+    pub(crate) lease: Option<Duration>,
+    /// The holder number of a new hold (a multi lock's parts share one);
+    /// `None`: a fresh one. Ignored when the scope re-enters.
+    pub(crate) number: Option<u64>,
+    /// The `kind` label of a part of a multi or quorum lock (`"multi"`,
+    /// `"quorum"`), which records its own acquisition; `None`: the lock's
+    /// own kind, and the acquisition is recorded here.
+    pub(crate) metric: Option<&'static str>,
+    /// Keep the lock taken at least this long after it was acquired, even
+    /// when released sooner (`hold_at_least`).
+    pub(crate) hold_at_least: Option<Duration>,
+}
+
+/// The pause before the `n`-th retry in a row that has no lease to sleep
+/// by (a fair lock between holders, a fault that may heal): 5 ms, doubling
+/// up to 1 s.
+pub(crate) fn backoff(n: u32) -> Duration {
+    Duration::from_millis(5u64 << n.saturating_sub(1).min(8)).min(Duration::from_secs(1))
+}
+
+/// The error of a wait that ran out.
+pub(crate) fn timed_out(target: &Target, options: &Options) -> LockError {
+    LockError::Timeout {
+        name: target.name().to_owned(),
+        waited: options.wait.unwrap_or_default(),
+    }
+}

@@ -1,0 +1,483 @@
+//! The etcd engine against a real etcd server (one member; the failover
+//! test starts three): the contract's behaviour on etcd, the layout that
+//! `etcdctl lock` shares, and cancellation that leaves no key.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lock_runtime::{Config, LockClient, LockError, LockKind};
+use tests::etcd::{Etcd, EtcdCluster, etcdctl, etcdctl_lock};
+use tests::eventually;
+
+const LONG: Duration = Duration::from_secs(20);
+
+async fn client(etcd: &Etcd) -> LockClient {
+    client_with(etcd, |c| c).await
+}
+
+async fn client_with(etcd: &Etcd, tune: impl FnOnce(Config) -> Config) -> LockClient {
+    LockClient::connect(tune(Config::new(etcd.url())))
+        .await
+        .expect("connect to etcd")
+}
+
+/// The keys under `<name>/`, oldest first (as `etcdctl` lists them).
+fn keys(endpoint: &str, name: &str) -> Vec<String> {
+    let out = etcdctl(
+        endpoint,
+        &[
+            "get",
+            "--prefix",
+            &format!("{name}/"),
+            "--keys-only",
+            "--sort-by=CREATE",
+            "--order=ASCEND",
+        ],
+    );
+    assert!(out.status.success(), "etcdctl get: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn until_keys(etcd: &Etcd, name: &str, n: usize) {
+    let endpoint = etcd.endpoint();
+    eventually(&format!("{n} keys under {name}/"), LONG, || {
+        let endpoint = endpoint.clone();
+        async move { keys(&endpoint, name).len() == n }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn acquire_release_wait_and_tokens() {
+    let etcd = Etcd::start();
+    let (a, b) = (client(&etcd).await, client(&etcd).await);
+    assert_eq!(a.engine_name(), "etcd");
+    let first = a.lock("job").acquire().await.unwrap();
+    assert!(first.token() > 0);
+    assert!(b.lock("job").try_acquire().await.unwrap().is_none());
+    let busy = b
+        .lock("job")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await;
+    assert!(matches!(busy, Err(LockError::Timeout { .. })), "{busy:?}");
+    // A waiter is woken by the release (it watches the holder's key).
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("job").wait(LONG).acquire().await }
+    });
+    until_keys(&etcd, "job", 2).await;
+    let token = first.token();
+    first.release().await.unwrap();
+    let second = tests::finish(LONG, waiter).await;
+    assert!(
+        second.token() > token,
+        "tokens rise: {token} then {}",
+        second.token()
+    );
+    second.release().await.unwrap();
+    until_keys(&etcd, "job", 0).await;
+}
+
+#[tokio::test]
+async fn one_holder_at_a_time_across_clients_and_tasks() {
+    let etcd = Etcd::start();
+    let clients = [client(&etcd).await, client(&etcd).await];
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for client in &clients {
+        for _ in 0..4 {
+            let (client, inside, most) = (client.clone(), inside.clone(), most.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    let guard = client.lock("count").acquire().await.expect("acquire");
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await.expect("release");
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 1);
+    until_keys(&etcd, "count", 0).await;
+}
+
+#[tokio::test]
+async fn waiters_are_served_in_arrival_order() {
+    let etcd = Etcd::start();
+    let holder = client(&etcd).await;
+    let guard = holder.fair_lock("line").acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let c = client(&etcd).await;
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let g = c.fair_lock("line").acquire().await.expect("acquire");
+            order.lock().unwrap().push(i);
+            g.release().await.expect("release");
+        }));
+        // The next waiter arrives after this one has its key.
+        until_keys(&etcd, "line", i + 2).await;
+    }
+    guard.release().await.unwrap();
+    for w in waiters {
+        tokio::time::timeout(LONG, w)
+            .await
+            .expect("served")
+            .expect("no panic");
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+}
+
+#[tokio::test]
+async fn reentry_in_scope_writes_no_second_key() {
+    let etcd = Etcd::start();
+    let c = client(&etcd).await;
+    let outer = c.lock("re").acquire().await.unwrap();
+    let outer_token = outer.token();
+    outer
+        .scope(async {
+            let inner = c.lock("re").acquire().await.unwrap();
+            assert!(inner.token() > outer_token);
+            assert_eq!(inner.holder_id(), outer.holder_id());
+            assert_eq!(keys(&etcd.endpoint(), "re").len(), 1);
+            let info = c.inspect("re").await.unwrap().unwrap();
+            assert_eq!(info.holders[0].count, 2);
+            inner.release().await.unwrap();
+        })
+        .await;
+    // Still held after the inner release.
+    let other = client(&etcd).await;
+    assert!(other.lock("re").try_acquire().await.unwrap().is_none());
+    outer.release().await.unwrap();
+    assert!(other.lock("re").try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_hold_past_its_lease() {
+    let etcd = Etcd::start();
+    let c = client_with(&etcd, |c| c.watchdog_timeout(Duration::from_secs(2))).await;
+    let guard = c.lock("kept").acquire().await.unwrap();
+    assert_eq!(c.renewed_locks(), 1);
+    let other = client(&etcd).await;
+    // Three leases long: still held, never lost.
+    let busy = other
+        .lock("kept")
+        .wait(Duration::from_secs(6))
+        .acquire()
+        .await;
+    assert!(matches!(busy, Err(LockError::Timeout { .. })), "{busy:?}");
+    assert!(!guard.is_lost());
+    assert!(guard.remaining() > Duration::ZERO);
+    guard.release().await.unwrap();
+    assert_eq!(c.renewed_locks(), 0);
+}
+
+#[tokio::test]
+async fn a_fixed_lease_ends_by_itself() {
+    let etcd = Etcd::start();
+    let c = client(&etcd).await;
+    let guard = c
+        .lock("fixed")
+        .lease(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(guard.remaining() <= Duration::from_secs(2));
+    let other = client(&etcd).await;
+    // The server ends it: the other client gets it without a release.
+    let next = other.lock("fixed").wait(LONG).acquire().await.unwrap();
+    assert!(guard.is_lost());
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn extend_moves_a_fixed_lease_forward() {
+    let etcd = Etcd::start();
+    let c = client(&etcd).await;
+    let mut guard = c
+        .lock("ext")
+        .lease(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    guard.extend(Duration::from_secs(30)).await.unwrap();
+    assert!(guard.remaining() > Duration::from_secs(20));
+    let info = c.inspect("ext").await.unwrap().unwrap();
+    assert!(info.ttl.unwrap() > Duration::from_secs(20), "{info:?}");
+    guard.release().await.unwrap();
+    assert!(c.inspect("ext").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn force_unlock_hands_the_lock_on_and_the_old_holder_learns_the_loss() {
+    let etcd = Etcd::start();
+    let (a, b) = (client(&etcd).await, client(&etcd).await);
+    let guard = a.lock("stuck").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("stuck").wait(LONG).acquire().await }
+    });
+    until_keys(&etcd, "stuck", 2).await;
+    let info = b.inspect("stuck").await.unwrap().unwrap();
+    assert_eq!(info.holders[0].id, guard.holder_id());
+    assert_eq!(info.queue.len(), 1);
+    assert_eq!(info.kind, LockKind::Fair);
+    assert!(b.force_unlock("stuck").await.unwrap());
+    tokio::time::timeout(LONG, guard.lost())
+        .await
+        .expect("the old holder learns the loss");
+    assert!(guard.is_lost());
+    let next = tests::finish(LONG, waiter).await;
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+    next.release().await.unwrap();
+    assert!(!a.force_unlock("stuck").await.unwrap());
+}
+
+#[tokio::test]
+async fn names_with_a_slash_and_what_etcd_cannot_do_are_refused() {
+    let etcd = Etcd::start();
+    let c = client(&etcd).await;
+    let bad = c.lock("a/b").acquire().await;
+    assert!(matches!(bad, Err(LockError::BadName { .. })), "{bad:?}");
+    let bad = c.inspect("a/b").await;
+    assert!(matches!(bad, Err(LockError::BadName { .. })), "{bad:?}");
+    let quorum = lock_runtime::QuorumLock::new("q", &[c.clone(), c.clone(), c.clone()])
+        .acquire()
+        .await;
+    assert!(
+        matches!(quorum, Err(LockError::Unsupported { engine: "etcd", .. })),
+        "{quorum:?}"
+    );
+    let always = LockClient::connect(
+        Config::new(etcd.url()).replica_sync(lock_runtime::ReplicaSync::Always),
+    )
+    .await;
+    assert!(
+        matches!(always, Err(LockError::Unsupported { engine: "etcd", .. })),
+        "{always:?}"
+    );
+}
+
+#[tokio::test]
+async fn we_and_etcdctl_exclude_each_other() {
+    let etcd = Etcd::start();
+    let c = client(&etcd).await;
+    // etcdctl holds: we wait.
+    let mut theirs = etcdctl_lock(&etcd.endpoint(), "shared");
+    let key = theirs.acquired(LONG).await.expect("etcdctl holds");
+    assert!(key.starts_with("shared/"), "{key}");
+    assert!(c.lock("shared").try_acquire().await.unwrap().is_none());
+    let ours = tokio::spawn({
+        let c = c.clone();
+        async move { c.lock("shared").wait(LONG).acquire().await }
+    });
+    until_keys(&etcd, "shared", 2).await;
+    theirs.release();
+    let guard = tests::finish(LONG, ours).await;
+    // Our key is the one etcdctl's recipe expects: <name>/<lease id in hex>.
+    let ours_key = keys(&etcd.endpoint(), "shared").remove(0);
+    let lease = ours_key.strip_prefix("shared/").unwrap();
+    assert!(
+        !lease.is_empty()
+            && lease
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+        "{ours_key}"
+    );
+    let leases = etcdctl(&etcd.endpoint(), &["lease", "list"]);
+    assert!(
+        String::from_utf8_lossy(&leases.stdout).contains(lease),
+        "our key's lease is a live lease: {leases:?}"
+    );
+    // We hold: etcdctl waits until we release.
+    let mut theirs = etcdctl_lock(&etcd.endpoint(), "shared");
+    assert!(theirs.acquired(Duration::from_secs(2)).await.is_none());
+    guard.release().await.unwrap();
+    assert!(theirs.acquired(LONG).await.is_some());
+    theirs.release();
+}
+
+#[tokio::test]
+async fn cancelling_an_acquisition_at_any_point_leaves_no_key() {
+    let etcd = Etcd::start();
+    let c = client(&etcd).await;
+    let other = client(&etcd).await;
+    let held = other.lock("cancel").acquire().await.unwrap();
+    // Dropped after ever longer times: before its create was sent, with it
+    // in flight, while it waits.
+    for micros in [0, 50, 200, 500, 1_000, 2_000, 5_000, 20_000, 100_000] {
+        let attempt = c.lock("cancel").acquire();
+        let _ = tokio::time::timeout(Duration::from_micros(micros), attempt).await;
+        until_keys(&etcd, "cancel", 1).await;
+    }
+    held.release().await.unwrap();
+    // Nothing of ours is left to block the next holder.
+    let g = c.lock("cancel").wait(LONG).acquire().await.unwrap();
+    g.release().await.unwrap();
+    until_keys(&etcd, "cancel", 0).await;
+    // A dropped guard is given back in the background.
+    let dropped = c.lock("cancel").acquire().await.unwrap();
+    drop(dropped);
+    until_keys(&etcd, "cancel", 0).await;
+}
+
+#[tokio::test]
+async fn multi_and_segmented_locks_work_on_etcd() {
+    let etcd = Etcd::start();
+    let c = client(&etcd).await;
+    let all = c.multi_lock(["m1", "m2"]).acquire().await.unwrap();
+    assert_eq!(keys(&etcd.endpoint(), "m1").len(), 1);
+    assert_eq!(keys(&etcd.endpoint(), "m2").len(), 1);
+    let other = client(&etcd).await;
+    assert!(other.lock("m2").try_acquire().await.unwrap().is_none());
+    all.release().await.unwrap();
+    assert!(other.lock("m2").try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn lock_url_picks_the_engine() {
+    let etcd = Etcd::start();
+    // Config::from_env reads LOCK_URL before REDIS_URL; here, the same
+    // URL through Config::new, as from_env would build it.
+    let c = LockClient::connect(Config::new(etcd.url())).await.unwrap();
+    assert_eq!(c.engine_name(), "etcd");
+    let zk = LockClient::connect(Config::new("zk://127.0.0.1:1/locks")).await;
+    assert!(matches!(zk, Err(LockError::Config(_))), "{zk:?}");
+}
+
+#[tokio::test]
+async fn holds_and_waiters_survive_a_leader_failover() {
+    let mut cluster = EtcdCluster::start();
+    let url = cluster.url();
+    let connect = || {
+        LockClient::connect(
+            Config::new(url.clone())
+                .watchdog_timeout(Duration::from_secs(6))
+                .response_timeout(Duration::from_secs(2)),
+        )
+    };
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+    let guard = a.lock("fo").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("fo").acquire().await }
+    });
+    let endpoint = cluster.endpoints()[0].clone();
+    eventually("the waiter's key", LONG, || {
+        let endpoint = endpoint.clone();
+        async move { keys(&endpoint, "fo").len() == 2 }
+    })
+    .await;
+    let leader = cluster.leader();
+    cluster.stop_member(leader);
+    let before = guard.remaining();
+    cluster.wait_for_leader(LONG).await;
+    // The hold outlives the election: a keep-alive goes through after it,
+    // and the hold was never lost nor given to the waiter.
+    eventually("a keep-alive after the election", LONG, || async {
+        guard.remaining() > before
+    })
+    .await;
+    assert!(!guard.is_lost());
+    assert!(!waiter.is_finished());
+    guard.release().await.unwrap();
+    let next = tests::finish(LONG, waiter).await;
+    next.release().await.unwrap();
+    cluster.start_member(leader);
+}
+
+#[tokio::test]
+async fn readers_share_and_writers_exclude() {
+    let etcd = Etcd::start();
+    let (a, b) = (client(&etcd).await, client(&etcd).await);
+    let r1 = a.read_write_lock("doc").read().acquire().await.unwrap();
+    let r2 = b.read_write_lock("doc").read().acquire().await.unwrap();
+    let info = a.inspect("doc").await.unwrap().unwrap();
+    assert_eq!(info.kind, LockKind::ReadWrite);
+    assert_eq!(info.mode, Some(lock_runtime::RwMode::Read));
+    assert_eq!(info.holders.len(), 2);
+    // A writer waits for both readers; a reader that comes after the
+    // writer waits behind it (no writer starvation).
+    assert!(
+        b.read_write_lock("doc")
+            .write()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let writer = tokio::spawn({
+        let b = b.clone();
+        async move { b.read_write_lock("doc").write().wait(LONG).acquire().await }
+    });
+    until_keys(&etcd, "doc", 3).await;
+    let late_reader = tokio::spawn({
+        let a = a.clone();
+        async move { a.read_write_lock("doc").read().wait(LONG).acquire().await }
+    });
+    until_keys(&etcd, "doc", 4).await;
+    // So is a mutex (etcdctl's recipe) on the same name.
+    assert!(a.lock("doc").try_acquire().await.unwrap().is_none());
+    r1.release().await.unwrap();
+    assert!(!writer.is_finished());
+    r2.release().await.unwrap();
+    let w = tests::finish(LONG, writer).await;
+    let info = a.inspect("doc").await.unwrap().unwrap();
+    assert_eq!(info.mode, Some(lock_runtime::RwMode::Write));
+    assert!(info.holders[0].write);
+    assert!(!late_reader.is_finished());
+    // The writer may read in its scope; a reader may not upgrade.
+    w.scope(async {
+        let inner = b.read_write_lock("doc").read().acquire().await.unwrap();
+        inner.release().await.unwrap();
+    })
+    .await;
+    w.release().await.unwrap();
+    let r3 = tests::finish(LONG, late_reader).await;
+    let upgrade = r3
+        .scope(
+            a.read_write_lock("doc")
+                .write()
+                .wait(Duration::ZERO)
+                .acquire(),
+        )
+        .await;
+    assert!(
+        matches!(upgrade, Err(LockError::NotHeld { .. })),
+        "{upgrade:?}"
+    );
+    r3.release().await.unwrap();
+    until_keys(&etcd, "doc", 0).await;
+}
+
+#[tokio::test]
+async fn hold_at_least_keeps_the_lock_taken_after_an_early_release() {
+    let etcd = Etcd::start();
+    let c = client(&etcd).await;
+    let guard = c
+        .lock("job")
+        .hold_at_least(Duration::from_secs(3))
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    // Released, but still taken until the minimum ends.
+    let other = client(&etcd).await;
+    assert!(other.lock("job").try_acquire().await.unwrap().is_none());
+    let later = other.lock("job").wait(LONG).acquire().await.unwrap();
+    later.release().await.unwrap();
+}
