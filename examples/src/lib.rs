@@ -260,3 +260,132 @@ mod tests {
         assert_eq!(percentile(&mut [], 50.0), Duration::ZERO);
     }
 }
+
+/// The etcd server an example runs against: `LOCK_URL` when it names one
+/// (`etcd://...`), otherwise a throwaway single-member `etcd` on free
+/// loopback ports (never 2379/2380), stopped with the example.
+pub struct Etcd {
+    url: String,
+    started: Option<(Child, std::path::PathBuf)>,
+}
+
+impl Etcd {
+    /// `LOCK_URL` when it is an `etcd://` URL; otherwise a throwaway
+    /// server (see [`Etcd`]).
+    pub fn from_env_or_start() -> Result<Etcd, NoRedis> {
+        match std::env::var("LOCK_URL") {
+            Ok(url) if url.starts_with("etcd://") || url.starts_with("etcds://") => {
+                Ok(Etcd { url, started: None })
+            }
+            _ => Etcd::start_local(),
+        }
+    }
+
+    /// Starts a throwaway `etcd` with its data in a fresh temporary
+    /// directory, under a keeper that stops it when our end of its stdin
+    /// closes (on drop, or however the example exits).
+    pub fn start_local() -> Result<Etcd, NoRedis> {
+        const KEEPER: &str =
+            r#"etcd "$@" & server=$!; read _ignored; kill $server 2>/dev/null; wait $server"#;
+        for attempt in 0..5 {
+            let (client, peer) = (free_port()?, free_port()?);
+            let dir = std::env::temp_dir().join(format!(
+                "lock-example-etcd-{}-{attempt}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            let client_url = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let keeper = Command::new("sh")
+                .arg("-c")
+                .arg(KEEPER)
+                .arg("sh")
+                .args(["--name", "example", "--data-dir"])
+                .arg(&dir)
+                .args(["--listen-client-urls", &client_url])
+                .args(["--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &format!("example={peer_url}")])
+                .args([
+                    "--logger",
+                    "zap",
+                    "--log-outputs",
+                    "stderr",
+                    "--log-level",
+                    "error",
+                ])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+            let mut keeper = match keeper {
+                Ok(keeper) => keeper,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(NoRedis("no etcd: LOCK_URL names none and `etcd` is not installed (Debian/Ubuntu: `sudo apt-get install etcd-server`; or run tools/setup.sh)".into()));
+                }
+                Err(e) => return Err(NoRedis(format!("cannot start etcd: {e}"))),
+            };
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = keeper.try_wait() {
+                    break;
+                }
+                let healthy = Command::new("etcdctl")
+                    .args(["--endpoints", &client_url, "endpoint", "health"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if healthy {
+                    return Ok(Etcd {
+                        url: format!("etcd://127.0.0.1:{client}"),
+                        started: Some((keeper, dir)),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            drop(keeper.stdin.take());
+            let _ = keeper.wait();
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Err(NoRedis(
+            "etcd is installed but did not start on free loopback ports".into(),
+        ))
+    }
+
+    /// The server's URL (`etcd://127.0.0.1:port`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The first endpoint as etcd's own clients write it (`http://host:port`).
+    pub fn endpoint(&self) -> String {
+        let hosts = self.url.split_once("://").map_or("", |(_, rest)| rest);
+        let first = hosts
+            .split(',')
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches('/');
+        let first = first.rsplit_once('@').map_or(first, |(_, host)| host);
+        format!("http://{first}")
+    }
+
+    /// Where the server comes from, for the report.
+    pub fn describe(&self) -> String {
+        match &self.started {
+            Some(_) => format!("throwaway etcd at {}", self.url),
+            None => "the etcd at LOCK_URL".to_owned(),
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        if let Some((mut keeper, dir)) = self.started.take() {
+            drop(keeper.stdin.take());
+            let _ = keeper.wait();
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}

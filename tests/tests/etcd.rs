@@ -481,3 +481,117 @@ async fn hold_at_least_keeps_the_lock_taken_after_an_early_release() {
     let later = other.lock("job").wait(LONG).acquire().await.unwrap();
     later.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_kept_hold_is_not_taken_over_by_the_same_clients_next_acquisition() {
+    let etcd = Etcd::start();
+    let c = client(&etcd).await;
+    let guard = c
+        .lock("kept2")
+        .hold_at_least(Duration::from_secs(4))
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    // The same client (whose key name is the same) waits like anyone.
+    assert!(c.lock("kept2").try_acquire().await.unwrap().is_none());
+    let later = c.lock("kept2").wait(LONG).acquire().await.unwrap();
+    assert!(!later.is_lost());
+    later.release().await.unwrap();
+    until_keys(&etcd, "kept2", 0).await;
+}
+
+#[tokio::test]
+async fn extending_to_a_shorter_lease_keeps_the_longer_one() {
+    let etcd = Etcd::start();
+    let c = client(&etcd).await;
+    let mut guard = c
+        .lock("long")
+        .lease(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    guard.extend(Duration::from_secs(5)).await.unwrap();
+    assert!(guard.remaining() > Duration::from_secs(50));
+    let info = c.inspect("long").await.unwrap().unwrap();
+    assert!(info.ttl.unwrap() > Duration::from_secs(50), "{info:?}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_force_unlocked_hold_lets_its_own_clients_waiters_in() {
+    let etcd = Etcd::start();
+    let (a, b) = (client(&etcd).await, client(&etcd).await);
+    let stuck = a
+        .lock("own")
+        .lease(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let a = a.clone();
+        async move { a.lock("own").wait(LONG).acquire().await }
+    });
+    assert!(b.force_unlock("own").await.unwrap());
+    // The stuck guard is neither released nor dropped, yet the waiter of
+    // its own client gets the lock.
+    let next = tests::finish(LONG, waiter).await;
+    assert!(stuck.is_lost());
+    next.release().await.unwrap();
+    assert!(matches!(stuck.release().await, Err(LockError::Lost { .. })));
+}
+
+#[tokio::test]
+async fn a_multi_locks_scope_reenters_the_right_name() {
+    let etcd = Etcd::start();
+    let c = client(&etcd).await;
+    let both = c.multi_lock(["ma", "mb"]).acquire().await.unwrap();
+    let inner = both.scope(c.lock("ma").acquire()).await.unwrap();
+    assert_eq!(inner.name(), "ma");
+    inner.release().await.unwrap();
+    both.release().await.unwrap();
+    until_keys(&etcd, "ma", 0).await;
+    until_keys(&etcd, "mb", 0).await;
+}
+
+#[tokio::test]
+async fn readers_let_in_together_get_tokens_of_their_own_and_force_unlock_frees_them_all() {
+    let etcd = Etcd::start();
+    let (a, b) = (client(&etcd).await, client(&etcd).await);
+    let writer = a.read_write_lock("rw").write().acquire().await.unwrap();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let b = b.clone();
+            tokio::spawn(async move { b.read_write_lock("rw").read().wait(LONG).acquire().await })
+        })
+        .collect();
+    until_keys(&etcd, "rw", 4).await;
+    writer.release().await.unwrap();
+    let mut guards = Vec::new();
+    for r in readers {
+        guards.push(tests::finish(LONG, r).await);
+    }
+    let mut tokens: Vec<u64> = guards.iter().map(|g| g.token()).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 3, "{tokens:?}");
+    assert!(a.force_unlock("rw").await.unwrap());
+    assert!(a.inspect("rw").await.unwrap().is_none());
+    for g in guards {
+        drop(g);
+    }
+}
+
+#[tokio::test]
+async fn one_attempt_reports_a_store_that_does_not_answer() {
+    let mut etcd = Etcd::start();
+    let c = client_with(&etcd, |c| c.response_timeout(Duration::from_millis(500))).await;
+    etcd.stop();
+    let tried = c.lock("down").try_acquire().await;
+    assert!(matches!(tried, Err(LockError::Store { .. })), "{tried:?}");
+    let waited = c.lock("down").wait(Duration::from_secs(1)).acquire().await;
+    assert!(
+        matches!(waited, Err(LockError::Timeout { .. })),
+        "{waited:?}"
+    );
+}

@@ -2,7 +2,7 @@
 //! (shared by a hold and its re-entries), and the guard's side of it:
 //! loss, `extend`, release. Taking one is in `take`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::sync::{OwnedMutexGuard, watch};
 
 use super::layout::Side;
-use super::session::{Bound, Session, ttl_secs};
+use super::session::{Bound, Gone, Session, ttl_secs};
 use super::watches::Note;
 use super::{Etcd, transient};
 use crate::holder::{Chain, ScopedHold};
@@ -25,11 +25,15 @@ pub(super) enum Lease {
     /// Bound to the client's session lease.
     Session {
         session: Arc<Session>,
-        _bound: Bound,
+        /// Bound once the record is made (see [`Record::bind`]).
+        bound: OnceLock<Bound>,
     },
     /// A lease of its own, not kept alive: lost by the client's clock at
-    /// `until`.
-    Fixed { id: i64, until: Mutex<Instant> },
+    /// `until`. `extend` moves the key to a new one.
+    Fixed {
+        id: AtomicI64,
+        until: Mutex<Instant>,
+    },
 }
 
 impl Lease {
@@ -54,12 +58,14 @@ pub(crate) struct Record {
     pub(super) lease: Lease,
     /// Live holds of the chain (a hold and its re-entries).
     pub(super) holds: AtomicUsize,
-    /// The key was deleted by someone else (`force_unlock`, `etcdctl del`).
+    /// The key is gone (deleted by someone else: `force_unlock`, `etcdctl
+    /// del`; or its lease lost).
     pub(super) deleted: watch::Sender<bool>,
     /// The task watching the key's deletion.
     pub(super) watcher: OnceLock<tokio::task::AbortHandle>,
-    /// A mutex key's turn in the process queue.
-    pub(super) _turn: Option<OwnedMutexGuard<()>>,
+    /// A mutex key's turn in the process queue: passed on when the record
+    /// goes, or as soon as its key is known gone.
+    pub(super) turn: Mutex<Option<OwnedMutexGuard<()>>>,
 }
 
 impl Drop for Record {
@@ -67,17 +73,40 @@ impl Drop for Record {
         if let Some(watcher) = self.watcher.get() {
             watcher.abort();
         }
+        let key = (self.name.clone(), self.holder.clone());
         let mut records = self.etcd.records.lock().unwrap_or_else(|p| p.into_inner());
-        if records
-            .get(&self.holder)
-            .is_some_and(|r| r.strong_count() == 0)
-        {
-            records.remove(&self.holder);
+        if records.get(&key).is_some_and(|r| r.strong_count() == 0) {
+            records.remove(&key);
         }
     }
 }
 
+impl Gone for Record {
+    fn gone(&self) {
+        self.deleted.send_replace(true);
+        // Every later call on this record names the key's create revision:
+        // this client's next acquisition of the name may go ahead.
+        drop(self.turn.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+}
+
 impl Record {
+    /// Binds a session's record to its session (told when its key is gone).
+    pub(super) fn bind(self: &Arc<Record>) {
+        if let Lease::Session { session, bound } = &self.lease {
+            let weak: std::sync::Weak<dyn Gone> = Arc::downgrade(self) as _;
+            let _ = bound.set(session.bind(&self.key, weak));
+        }
+    }
+
+    /// The fixed lease's id, if the key is on one.
+    fn fixed_lease(&self) -> Option<i64> {
+        match &self.lease {
+            Lease::Session { .. } => None,
+            Lease::Fixed { id, .. } => Some(id.load(Ordering::Acquire)),
+        }
+    }
+
     fn is_lost(&self) -> bool {
         if *self.deleted.borrow() {
             return true;
@@ -136,7 +165,8 @@ impl Record {
     }
 
     /// Watches the key's deletion from a task of the client's runtime,
-    /// looking again whenever the watch breaks.
+    /// looking again whenever the watch breaks: for a key on a fixed lease
+    /// (a session's keys are checked by its keep-alive rounds).
     pub(super) fn watch_deletion(self: &Arc<Record>) {
         let record = Arc::downgrade(self);
         let etcd = self.etcd.clone();
@@ -144,8 +174,12 @@ impl Record {
         let task = etcd.runtime.clone().spawn(async move {
             let mut tries = 0;
             loop {
-                let mut watch = etcd.watches.watch(&key, from);
-                if watch.next().await == Note::Deleted {
+                let mut watch = etcd.watches.watch(key.as_bytes(), from);
+                let mut note = watch.next().await;
+                while note == Note::Created {
+                    note = watch.next().await;
+                }
+                if note == Note::Deleted {
                     break;
                 }
                 tries += 1;
@@ -170,7 +204,7 @@ impl Record {
                 }
             }
             if let Some(record) = record.upgrade() {
-                record.deleted.send_replace(true);
+                record.gone();
             }
         });
         let _ = self.watcher.set(task.abort_handle());
@@ -224,6 +258,17 @@ pub(super) async fn reenter(
     if record.is_lost() {
         return Err(lost(&record.name));
     }
+    // Counted first, never from 0: a last release under way meanwhile has
+    // given the key back.
+    let counted = record
+        .holds
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n > 0).then_some(n + 1)
+        });
+    if counted.is_err() {
+        return Err(lost(&record.name));
+    }
+    let uncount = |record: &Record| record.holds.fetch_sub(1, Ordering::AcqRel);
     let etcd = record.etcd.clone();
     let sent = Instant::now();
     let bump = Txn::new().when([record.ours()]).and_then([TxnOp::put(
@@ -232,13 +277,19 @@ pub(super) async fn reenter(
         Some(PutOptions::new().with_ignore_lease()),
     )]);
     let mut kv = etcd.client().kv_client();
-    let answer = etcd.call(kv.txn(bump)).await?;
+    let answer = match etcd.call(kv.txn(bump)).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            uncount(&record);
+            return Err(e);
+        }
+    };
     if !answer.succeeded() {
-        record.deleted.send_replace(true);
+        uncount(&record);
+        record.gone();
         return Err(lost(&record.name));
     }
     let token = revision(answer.header());
-    record.holds.fetch_add(1, Ordering::AcqRel);
     let held = EtcdHold::new(client, record, token, sent, options, metric);
     let _ = held.chain.set(chain);
     if let (Some(chain), Some(keep)) = (held.chain.get(), held.keep) {
@@ -340,10 +391,12 @@ impl EtcdHold {
     }
 
     /// Moves the key to a new lease of TTL `lease` (a put keeps its create
-    /// revision), then lets the old lease go. A fixed lease only.
+    /// revision), then lets the old lease go. A fixed lease only; one that
+    /// already lasts at least that long is left as it is (a lease never
+    /// shrinks).
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
         let name = self.record.name.clone();
-        let Lease::Fixed { id: old, until } = &self.record.lease else {
+        let Lease::Fixed { id, until } = &self.record.lease else {
             return Err(LockError::Config(format!(
                 "lock `{name}`: extend is for fixed leases (acquired with .lease(..)); the \
                  session's keep-alive renews this guard's lease until release"
@@ -352,8 +405,11 @@ impl EtcdHold {
         if self.record.is_lost() {
             return Err(lost(&name));
         }
+        let current = *until.lock().unwrap_or_else(|p| p.into_inner());
+        if valid_until(Instant::now(), lease) <= current {
+            return Ok(());
+        }
         let record = self.record.clone();
-        let old = *old;
         let moved = self
             .client
             .on_background(async move {
@@ -372,17 +428,24 @@ impl EtcdHold {
                     let _ = etcd.call(leases.revoke(granted.id())).await;
                     return Ok(None);
                 }
-                let _ = etcd.call(leases.revoke(old)).await;
                 let ttl = Duration::from_secs(granted.ttl().max(1) as u64);
-                Ok::<_, LockError>(Some(valid_until(sent, ttl)))
+                Ok::<_, LockError>(Some((granted.id(), valid_until(sent, ttl))))
             })
             .await??;
-        let Some(new_until) = moved else {
-            self.record.deleted.send_replace(true);
+        let Some((new_id, new_until)) = moved else {
+            self.record.gone();
             return Err(lost(&name));
         };
-        let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
-        *until = (*until).max(new_until);
+        let old = id.swap(new_id, Ordering::AcqRel);
+        {
+            let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
+            *until = (*until).max(new_until);
+        }
+        let etcd = self.record.etcd.clone();
+        etcd.runtime.clone().spawn(async move {
+            let mut leases = etcd.client().lease_client();
+            let _ = etcd.call(leases.revoke(old)).await;
+        });
         crate::telemetry::renewed(1);
         Ok(())
     }
@@ -405,13 +468,18 @@ impl EtcdHold {
         let name = record.name.clone();
         let last = record.holds.fetch_sub(1, Ordering::AcqRel) == 1;
         let released = if last {
-            client
-                .on_background(give_back(record, keep))
-                .await
-                .and_then(|r| r)
+            // In the caller's task, with no thread hop: if the caller
+            // leaves before it is done, it is done again on the client's
+            // runtime (it is idempotent: it names the key's create
+            // revision), never finished on the caller's, which may be gone.
+            let mut resume = Resume(Some((record.clone(), keep)));
+            let released = give_back(record, keep).await;
+            resume.0 = None;
+            released
         } else {
             Ok(true)
         };
+        drop(client);
         let result = match released {
             Ok(true) if !was_lost => Ok(()),
             Ok(_) => Err(lost(&name)),
@@ -424,10 +492,31 @@ impl EtcdHold {
     }
 }
 
+/// A release whose caller left before it was done: done again on the
+/// client's runtime when dropped armed.
+struct Resume(Option<(Arc<Record>, Option<Instant>)>);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        if let Some((record, keep)) = self.0.take() {
+            let runtime = record.etcd.runtime.clone();
+            runtime.spawn(async move {
+                if let Err(e) = give_back(record, keep).await {
+                    tracing::warn!(error = %e, "the release of a hold whose caller left failed");
+                }
+            });
+        }
+    }
+}
+
 /// Deletes `record`'s key, or keeps it until `keep` on a lease that ends
 /// then; whether the key was still this record's. Retries a call whose
 /// answer was lost (each is idempotent: it names the record's create
-/// revision).
+/// revision); a retry that finds the key gone counts as given back (the
+/// lost call most likely deleted it). When the tries run out, the error is
+/// returned and the key is given back in the background, the record (and
+/// its turn in the process queue) kept until then: a key on the session's
+/// lease would otherwise be kept alive for good.
 async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
     let etcd = record.etcd.clone();
     let mut tries = 0;
@@ -437,6 +526,21 @@ async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, L
             Err(e) if transient(&e) && tries < crate::config::UNLOCK_TRIES => {
                 tokio::time::sleep(Duration::from_millis(50 * u64::from(tries))).await;
             }
+            Err(e) if transient(&e) => {
+                etcd.runtime.spawn(async move {
+                    let mut tries = 0;
+                    while !record.is_lost() {
+                        tries += 1;
+                        tokio::time::sleep(backoff(tries)).await;
+                        match give_back_once(&record.etcd, &record, keep).await {
+                            Err(e) if transient(&e) => {}
+                            _ => return,
+                        }
+                    }
+                });
+                return Err(e);
+            }
+            Ok(false) if tries > 1 => return Ok(true),
             result => return result,
         }
     }
@@ -467,8 +571,8 @@ async fn give_back_once(
             etcd.call(kv.txn(delete)).await?
         }
     };
-    if let Lease::Fixed { id, .. } = &record.lease {
-        let _ = etcd.call(leases.revoke(*id)).await;
+    if let Some(id) = record.fixed_lease() {
+        let _ = etcd.call(leases.revoke(id)).await;
     }
     Ok(answer.succeeded())
 }

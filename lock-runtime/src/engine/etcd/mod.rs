@@ -71,8 +71,9 @@ pub(crate) struct Etcd {
     watches: watches::Watches,
     /// Per name, the process queue its acquisitions wait in (FIFO).
     queues: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
-    /// Per holder id, its record (for re-entries).
-    records: Mutex<HashMap<String, Weak<hold::Record>>>,
+    /// Per lock name and holder id, its record (for re-entries; a multi
+    /// lock's holds share one holder id over several names).
+    records: Mutex<HashMap<(String, String), Weak<hold::Record>>>,
     /// This client's live guards, for `inspect`.
     pub(crate) own: OwnHolds,
 }
@@ -91,7 +92,13 @@ impl Etcd {
         }
         let handle = runtime.clone();
         crate::background::run(&runtime, async move {
+            // A member cut off from the others refuses, and ends the watch
+            // stream, instead of serving stale reads and never sending an
+            // event; a token of `user:password@` is fetched again when it
+            // expires.
             let mut options = ConnectOptions::new()
+                .with_require_leader(true)
+                .with_auto_token_refresh(true)
                 .with_connect_timeout(config.connect_timeout)
                 .with_keep_alive(Duration::from_secs(10), config.response_timeout);
             if let Some((user, password)) = &target.user {

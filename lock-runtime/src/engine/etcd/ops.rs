@@ -33,6 +33,19 @@ async fn contenders(etcd: &Etcd, name: &str) -> Result<Vec<(Side, KeyValue)>, Lo
         .collect())
 }
 
+/// How many of the `contenders` (in arrival order) hold the lock: the
+/// first, or the readers before the first contender that is not one.
+fn holders(contenders: &[(Side, KeyValue)]) -> usize {
+    match contenders.first() {
+        None => 0,
+        Some((Side::Read, _)) => contenders
+            .iter()
+            .take_while(|(side, _)| *side == Side::Read)
+            .count(),
+        Some(_) => 1,
+    }
+}
+
 /// A contender's holder id: the value we write, else (`etcdctl`) the key.
 fn holder_of(kv: &KeyValue) -> String {
     match kv.value_str() {
@@ -50,24 +63,22 @@ pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>,
     let Some((first_side, first)) = contenders.first() else {
         return Ok(None);
     };
-    let held = match first_side {
-        Side::Read => contenders
-            .iter()
-            .take_while(|(side, _)| *side == Side::Read)
-            .count(),
-        Side::Mutex | Side::Write => 1,
-    };
+    let held = holders(&contenders);
     let read_write = contenders.iter().any(|(side, _)| *side != Side::Mutex);
     let holders = contenders[..held]
         .iter()
         .map(|(side, kv)| {
             let id = holder_of(kv);
-            let count = etcd
+            let record = etcd
                 .records
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .get(&id)
-                .and_then(std::sync::Weak::upgrade)
+                .get(&(name.to_owned(), id.clone()))
+                .cloned();
+            // Upgraded with the map unlocked: dropping a last `Arc<Record>`
+            // locks the map.
+            let count = record
+                .and_then(|r| r.upgrade())
                 .map_or(1, |r| r.holds.load(Ordering::Acquire).max(1) as u64);
             HolderInfo {
                 guards: etcd.own.guards(name, &id),
@@ -156,16 +167,26 @@ pub(crate) async fn force_unlock(etcd: &Etcd, name: &str) -> Result<bool, LockEr
     check_name(name)?;
     loop {
         let contenders = contenders(etcd, name).await?;
-        let Some((_, first)) = contenders.first() else {
+        let held = holders(&contenders);
+        if held == 0 {
             return Ok(false);
-        };
+        }
+        let holders = &contenders[..held];
         let delete = Txn::new()
-            .when([Compare::create_revision(
-                first.key(),
-                CompareOp::Equal,
-                first.create_revision(),
-            )])
-            .and_then([TxnOp::delete(first.key(), None::<DeleteOptions>)]);
+            .when(
+                holders
+                    .iter()
+                    .map(|(_, kv)| {
+                        Compare::create_revision(kv.key(), CompareOp::Equal, kv.create_revision())
+                    })
+                    .collect::<Vec<_>>(),
+            )
+            .and_then(
+                holders
+                    .iter()
+                    .map(|(_, kv)| TxnOp::delete(kv.key(), None::<DeleteOptions>))
+                    .collect::<Vec<_>>(),
+            );
         let mut kv = etcd.client().kv_client();
         if etcd.call(kv.txn(delete)).await?.succeeded() {
             return Ok(true);

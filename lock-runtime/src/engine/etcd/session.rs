@@ -3,12 +3,18 @@
 //! keep-alive stream. A session whose lease is gone (it expired while the
 //! client could not reach etcd) stays lost; the next acquisition grants a
 //! new one.
+//!
+//! Each round also reads which keys the lease still has (one call for all
+//! of the client's holds): a hold whose key is gone (`force_unlock`, an
+//! operator's `etcdctl del`) is told then, as a Redis hold learns it at
+//! its next renewal.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use etcd_client::Client;
+use etcd_client::{Client, LeaseTimeToLiveOptions};
 use tokio::sync::watch;
 
 use super::{ENGINE, store_error, timeout_error};
@@ -23,6 +29,31 @@ pub(crate) struct Session {
     validity: watch::Receiver<Validity>,
     /// Holds bound to it (for `renewed_locks`).
     holds: Arc<AtomicUsize>,
+    /// The keys of its holds, each with when it was bound and the flag
+    /// that tells its hold the key is gone.
+    keys: Arc<Keys>,
+}
+
+/// The keys of a session's holds (see [`Session::bind`]).
+type Keys = Mutex<HashMap<String, (Instant, Weak<dyn Gone>)>>;
+
+/// A hold told that its key is gone (deleted, or its lease lost).
+pub(crate) trait Gone: Send + Sync {
+    /// The key is gone: the hold is lost for good.
+    fn gone(&self);
+}
+
+/// Tells every hold of `keys` that its key is gone.
+fn all_gone(keys: &Keys) {
+    let holds: Vec<_> = keys
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .filter_map(|(_, hold)| hold.upgrade())
+        .collect();
+    for hold in holds {
+        hold.gone();
+    }
 }
 
 impl Session {
@@ -59,19 +90,37 @@ impl Session {
         }
     }
 
-    /// Counts a hold bound to this session until the returned value drops.
-    pub(crate) fn bind(&self) -> Bound {
+    /// Binds a hold's `key` to this session until the returned value
+    /// drops: counted, and told when a round finds the key gone from the
+    /// lease, or the lease lost.
+    pub(crate) fn bind(&self, key: &str, hold: Weak<dyn Gone>) -> Bound {
         self.holds.fetch_add(1, Ordering::Relaxed);
-        Bound(self.holds.clone())
+        self.keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.to_owned(), (Instant::now(), hold));
+        Bound {
+            holds: self.holds.clone(),
+            keys: self.keys.clone(),
+            key: key.to_owned(),
+        }
     }
 }
 
 /// A hold bound to a session (see [`Session::bind`]).
-pub(crate) struct Bound(Arc<AtomicUsize>);
+pub(crate) struct Bound {
+    holds: Arc<AtomicUsize>,
+    keys: Arc<Keys>,
+    key: String,
+}
 
 impl Drop for Bound {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.holds.fetch_sub(1, Ordering::Relaxed);
+        self.keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.key);
     }
 }
 
@@ -103,7 +152,8 @@ impl Sessions {
         self.holds.load(Ordering::Relaxed)
     }
 
-    fn live(&self) -> Option<Arc<Session>> {
+    /// The current session if it is live (no call made).
+    pub(crate) fn live(&self) -> Option<Arc<Session>> {
         let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         current.as_ref().filter(|s| !s.is_lost()).cloned()
     }
@@ -144,10 +194,12 @@ impl Sessions {
             lost: false,
             until: valid_until(sent, ttl),
         });
+        let keys = Arc::new(Keys::default());
         let session = Arc::new(Session {
             lease: granted.id(),
             validity,
             holds: self.holds.clone(),
+            keys: keys.clone(),
         });
         tokio::spawn(keep_alive(
             self.client.clone(),
@@ -155,6 +207,7 @@ impl Sessions {
             ttl,
             self.response_timeout,
             validity_in,
+            Arc::downgrade(&keys),
         ));
         Ok(session)
     }
@@ -177,15 +230,28 @@ async fn keep_alive(
     ttl: Duration,
     response_timeout: Duration,
     validity: watch::Sender<Validity>,
+    keys: Weak<Keys>,
 ) {
     let period = ttl / 3;
     let mut pause = Duration::ZERO;
-    loop {
-        tokio::time::sleep(pause).await;
-        if validity.is_closed() {
-            // The client is gone: let the lease go with it.
+    // Once lost, always lost: the lease is let go (its keys with it) and
+    // its holds are told, even if etcd would answer again.
+    let end = |validity: &watch::Sender<Validity>| {
+        validity.send_modify(|v| v.lost = true);
+        if let Some(keys) = keys.upgrade() {
+            all_gone(&keys);
+        }
+        let client = client.clone();
+        async move {
             let mut leases = client.lease_client();
             let _ = tokio::time::timeout(response_timeout, leases.revoke(lease)).await;
+        }
+    };
+    loop {
+        tokio::time::sleep(pause).await;
+        if validity.is_closed() || validity.borrow().is_lost() {
+            // The client is gone, or the lease ran out by our clock.
+            end(&validity).await;
             return;
         }
         pause = period.min(Duration::from_secs(1));
@@ -196,16 +262,21 @@ async fn keep_alive(
             Ok(Ok(stream)) => stream,
             Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => {
                 // "lease not found": it expired.
-                validity.send_modify(|v| v.lost = true);
+                end(&validity).await;
                 return;
             }
             _ => continue,
         };
-        // Opening the stream renewed the lease once.
+        // Opening the stream renewed the lease once (unless it ran out by
+        // our clock meanwhile).
+        if validity.borrow().is_lost() {
+            end(&validity).await;
+            return;
+        }
         validity.send_modify(|v| v.until = v.until.max(valid_until(sent, ttl)));
         loop {
             tokio::time::sleep(period).await;
-            if validity.is_closed() {
+            if validity.is_closed() || validity.borrow().is_lost() {
                 break;
             }
             let sent = Instant::now();
@@ -214,15 +285,46 @@ async fn keep_alive(
             }
             match tokio::time::timeout(response_timeout, answers.message()).await {
                 Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
+                    if validity.borrow().is_lost() {
+                        break;
+                    }
                     let ttl = Duration::from_secs(answer.ttl() as u64);
                     validity.send_modify(|v| v.until = v.until.max(valid_until(sent, ttl)));
+                    check_keys(&client, lease, response_timeout, &keys).await;
                 }
                 Ok(Ok(Some(_))) => {
-                    validity.send_modify(|v| v.lost = true);
+                    end(&validity).await;
                     return;
                 }
                 _ => break,
             }
         }
+    }
+}
+
+/// Tells every hold bound before this call whose key the lease no longer
+/// has that it is gone. A failed call tells nothing (the next round asks
+/// again).
+async fn check_keys(client: &Client, lease: i64, response_timeout: Duration, keys: &Weak<Keys>) {
+    let Some(keys) = keys.upgrade() else { return };
+    if keys.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+        return;
+    }
+    let sent = Instant::now();
+    let mut leases = client.lease_client();
+    let asked = leases.time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys()));
+    let Ok(Ok(answer)) = tokio::time::timeout(response_timeout, asked).await else {
+        return;
+    };
+    let live: std::collections::HashSet<&[u8]> = answer.keys().iter().map(Vec::as_slice).collect();
+    let gone: Vec<_> = keys
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|(key, (bound, _))| *bound < sent && !live.contains(key.as_bytes()))
+        .filter_map(|(_, (_, hold))| hold.upgrade())
+        .collect();
+    for hold in gone {
+        hold.gone();
     }
 }

@@ -3,12 +3,12 @@
 //! last one that blocks it), and the undoing of all that when the
 //! acquisition fails or is dropped.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicI64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, SortOrder, Txn, TxnOp, TxnOpResponse};
-use tokio::sync::{OwnedMutexGuard, watch};
+use tokio::sync::{OwnedMutexGuard, oneshot, watch};
 
 use super::hold::{EtcdHold, Lease, Record, lost, reenter, revision};
 use super::layout::{Side, one_of};
@@ -39,12 +39,15 @@ pub(crate) async fn acquire(
             .records
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&holder)
-            .and_then(std::sync::Weak::upgrade);
-        let Some(record) = record else {
+            .get(&(name.to_owned(), holder))
+            .cloned();
+        // Upgraded with the map unlocked: dropping a last `Arc<Record>`
+        // locks the map.
+        let Some(record) = record.and_then(|r| r.upgrade()) else {
             return Err(lost(name));
         };
-        return reenter(client, record, side, chain, &options, metric).await;
+        // Boxed, as `take` below: a waiter's future does not carry it.
+        return Box::pin(reenter(client, record, side, chain, &options, metric)).await;
     }
     let number = options.number.unwrap_or_else(holder::fresh_number);
     let holder = holder::id(&etcd.id, number);
@@ -60,6 +63,8 @@ pub(crate) async fn acquire(
         session: None,
         key: None,
         fixed: None,
+        answered: None,
+        sent: false,
     };
     let mut tries = 0;
     let taken = loop {
@@ -70,7 +75,9 @@ pub(crate) async fn acquire(
             number,
             deadline,
         };
-        match take(&etcd, &target, &options, &how, &mut pending).await {
+        // Boxed: the waiters queued in the process (in `turn` above) do not
+        // carry the state of a call to etcd.
+        match Box::pin(take(&etcd, &target, &options, &how, &mut pending)).await {
             Ok(taken) => break taken,
             Err(e) if transient(&e) && deadline.is_none_or(|d| Instant::now() < d) => {
                 if tries == 1 && deadline.is_none() {
@@ -84,7 +91,10 @@ pub(crate) async fn acquire(
             }
             Err(e) => {
                 pending.give_up().await;
-                return Err(if transient(&e) {
+                // One attempt reports its fault as it is; a wait that ran
+                // out on faults that may heal was a wait that ran out.
+                let waited = options.wait != Some(Duration::ZERO);
+                return Err(if transient(&e) && waited {
                     timed_out(&target, &options)
                 } else {
                     e
@@ -98,15 +108,14 @@ pub(crate) async fn acquire(
     };
     let lease = match pending.fixed.take() {
         Some((id, until)) => Lease::Fixed {
-            id,
+            id: AtomicI64::new(id),
             until: Mutex::new(until),
         },
         None => Lease::Session {
-            _bound: session.bind(),
             session,
+            bound: OnceLock::new(),
         },
     };
-    let (deleted, _) = watch::channel(false);
     let record = Arc::new(Record {
         etcd: etcd.clone(),
         name: name.to_owned(),
@@ -116,15 +125,18 @@ pub(crate) async fn acquire(
         create_revision: taken.create_revision,
         lease,
         holds: AtomicUsize::new(1),
-        deleted,
+        deleted: watch::channel(false).0,
         watcher: OnceLock::new(),
-        _turn: turn,
+        turn: Mutex::new(turn),
     });
     etcd.records
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(holder, Arc::downgrade(&record));
-    record.watch_deletion();
+        .insert((name.to_owned(), holder), Arc::downgrade(&record));
+    match record.lease {
+        Lease::Fixed { .. } => record.watch_deletion(),
+        Lease::Session { .. } => record.bind(),
+    }
     Ok(EtcdHold::new(
         client,
         record,
@@ -178,17 +190,44 @@ struct Pending {
     key: Option<String>,
     /// The fixed lease the key was moved to, and when it counts as lost.
     fixed: Option<(i64, Instant)>,
+    /// Resolves once the last create sent has its answer (or never will):
+    /// the undo waits for it, so a create that reaches etcd after its
+    /// caller left cannot outlive the delete.
+    answered: Option<oneshot::Receiver<()>>,
+    /// A create of the key was sent by this acquisition: a key found under
+    /// its name is its own (an earlier try's whose answer was lost).
+    sent: bool,
+}
+
+/// What an undo undoes (see [`Pending`]).
+struct Made {
+    session: Option<Arc<Session>>,
+    key: Option<String>,
+    fixed: Option<(i64, Instant)>,
+    turn: Option<OwnedMutexGuard<()>>,
+    answered: Option<oneshot::Receiver<()>>,
 }
 
 impl Pending {
+    /// Takes what is to be undone.
+    fn made(&mut self) -> Made {
+        Made {
+            session: self.session.clone(),
+            key: self.key.take(),
+            fixed: self.fixed.take(),
+            turn: self.turn.take(),
+            answered: self.answered.take(),
+        }
+    }
+
     /// Undoes what was made (see [`Pending`]), waiting for it.
     async fn give_up(&mut self) {
         let etcd = self.etcd.clone();
-        let (key, fixed, turn) = (self.key.take(), self.fixed.take(), self.turn.take());
+        let made = self.made();
         let undone = etcd
             .runtime
             .clone()
-            .spawn(async move { undo(&etcd, key, fixed, turn).await });
+            .spawn(async move { undo(&etcd, made).await });
         let _ = undone.await;
     }
 }
@@ -199,22 +238,30 @@ impl Drop for Pending {
             return;
         }
         let etcd = self.etcd.clone();
-        let (key, fixed, turn) = (self.key.take(), self.fixed.take(), self.turn.take());
+        let made = self.made();
         self.etcd
             .runtime
-            .spawn(async move { undo(&etcd, key, fixed, turn).await });
+            .spawn(async move { undo(&etcd, made).await });
     }
 }
 
-/// Deletes `key` and revokes `fixed`, retrying what may heal for a while;
-/// then drops the process queue's `turn`.
-async fn undo(
-    etcd: &Etcd,
-    key: Option<String>,
-    fixed: Option<(i64, Instant)>,
-    turn: Option<OwnedMutexGuard<()>>,
-) {
-    for tries in 1..=crate::config::UNLOCK_TRIES {
+/// Deletes the key and revokes the fixed lease, retrying what may heal
+/// for a while, once the last create sent has its answer (at most twice
+/// the response timeout); then passes the process queue's turn on.
+async fn undo(etcd: &Etcd, made: Made) {
+    let Made {
+        session,
+        key,
+        fixed,
+        turn,
+        answered,
+    } = made;
+    if let Some(answered) = answered {
+        let _ = tokio::time::timeout(etcd.config.response_timeout * 2, answered).await;
+    }
+    // Until it is done or cannot be: a key left on the session's lease
+    // would be kept alive for good.
+    for tries in 1.. {
         let mut kv = etcd.client().kv_client();
         let deleted = match &key {
             Some(key) => etcd.call(kv.delete(key.as_str(), None)).await.map(drop),
@@ -228,8 +275,11 @@ async fn undo(
             None => Ok(()),
         };
         match deleted.and(revoked) {
-            Err(e) if transient(&e) => {
-                tokio::time::sleep(Duration::from_millis(50 * u64::from(tries))).await;
+            Err(e) if transient(&e) && !session.as_ref().is_some_and(|s| s.is_lost()) => {
+                if tries == crate::config::UNLOCK_TRIES {
+                    tracing::warn!(key = ?key, error = %e, "an abandoned lock key is not deleted yet; trying on");
+                }
+                tokio::time::sleep(backoff(tries)).await;
             }
             Err(e) => {
                 tracing::warn!(key = ?key, error = %e, "could not delete an abandoned lock key");
@@ -261,17 +311,20 @@ async fn take(
     pending: &mut Pending,
 ) -> Result<Taken, LockError> {
     let name = target.name();
-    let session = match pending.session.take() {
-        Some(session) if !session.is_lost() => session,
-        _ => {
-            // On the client's runtime: a new session's keep-alive task
-            // lives there.
-            let sessions = etcd.clone();
-            etcd.runtime
-                .spawn(async move { sessions.sessions.get().await })
-                .await
-                .map_err(|_| LockError::Shutdown)??
-        }
+    let session = match pending.session.take().filter(|s| !s.is_lost()) {
+        Some(session) => session,
+        None => match etcd.sessions.live() {
+            Some(session) => session,
+            None => {
+                // On the client's runtime: a new session's keep-alive task
+                // lives there.
+                let sessions = etcd.clone();
+                etcd.runtime
+                    .spawn(async move { sessions.sessions.get().await })
+                    .await
+                    .map_err(|_| LockError::Shutdown)??
+            }
+        },
     };
     let number = itoa::Buffer::new().format(how.number).to_owned();
     let key = how.side.key(name, session.lease, &number);
@@ -302,15 +355,43 @@ async fn take(
         );
     let mut kv = etcd.client().kv_client();
     let mut sent = Instant::now();
-    let answer = etcd.call(kv.txn(create)).await?;
+    // If the caller leaves with the create in flight, its answer is still
+    // awaited (on the client's runtime) before anything is undone.
+    let (answer_in, answered) = oneshot::channel::<()>();
+    pending.answered = Some(answered);
+    let ours_before = std::mem::replace(&mut pending.sent, true);
+    let call = {
+        let mut kv = kv.clone();
+        async move {
+            let answer = kv.txn(create).await;
+            drop(answer_in);
+            answer
+        }
+    };
+    let call = crate::background::finish_on_drop(&etcd.runtime, call, |_| async {});
+    let answer = etcd.call(call).await?;
     let mut token = revision(answer.header());
     let mut reads = reads(&answer);
     let create_revision = if answer.succeeded() {
         i64::try_from(token).unwrap_or(i64::MAX)
     } else {
-        // Made by an earlier try whose answer was lost.
         let mine = reads.remove(0);
-        mine.first().map_or(0, KeyValue::create_revision)
+        let found = mine.first().map_or(0, KeyValue::create_revision);
+        if !ours_before {
+            // Not made by this acquisition: this client's earlier hold,
+            // kept until its `hold_at_least` minimum or still being given
+            // back. Wait for it to go, then try again.
+            pending.sent = false;
+            pending.key = None;
+            wait_gone(etcd, target, options, &key, found, how.deadline).await?;
+            return Err(LockError::Store {
+                engine: ENGINE,
+                message: format!("lock `{name}`: this client's earlier key went"),
+                transient: true,
+            });
+        }
+        // Made by an earlier try whose answer was lost.
+        found
     };
     let blocked = reads
         .iter()
@@ -321,34 +402,50 @@ async fn take(
             return Err(timed_out(target, options));
         }
         // Wait for every key before ours that keeps us out to go.
-        wait_for_turn(
-            etcd,
-            target,
-            options,
-            &blockers,
+        let turn = Turn {
+            key: &key,
             create_revision,
-            how.deadline,
-        )
-        .await?;
-        let confirm = Txn::new().when([Compare::create_revision(
-            key.as_str(),
-            CompareOp::Equal,
-            create_revision,
-        )]);
-        sent = Instant::now();
-        let answer = etcd.call(kv.txn(confirm)).await?;
-        if !answer.succeeded() {
-            // Our key went while we waited (the session expired, someone
-            // deleted it): try again, at the back of the line.
-            pending.session = None;
-            pending.key = None;
-            return Err(LockError::Store {
-                engine: ENGINE,
-                message: format!("lock `{name}`: the waiter's key was deleted"),
-                transient: true,
-            });
+            blockers: &blockers,
+            deadline: how.deadline,
+        };
+        match wait_for_turn(etcd, target, options, &turn).await? {
+            Some(_) if how.side == Side::Read => {
+                // Readers let in by one release would share the read's
+                // revision: a write of its own gives each its token.
+                sent = Instant::now();
+                let bump = Txn::new()
+                    .when([Compare::create_revision(
+                        key.as_str(),
+                        CompareOp::Equal,
+                        create_revision,
+                    )])
+                    .and_then([TxnOp::put(
+                        key.as_str(),
+                        how.holder,
+                        Some(PutOptions::new().with_ignore_lease()),
+                    )]);
+                let bumped = etcd.call(kv.txn(bump)).await?;
+                if !bumped.succeeded() {
+                    return Err(lost(name));
+                }
+                token = revision(bumped.header());
+            }
+            Some(confirmed) => {
+                token = confirmed;
+                sent = Instant::now();
+            }
+            None => {
+                // Our key went while we waited (the session expired,
+                // someone deleted it): try again, at the back of the line.
+                pending.session = None;
+                pending.key = None;
+                return Err(LockError::Store {
+                    engine: ENGINE,
+                    message: format!("lock `{name}`: the waiter's key was deleted"),
+                    transient: true,
+                });
+            }
         }
-        token = revision(answer.header());
     }
     if let Some(lease) = options.lease {
         let mut leases = etcd.client().lease_client();
@@ -378,53 +475,132 @@ async fn take(
     })
 }
 
-/// Waits until no key of the `blockers` ranges was created before
-/// `create_revision`: each time, watches the deletion of the last one
-/// before it (no herd), on the client's watch stream.
+/// What a waiter waits for: its key, and the ranges whose earlier keys
+/// keep it out.
+struct Turn<'a> {
+    key: &'a str,
+    create_revision: i64,
+    blockers: &'a [(String, String)],
+    deadline: Option<Instant>,
+}
+
+/// Waits until no key of the `blockers` ranges was created before ours:
+/// each time, watches the deletion of the last one before it (no herd),
+/// on the client's watch stream. The watch starts from now (so etcd sends
+/// its event at once, not at its next sync round) and the key is read
+/// again once it is in place, in case it went just before. Returns the
+/// revision at which one read found our key there and nothing before it
+/// (the token), or `None` when our key is gone.
 async fn wait_for_turn(
     etcd: &Etcd,
     target: &Target,
     options: &Options,
-    blockers: &[(String, String)],
-    create_revision: i64,
-    deadline: Option<Instant>,
-) -> Result<(), LockError> {
+    turn: &Turn<'_>,
+) -> Result<Option<u64>, LockError> {
     let mut broken = 0;
     loop {
-        let lasts: Vec<TxnOp> = blockers
+        let lasts: Vec<TxnOp> = turn
+            .blockers
             .iter()
             .map(|range| {
-                let (start, options) = one_of(range, SortOrder::Descend, Some(create_revision - 1));
+                let (start, options) =
+                    one_of(range, SortOrder::Descend, Some(turn.create_revision - 1));
                 TxnOp::get(start, Some(options))
             })
             .collect();
+        let ours = Compare::create_revision(turn.key, CompareOp::Equal, turn.create_revision);
         let mut kv = etcd.client().kv_client();
-        let found = etcd.call(kv.txn(Txn::new().and_then(lasts))).await?;
+        let found = etcd
+            .call(kv.txn(Txn::new().when([ours]).and_then(lasts)))
+            .await?;
+        if !found.succeeded() {
+            return Ok(None);
+        }
         let predecessor = reads(&found)
             .into_iter()
             .filter_map(|kvs| kvs.into_iter().next())
             .max_by_key(KeyValue::create_revision);
         let Some(predecessor) = predecessor else {
-            return Ok(());
+            return Ok(Some(revision(found.header())));
         };
-        let from = found.header().map_or(0, |h| h.revision()) + 1;
-        let mut watch = etcd
-            .watches
-            .watch(predecessor.key_str().unwrap_or_default(), from);
-        let note = match deadline {
-            Some(d) => tokio::time::timeout_at(d.into(), watch.next())
-                .await
-                .map_err(|_| timed_out(target, options))?,
-            None => watch.next().await,
-        };
+        let key = predecessor.key();
+        let mut watch = etcd.watches.watch(key, 0);
+        let mut note = next_within(&mut watch, turn.deadline, target, options).await?;
+        if note == Note::Created {
+            let again = etcd.call(kv.get(key, None)).await?;
+            let there = again
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == predecessor.create_revision());
+            note = if there {
+                next_within(&mut watch, turn.deadline, target, options).await?
+            } else {
+                Note::Deleted
+            };
+        }
         if note == Note::Broken {
             broken += 1;
             let pause = backoff(broken);
-            match deadline {
+            match turn.deadline {
                 Some(d) => tokio::time::sleep_until(d.min(Instant::now() + pause).into()).await,
                 None => tokio::time::sleep(pause).await,
             }
         }
+    }
+}
+
+/// Waits, within the wait, until `key` (created at `create_revision`) is
+/// gone.
+async fn wait_gone(
+    etcd: &Etcd,
+    target: &Target,
+    options: &Options,
+    key: &str,
+    create_revision: i64,
+    deadline: Option<Instant>,
+) -> Result<(), LockError> {
+    let mut broken = 0;
+    loop {
+        let mut watch = etcd.watches.watch(key.as_bytes(), 0);
+        let mut note = next_within(&mut watch, deadline, target, options).await?;
+        if note == Note::Created {
+            let mut kv = etcd.client().kv_client();
+            let found = etcd.call(kv.get(key, None)).await?;
+            let there = found
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == create_revision);
+            if !there {
+                return Ok(());
+            }
+            note = next_within(&mut watch, deadline, target, options).await?;
+        }
+        match note {
+            Note::Deleted => return Ok(()),
+            _ => {
+                broken += 1;
+                let pause = backoff(broken);
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.min(Instant::now() + pause).into()).await,
+                    None => tokio::time::sleep(pause).await,
+                }
+            }
+        }
+    }
+}
+
+/// The next note of `watch`, or the error of a wait that ran out.
+async fn next_within(
+    watch: &mut super::watches::Watch,
+    deadline: Option<Instant>,
+    target: &Target,
+    options: &Options,
+) -> Result<Note, LockError> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d.into(), watch.next())
+            .await
+            .map_err(|_| timed_out(target, options)),
+        None => Ok(watch.next().await),
     }
 }
 

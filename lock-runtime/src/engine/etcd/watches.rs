@@ -16,6 +16,8 @@ use tokio::sync::mpsc;
 /// What a watcher hears.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Note {
+    /// The watch is in place: a deletion from now on will be heard.
+    Created,
     /// The key was deleted.
     Deleted,
     /// The watch ended without telling (the stream broke, or its start
@@ -26,7 +28,7 @@ pub(crate) enum Note {
 enum Command {
     Watch {
         id: u64,
-        key: String,
+        key: Vec<u8>,
         from: i64,
         sink: mpsc::UnboundedSender<Note>,
     },
@@ -72,8 +74,10 @@ impl Watches {
         }
     }
 
-    /// Watches `key` for its deletion at revision `from` or later.
-    pub(crate) fn watch(&self, key: &str, from: i64) -> Watch {
+    /// Watches `key` for its deletion at revision `from` or later (0: from
+    /// now; such a watch is in step with etcd at once, while one from a
+    /// past revision catches up in etcd's next sync round).
+    pub(crate) fn watch(&self, key: &[u8], from: i64) -> Watch {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (sink, notes) = mpsc::unbounded_channel();
         // The task is gone only with the client's runtime: then the
@@ -119,8 +123,9 @@ impl Table {
         if answer.created() {
             let ours = self.pending.pop_front()?;
             match self.sinks.get_mut(&ours) {
-                Some((_, id)) => {
+                Some((sink, id)) => {
                     *id = Some(etcd_id);
+                    let _ = sink.send(Note::Created);
                     self.ids.insert(etcd_id, ours);
                 }
                 None => return Some(etcd_id),
@@ -176,9 +181,11 @@ async fn run(client: Client, mut inbox: mpsc::UnboundedReceiver<Command>) {
                 from,
                 sink,
             })) => {
-                let options = WatchOptions::new()
-                    .with_start_revision(from)
-                    .with_filters([WatchFilterType::NoPut]);
+                let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+                let options = match from {
+                    0 => options,
+                    from => options.with_start_revision(from),
+                };
                 let sent = match stream.as_mut() {
                     Some(stream) => stream.watch(key, Some(options)).await.is_ok(),
                     None => match client.watch_client().watch(key, Some(options)).await {
