@@ -247,20 +247,6 @@ where
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentile_is_nearest_rank() {
-        let mut samples: Vec<Duration> = (1..=100).rev().map(Duration::from_micros).collect();
-        assert_eq!(percentile(&mut samples, 50.0), Duration::from_micros(50));
-        assert_eq!(percentile(&mut samples, 99.0), Duration::from_micros(99));
-        assert_eq!(percentile(&mut samples, 100.0), Duration::from_micros(100));
-        assert_eq!(percentile(&mut [], 50.0), Duration::ZERO);
-    }
-}
-
 /// The etcd server an example runs against: `LOCK_URL` when it names one
 /// (`etcd://...`), otherwise a throwaway single-member `etcd` on free
 /// loopback ports (never 2379/2380), stopped with the example.
@@ -387,5 +373,19 @@ impl Drop for Etcd {
             let _ = keeper.wait();
             let _ = std::fs::remove_dir_all(dir);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let mut samples: Vec<Duration> = (1..=100).rev().map(Duration::from_micros).collect();
+        assert_eq!(percentile(&mut samples, 50.0), Duration::from_micros(50));
+        assert_eq!(percentile(&mut samples, 99.0), Duration::from_micros(99));
+        assert_eq!(percentile(&mut samples, 100.0), Duration::from_micros(100));
+        assert_eq!(percentile(&mut [], 50.0), Duration::ZERO);
     }
 }

@@ -2,6 +2,7 @@
 //! by the tests themselves and stopped when dropped (or when the test process
 //! ends). Never the machine's 6379.
 
+pub mod engines;
 pub mod etcd;
 pub mod proxy;
 pub mod topology;

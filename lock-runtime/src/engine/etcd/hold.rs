@@ -20,6 +20,10 @@ use crate::telemetry::HeldMetric;
 use crate::watchdog::valid_until;
 use crate::{LockClient, LockError};
 
+/// The end of a key's value (its holder id) while the key is kept only by
+/// a `hold_at_least` minimum.
+pub(super) const KEPT: &str = " kept";
+
 /// How a record's key is kept alive.
 pub(super) enum Lease {
     /// Bound to the client's session lease.
@@ -557,9 +561,10 @@ async fn give_back_once(
     let answer = match kept {
         Some(left) if !left.is_zero() => {
             let granted = etcd.call(leases.grant(ttl_secs(left), None)).await?;
+            // Marked kept: `inspect` shows a holder with no holds left.
             let put = Txn::new().when([record.ours()]).and_then([TxnOp::put(
                 record.key.as_str(),
-                record.holder.as_str(),
+                [record.holder.as_str(), KEPT].concat(),
                 Some(PutOptions::new().with_lease(granted.id())),
             )]);
             etcd.call(kv.txn(put)).await?

@@ -9,6 +9,7 @@ use etcd_client::{
 };
 
 use super::Etcd;
+use super::hold::KEPT;
 use super::layout::{Side, check_name, prefix};
 use crate::LockError;
 use crate::inspect::{HolderInfo, LockInfo, LockKind, RwMode};
@@ -49,9 +50,14 @@ fn holders(contenders: &[(Side, KeyValue)]) -> usize {
 /// A contender's holder id: the value we write, else (`etcdctl`) the key.
 fn holder_of(kv: &KeyValue) -> String {
     match kv.value_str() {
-        Ok(value) if !value.is_empty() => value.to_owned(),
+        Ok(value) if !value.is_empty() => value.strip_suffix(KEPT).unwrap_or(value).to_owned(),
         _ => kv.key_str().unwrap_or_default().to_owned(),
     }
+}
+
+/// Whether a contender's key is kept only by a `hold_at_least` minimum.
+fn kept(kv: &KeyValue) -> bool {
+    kv.value_str().is_ok_and(|v| v.ends_with(KEPT))
 }
 
 /// What lock `name` looks like on etcd; `None` when nobody holds it. The
@@ -77,9 +83,11 @@ pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>,
                 .cloned();
             // Upgraded with the map unlocked: dropping a last `Arc<Record>`
             // locks the map.
-            let count = record
-                .and_then(|r| r.upgrade())
-                .map_or(1, |r| r.holds.load(Ordering::Acquire).max(1) as u64);
+            let count = match record.and_then(|r| r.upgrade()) {
+                _ if kept(kv) => 0,
+                Some(r) => r.holds.load(Ordering::Acquire).max(1) as u64,
+                None => 1,
+            };
             HolderInfo {
                 guards: etcd.own.guards(name, &id),
                 id,

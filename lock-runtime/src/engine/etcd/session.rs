@@ -290,6 +290,11 @@ async fn keep_alive(
                     }
                     let ttl = Duration::from_secs(answer.ttl() as u64);
                     validity.send_modify(|v| v.until = v.until.max(valid_until(sent, ttl)));
+                    // Every hold on the lease was renewed.
+                    if let Some(keys) = keys.upgrade() {
+                        let held = keys.lock().unwrap_or_else(|p| p.into_inner()).len();
+                        crate::telemetry::renewed(held as u64);
+                    }
                     check_keys(&client, lease, response_timeout, &keys).await;
                 }
                 Ok(Ok(Some(_))) => {

@@ -224,11 +224,13 @@ impl Pending {
     async fn give_up(&mut self) {
         let etcd = self.etcd.clone();
         let made = self.made();
-        let undone = etcd
-            .runtime
+        let (passed_in, passed) = oneshot::channel();
+        etcd.runtime
             .clone()
-            .spawn(async move { undo(&etcd, made).await });
-        let _ = undone.await;
+            .spawn(async move { undo(&etcd, made, Some(passed_in)).await });
+        // Until the first try is done (the turn passed on): any later tries
+        // go on in the background.
+        let _ = passed.await;
     }
 }
 
@@ -241,14 +243,17 @@ impl Drop for Pending {
         let made = self.made();
         self.etcd
             .runtime
-            .spawn(async move { undo(&etcd, made).await });
+            .spawn(async move { undo(&etcd, made, None).await });
     }
 }
 
-/// Deletes the key and revokes the fixed lease, retrying what may heal
-/// for a while, once the last create sent has its answer (at most twice
-/// the response timeout); then passes the process queue's turn on.
-async fn undo(etcd: &Etcd, made: Made) {
+/// Deletes the key and revokes the fixed lease once the last create sent
+/// has its answer (at most twice the response timeout). The process
+/// queue's turn passes on after the first try (`passed` is told): if that
+/// failed, the key may still be there, and the client's next acquisition
+/// of the name waits for it to go (a key it did not make is never its
+/// own), while this keeps trying, as long as the session lives.
+async fn undo(etcd: &Etcd, made: Made, passed: Option<oneshot::Sender<()>>) {
     let Made {
         session,
         key,
@@ -261,6 +266,7 @@ async fn undo(etcd: &Etcd, made: Made) {
     }
     // Until it is done or cannot be: a key left on the session's lease
     // would be kept alive for good.
+    let (mut turn, mut passed) = (turn, passed);
     for tries in 1.. {
         let mut kv = etcd.client().kv_client();
         let deleted = match &key {
@@ -274,6 +280,10 @@ async fn undo(etcd: &Etcd, made: Made) {
             }
             None => Ok(()),
         };
+        drop(turn.take());
+        if let Some(passed) = passed.take() {
+            let _ = passed.send(());
+        }
         match deleted.and(revoked) {
             Err(e) if transient(&e) && !session.as_ref().is_some_and(|s| s.is_lost()) => {
                 if tries == crate::config::UNLOCK_TRIES {
@@ -288,7 +298,6 @@ async fn undo(etcd: &Etcd, made: Made) {
             Ok(()) => break,
         }
     }
-    drop(turn);
 }
 
 /// A hold taken in etcd.

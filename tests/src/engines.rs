@@ -1,0 +1,162 @@
+//! One store of either engine, for the contract tests that run on both
+//! (`tests/tests/engines.rs`): a [`Store`] starts a Redis [`Server`] or an
+//! [`Etcd`] server, hands out lock clients for it, and tells, the way
+//! another program would see it in the store, how many callers wait for a
+//! lock (an event a test awaits instead of sleeping).
+
+use std::time::{Duration, Instant};
+
+use lock_runtime::{Config, LockClient};
+
+use crate::etcd::Etcd;
+use crate::{Kind, Server, numsub};
+
+/// A test's store: a fresh server of one engine, stopped when dropped.
+pub enum Store {
+    /// A `redis-server` (engine `redis`).
+    Redis(Server),
+    /// A single-member `etcd` (engine `etcd`).
+    Etcd(Etcd),
+}
+
+impl Store {
+    /// A fresh Redis server on a free loopback port.
+    pub fn redis() -> Store {
+        Store::Redis(Server::start())
+    }
+
+    /// A fresh single-member etcd server on free loopback ports.
+    pub fn etcd() -> Store {
+        Store::Etcd(Etcd::start())
+    }
+
+    /// The engine's name, as [`LockClient::engine_name`] gives it.
+    pub fn engine(&self) -> &'static str {
+        match self {
+            Store::Redis(_) => "redis",
+            Store::Etcd(_) => "etcd",
+        }
+    }
+
+    /// The URL a lock client (or `lockctl --url`) is configured with.
+    pub fn url(&self) -> String {
+        match self {
+            Store::Redis(server) => server.url(),
+            Store::Etcd(etcd) => etcd.url(),
+        }
+    }
+
+    /// Stops the server (its data is gone with it, on Redis; etcd keeps
+    /// it on disk): clients of it meet a dead store.
+    pub fn stop(&mut self) {
+        match self {
+            Store::Redis(server) => server.stop(),
+            Store::Etcd(etcd) => etcd.stop(),
+        }
+    }
+
+    /// A lock client with the default configuration.
+    pub async fn client(&self) -> LockClient {
+        self.client_with(|c| c).await
+    }
+
+    /// A lock client whose configuration `tune` adjusts. Panics when it
+    /// does not connect, or connects to another engine than this store's.
+    pub async fn client_with(&self, tune: impl FnOnce(Config) -> Config) -> LockClient {
+        let client = LockClient::connect(tune(Config::new(self.url())))
+            .await
+            .unwrap_or_else(|e| panic!("a lock client connects to the {}: {e}", self.engine()));
+        assert_eq!(
+            client.engine_name(),
+            self.engine(),
+            "the URL picks the engine"
+        );
+        client
+    }
+
+    /// How many callers of other clients wait for lock `name` of `kind`,
+    /// as the store shows them:
+    ///
+    /// - Redis: the clients listening on the lock's unlock channel
+    ///   (reentrant: `redisson_lock__channel:{name}`, read-write:
+    ///   `redisson_rwlock:{name}`; one per client, however many of its
+    ///   tasks wait), or the fair lock's queue (one entry per waiter);
+    /// - etcd: the contender keys under `<name>/` that do not hold (one per
+    ///   client and name for a mutex, one per waiting reader or writer):
+    ///   in create order, the holders are the first key, or the readers'
+    ///   keys before the first key that is not a reader's.
+    ///
+    /// A waiter that gave up or was dropped leaves this count.
+    pub async fn waiting(&self, kind: Kind, name: &str) -> usize {
+        match self {
+            Store::Redis(server) => {
+                let mut raw = server.raw().await;
+                let n = match kind {
+                    Kind::Reentrant => {
+                        numsub(&mut raw, &format!("redisson_lock__channel:{{{name}}}")).await
+                    }
+                    Kind::Read | Kind::Write => {
+                        numsub(&mut raw, &format!("redisson_rwlock:{{{name}}}")).await
+                    }
+                    Kind::Fair => redis::cmd("LLEN")
+                        .arg(format!("redisson_lock_queue:{{{name}}}"))
+                        .query_async(&mut raw)
+                        .await
+                        .expect("LLEN"),
+                };
+                usize::try_from(n).unwrap_or(0)
+            }
+            Store::Etcd(etcd) => {
+                let keys = etcd_keys(&etcd.endpoint(), name).await;
+                let read = |key: &String| key[name.len() + 1..].starts_with("read/");
+                let holders = match keys.first() {
+                    None => 0,
+                    Some(first) if read(first) => keys.iter().take_while(|k| read(k)).count(),
+                    Some(_) => 1,
+                };
+                keys.len() - holders
+            }
+        }
+    }
+
+    /// Waits (at most `within`, generous: it asserts no speed) until
+    /// exactly `n` callers wait for lock `name` (see
+    /// [`waiting`](Self::waiting)). Panics with the last count otherwise.
+    pub async fn until_waiting(&self, kind: Kind, name: &str, n: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let now = self.waiting(kind, name).await;
+            if now == n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "on {}: {n} waiters for {kind:?} lock {name} never came ({now} wait)",
+                self.engine()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// The keys under `<name>/` on the etcd server at `endpoint`, oldest
+/// (lowest create revision) first, read with `etcdctl` (a process of its
+/// own, awaited without blocking the runtime).
+pub async fn etcd_keys(endpoint: &str, name: &str) -> Vec<String> {
+    let out = tokio::process::Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoint}"))
+        .args(["get", "--prefix", "--keys-only"])
+        .args(["--sort-by=CREATE", "--order=ASCEND"])
+        .arg(format!("{name}/"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("etcdctl runs (is it installed? `apt-get install etcd-client`)");
+    assert!(out.status.success(), "etcdctl get: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}

@@ -1,0 +1,848 @@
+//! The contract that does not depend on the store, run on both engines:
+//! every case below is one `async fn case(store: &Store)` (`&mut Store`
+//! for the one that stops it), and
+//! [`on_both_engines!`] makes it two tests, `<case>::on_redis` and
+//! `<case>::on_etcd`, each against a fresh server of its own (DESIGN §3,
+//! §9: "the client, builders, guards, attribute, `inspect`/`force_unlock`
+//! ... are the same for all").
+//!
+//! What a case may look at in the store is what [`Store`] offers: lock
+//! clients, and how many callers wait for a lock (to await a waiter's
+//! arrival instead of sleeping). Everything else goes through the public
+//! API, so a case asserts only what every engine promises. Layouts,
+//! interop and faults stay in the engine's own test files.
+//!
+//! Run one engine's half with `cargo test -p tests --test engines on_etcd`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockError, LockKind, RwMode, distributed_lock};
+use tests::engines::Store;
+use tests::{Kind, Section, eventually, finish};
+use tokio::time::timeout;
+
+/// Generous bound on one wait for an event (it asserts no speed). Shorter
+/// than the default watchdog lease (30 s), so a waiter that gets a lock
+/// within it was woken by a release, not by the holder's lease running out.
+const WITHIN: Duration = Duration::from_secs(20);
+
+/// Makes each named `async fn(&Store)` case two tests in a module of the
+/// case's name: `on_redis` and `on_etcd`.
+macro_rules! on_both_engines {
+    ($($case:ident),+ $(,)?) => {
+        $(
+            mod $case {
+                use tests::engines::Store;
+
+                #[tokio::test]
+                async fn on_redis() {
+                    super::$case(&mut Store::redis()).await;
+                }
+
+                #[tokio::test]
+                async fn on_etcd() {
+                    super::$case(&mut Store::etcd()).await;
+                }
+            }
+        )+
+    };
+}
+
+on_both_engines!(
+    waiting_runs_out_with_a_typed_timeout_and_a_release_wakes_a_waiter,
+    one_holder_at_a_time_across_clients_and_tasks,
+    tokens_strictly_increase_across_holders_and_reentries,
+    reentry_follows_the_scope_not_the_task,
+    a_release_after_a_fixed_lease_ran_out_is_lost,
+    lost_resolves_after_force_unlock_and_the_waiter_gets_the_lock,
+    inspect_names_the_holders,
+    a_fair_lock_serves_clients_in_arrival_order,
+    readers_share_and_a_writer_excludes,
+    a_multi_lock_takes_both_names_or_neither,
+    a_segmented_lock_takes_one_segment_or_all,
+    hold_at_least_keeps_the_lock_taken_after_an_early_release,
+    the_attribute_locks_on_the_client_it_is_given,
+    a_dropped_guard_is_released,
+    a_cancelled_waiter_leaves_nothing_behind,
+    the_watchdog_keeps_a_hold_past_its_lease,
+    extend_moves_a_fixed_lease_forward,
+    bad_input_is_a_typed_error,
+    a_dead_store_is_an_error_not_a_busy_lock,
+);
+
+/// The lock's holders' ids, as `client` inspects them (none when free).
+async fn holder_ids(client: &LockClient, name: &str) -> Vec<String> {
+    let info = client.inspect(name).await.expect("inspect");
+    info.map(|i| i.holders.into_iter().map(|h| h.id).collect())
+        .unwrap_or_default()
+}
+
+/// One attempt at `kind` on `name`: whether it was free (then given back).
+async fn free(client: &LockClient, kind: Kind, name: &str) -> bool {
+    match kind.builder(client, name).try_acquire().await.expect("try") {
+        Some(guard) => {
+            guard.release().await.expect("release");
+            true
+        }
+        None => false,
+    }
+}
+
+async fn waiting_runs_out_with_a_typed_timeout_and_a_release_wakes_a_waiter(store: &Store) {
+    let (a, b) = (store.client().await, store.client().await);
+    let guard = a.lock("busy").acquire().await.unwrap();
+    assert!(b.lock("busy").try_acquire().await.unwrap().is_none());
+
+    let wait = Duration::from_millis(300);
+    match b.lock("busy").wait(wait).acquire().await {
+        Err(LockError::Timeout { name, waited }) => {
+            assert_eq!(name, "busy");
+            assert_eq!(waited, wait);
+        }
+        other => panic!("expected a timeout after {wait:?}, got {other:?}"),
+    }
+    match b.fair_lock("busy").wait(Duration::ZERO).acquire().await {
+        Err(LockError::Timeout { name, waited }) => {
+            assert_eq!(name, "busy");
+            assert_eq!(waited, Duration::ZERO);
+        }
+        other => panic!("expected a timeout of one attempt, got {other:?}"),
+    }
+    // The waits that ran out left nobody waiting, and the holder holding.
+    store
+        .until_waiting(Kind::Reentrant, "busy", 0, WITHIN)
+        .await;
+    assert_eq!(holder_ids(&b, "busy").await, [guard.holder_id()]);
+    assert!(!guard.is_lost());
+
+    // A waiter with time to spare is woken by the release (the holder's
+    // watchdog lease would outlast its wait).
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("busy").wait(WITHIN).acquire().await }
+    });
+    store
+        .until_waiting(Kind::Reentrant, "busy", 1, WITHIN)
+        .await;
+    guard.release().await.unwrap();
+    let next = finish(WITHIN, waiter).await;
+    assert_eq!(holder_ids(&a, "busy").await, [next.holder_id()]);
+    next.release().await.unwrap();
+    assert!(a.inspect("busy").await.unwrap().is_none());
+}
+
+/// Mutual exclusion of every exclusive kind: two clients, four tasks each,
+/// five rounds each; never two inside at once.
+async fn one_holder_at_a_time_across_clients_and_tasks(store: &Store) {
+    let clients = [store.client().await, store.client().await];
+    for kind in [Kind::Reentrant, Kind::Fair, Kind::Write] {
+        let name = format!("count-{kind:?}");
+        let inside = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let entries = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for client in &clients {
+            for _ in 0..4 {
+                let (client, name) = (client.clone(), name.clone());
+                let (inside, most, entries) = (inside.clone(), most.clone(), entries.clone());
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..5 {
+                        let guard = kind.builder(&client, &name).wait(WITHIN).acquire().await?;
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        entries.fetch_add(1, Ordering::SeqCst);
+                        // An await point inside: a second holder would get in.
+                        tokio::task::yield_now().await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        guard.release().await?;
+                    }
+                    Ok::<_, LockError>(())
+                }));
+            }
+        }
+        for task in tasks {
+            finish(Duration::from_secs(60), task).await;
+        }
+        assert_eq!(entries.load(Ordering::SeqCst), 40, "{kind:?}");
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            1,
+            "{kind:?}: two holders inside at once"
+        );
+        assert!(clients[0].inspect(&name).await.unwrap().is_none());
+    }
+}
+
+async fn tokens_strictly_increase_across_holders_and_reentries(store: &Store) {
+    let (a, b) = (store.client().await, store.client().await);
+    for kind in [Kind::Reentrant, Kind::Fair, Kind::Write] {
+        let name = format!("fenced-{kind:?}");
+        let mut last = 0;
+        for round in 0..6 {
+            let client = if round % 2 == 0 { &a } else { &b };
+            let outer = kind.builder(client, &name).acquire().await.unwrap();
+            assert!(
+                outer.token() > last,
+                "{kind:?} round {round}: {} after {last}",
+                outer.token()
+            );
+            let inner = outer
+                .scope(kind.builder(client, &name).wait(Duration::ZERO).acquire())
+                .await
+                .unwrap_or_else(|e| panic!("{kind:?}: re-entry in the scope: {e}"));
+            assert!(
+                inner.token() > outer.token(),
+                "{kind:?}: a re-entry takes a new token: {} after {}",
+                inner.token(),
+                outer.token()
+            );
+            last = inner.token();
+            inner.release().await.unwrap();
+            outer.release().await.unwrap();
+        }
+    }
+}
+
+/// Takes `name` as a new holder (no scope), runs `section` under it, releases.
+async fn exclusive(client: &LockClient, name: &str, section: &Section) -> Result<(), LockError> {
+    let guard = client.lock(name).wait(WITHIN).acquire().await?;
+    section.enter(async {}).await;
+    guard.release().await
+}
+
+async fn reentry_follows_the_scope_not_the_task(store: &Store) {
+    let (client, other) = (store.client().await, store.client().await);
+
+    // Joined in one task outside any scope: two holders.
+    let (first, second) = tokio::join!(
+        client.lock("joined").wait(Duration::ZERO).acquire(),
+        client.lock("joined").wait(Duration::ZERO).acquire()
+    );
+    match (first, second) {
+        (Ok(guard), Err(LockError::Timeout { .. }))
+        | (Err(LockError::Timeout { .. }), Ok(guard)) => guard.release().await.unwrap(),
+        (first, second) => {
+            panic!("one of two joined attempts gets the lock: {first:?}, {second:?}")
+        }
+    }
+    let section = Section::new();
+    let (first, second) = timeout(Duration::from_secs(60), async {
+        tokio::join!(
+            exclusive(&client, "joined", &section),
+            exclusive(&client, "joined", &section)
+        )
+    })
+    .await
+    .expect("the joined acquisitions finished");
+    first.unwrap();
+    second.unwrap();
+    assert_eq!(section.max(), 1, "two joined futures were inside at once");
+
+    let outer = client.lock("scoped").acquire().await.unwrap();
+    // Outside the guard's scope, the same task is another holder...
+    assert!(client.lock("scoped").try_acquire().await.unwrap().is_none());
+    // ...and so is a task spawned inside it (it starts with no scope).
+    let spawned = outer
+        .scope(tokio::spawn({
+            let client = client.clone();
+            async move {
+                client
+                    .lock("scoped")
+                    .try_acquire()
+                    .await
+                    .map(|g| g.is_some())
+            }
+        }))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!spawned, "a task spawned in the scope re-entered");
+    // Inside the scope: a re-entry, one attempt suffices.
+    outer
+        .scope(async {
+            let inner = client
+                .lock("scoped")
+                .wait(Duration::ZERO)
+                .acquire()
+                .await
+                .expect("re-entry in the scope");
+            assert_eq!(inner.holder_id(), outer.holder_id());
+            let info = client.inspect("scoped").await.unwrap().expect("held");
+            assert_eq!(info.holders.len(), 1);
+            assert_eq!(info.holders[0].count, 2, "one holder, held twice");
+            inner.release().await.unwrap();
+        })
+        .await;
+    // The outer hold remains after the inner release.
+    assert!(other.lock("scoped").try_acquire().await.unwrap().is_none());
+    let info = client.inspect("scoped").await.unwrap().expect("held");
+    assert_eq!(info.holders[0].count, 1);
+    outer.release().await.unwrap();
+    assert!(free(&other, Kind::Reentrant, "scoped").await);
+}
+
+async fn a_release_after_a_fixed_lease_ran_out_is_lost(store: &Store) {
+    let (a, b) = (store.client().await, store.client().await);
+    let guard = a
+        .lock("leased")
+        .lease(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(a.renewed_locks(), 0, "a fixed lease is not renewed");
+    // Nobody releases it: the other client gets it when the lease ends.
+    let next = b.lock("leased").wait(WITHIN).acquire().await.unwrap();
+    assert!(next.token() > guard.token());
+    assert!(guard.is_lost(), "the guard knows its lease ran out");
+    timeout(WITHIN, guard.lost())
+        .await
+        .expect("lost() resolves");
+    match guard.release().await {
+        Err(LockError::Lost { name }) => assert_eq!(name, "leased"),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    // The late release left the new holder alone.
+    assert_eq!(holder_ids(&a, "leased").await, [next.holder_id()]);
+    assert!(a.lock("leased").try_acquire().await.unwrap().is_none());
+    next.release().await.unwrap();
+}
+
+async fn lost_resolves_after_force_unlock_and_the_waiter_gets_the_lock(store: &Store) {
+    // Renewed every second: by its own clock the hold is never lost, so
+    // only the force-unlock can end it.
+    let a = store
+        .client_with(|c| c.watchdog_timeout(Duration::from_secs(3)))
+        .await;
+    let (b, c) = (store.client().await, store.client().await);
+    let guard = a.lock("stuck").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let c = c.clone();
+        async move { c.lock("stuck").wait(WITHIN).acquire().await }
+    });
+    store
+        .until_waiting(Kind::Reentrant, "stuck", 1, WITHIN)
+        .await;
+    assert!(!guard.is_lost());
+
+    assert!(b.force_unlock("stuck").await.unwrap(), "there was a holder");
+    timeout(WITHIN, guard.lost())
+        .await
+        .expect("lost() resolves after a force-unlock");
+    assert!(guard.is_lost());
+    let next = finish(WITHIN, waiter).await;
+    assert_eq!(holder_ids(&b, "stuck").await, [next.holder_id()]);
+    match guard.release().await {
+        Err(LockError::Lost { name }) => assert_eq!(name, "stuck"),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    eventually("a lost hold is no longer renewed", WITHIN, || async {
+        a.renewed_locks() == 0
+    })
+    .await;
+    // The old holder's late release left the new holder alone.
+    assert_eq!(holder_ids(&b, "stuck").await, [next.holder_id()]);
+    next.release().await.unwrap();
+    assert!(!b.force_unlock("stuck").await.unwrap(), "nothing to free");
+    assert!(free(&a, Kind::Reentrant, "stuck").await);
+}
+
+async fn inspect_names_the_holders(store: &Store) {
+    let (a, b) = (store.client().await, store.client().await);
+    assert_eq!(b.inspect("seen").await.unwrap(), None);
+
+    let guard = a.lock("seen").acquire().await.unwrap();
+    assert!(
+        guard.holder_id().starts_with(&format!("{}:", a.id())),
+        "holder id <client id>:<n>: {}",
+        guard.holder_id()
+    );
+    let info = b.inspect("seen").await.unwrap().expect("held");
+    assert_eq!(info.name, "seen");
+    assert_eq!(info.kind, LockKind::Reentrant);
+    assert_eq!(info.mode, None);
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert_eq!(info.holders[0].id, guard.holder_id());
+    assert_eq!(info.holders[0].client_id(), a.id());
+    assert_eq!(info.holders[0].count, 1);
+    assert!(!info.holders[0].write);
+    let ttl = info.ttl.expect("a watchdog lease has a TTL");
+    assert!(
+        ttl > Duration::ZERO && ttl <= Duration::from_secs(30),
+        "{ttl:?}"
+    );
+    assert!(info.queue.is_empty(), "{info:?}");
+    guard.release().await.unwrap();
+    assert_eq!(b.inspect("seen").await.unwrap(), None);
+
+    // Two readers, then a writer.
+    let r1 = a.read_write_lock("doc").read().acquire().await.unwrap();
+    let r2 = b.read_write_lock("doc").read().acquire().await.unwrap();
+    let info = a.inspect("doc").await.unwrap().expect("read");
+    assert_eq!(info.kind, LockKind::ReadWrite);
+    assert_eq!(info.mode, Some(RwMode::Read));
+    let mut ids: Vec<&str> = info.holders.iter().map(|h| h.id.as_str()).collect();
+    ids.sort();
+    let mut expected = [r1.holder_id(), r2.holder_id()];
+    expected.sort();
+    assert_eq!(ids, expected);
+    assert!(info.holders.iter().all(|h| !h.write && h.count == 1));
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let w = b.read_write_lock("doc").write().acquire().await.unwrap();
+    let info = a.inspect("doc").await.unwrap().expect("written");
+    assert_eq!(info.kind, LockKind::ReadWrite);
+    assert_eq!(info.mode, Some(RwMode::Write));
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert_eq!(info.holders[0].id, w.holder_id());
+    assert!(info.holders[0].write);
+    w.release().await.unwrap();
+    assert_eq!(a.inspect("doc").await.unwrap(), None);
+}
+
+async fn a_fair_lock_serves_clients_in_arrival_order(store: &Store) {
+    let holder = store.client().await;
+    let guard = holder.fair_lock("line").acquire().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        let client = store.client().await;
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = client.fair_lock("line").wait(WITHIN).acquire().await?;
+            order.lock().unwrap().push(i);
+            guard.release().await
+        }));
+        // The next one arrives after this one waits.
+        store.until_waiting(Kind::Fair, "line", i + 1, WITHIN).await;
+    }
+    guard.release().await.unwrap();
+    for waiter in waiters {
+        finish(WITHIN, waiter).await;
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4]);
+    store.until_waiting(Kind::Fair, "line", 0, WITHIN).await;
+    assert!(holder.inspect("line").await.unwrap().is_none());
+}
+
+async fn readers_share_and_a_writer_excludes(store: &Store) {
+    let (a, b, w) = (
+        store.client().await,
+        store.client().await,
+        store.client().await,
+    );
+    let r1 = a.read_write_lock("doc").read().try_acquire().await.unwrap();
+    let r2 = b.read_write_lock("doc").read().try_acquire().await.unwrap();
+    let (r1, r2) = (
+        r1.expect("a reader"),
+        r2.expect("a second reader beside it"),
+    );
+    assert!(
+        !free(&w, Kind::Write, "doc").await,
+        "a writer beside readers"
+    );
+
+    // A writer waits for every reader.
+    let writer = tokio::spawn({
+        let w = w.clone();
+        async move {
+            w.read_write_lock("doc")
+                .write()
+                .wait(WITHIN)
+                .acquire()
+                .await
+        }
+    });
+    store.until_waiting(Kind::Write, "doc", 1, WITHIN).await;
+    r1.release().await.unwrap();
+    // One reader left: it alone holds, in read mode.
+    let info = a.inspect("doc").await.unwrap().expect("read");
+    assert_eq!(info.mode, Some(RwMode::Read));
+    let ids: Vec<&str> = info.holders.iter().map(|h| h.id.as_str()).collect();
+    assert_eq!(ids, [r2.holder_id()]);
+    assert!(!writer.is_finished(), "the writer got in beside a reader");
+    r2.release().await.unwrap();
+    let writing = finish(WITHIN, writer).await;
+
+    // A writer excludes readers and writers.
+    assert!(
+        !free(&a, Kind::Read, "doc").await,
+        "a reader beside a writer"
+    );
+    assert!(!free(&b, Kind::Write, "doc").await, "two writers");
+    writing.release().await.unwrap();
+    assert!(free(&a, Kind::Read, "doc").await);
+    assert!(free(&b, Kind::Write, "doc").await);
+}
+
+async fn a_multi_lock_takes_both_names_or_neither(store: &Store) {
+    let (a, b, c) = (
+        store.client().await,
+        store.client().await,
+        store.client().await,
+    );
+    let both = a.multi_lock(["m:b", "m:a"]).acquire().await.unwrap();
+    assert_eq!(both.name(), "m:a+m:b");
+    assert_eq!(holder_ids(&c, "m:a").await, [both.holder_id()]);
+    assert_eq!(holder_ids(&c, "m:b").await, [both.holder_id()]);
+    assert!(!free(&b, Kind::Reentrant, "m:a").await);
+    assert!(!free(&b, Kind::Reentrant, "m:b").await);
+    let token = both.token();
+    both.release().await.unwrap();
+    assert!(c.inspect("m:a").await.unwrap().is_none());
+    assert!(c.inspect("m:b").await.unwrap().is_none());
+
+    // One name busy: neither is taken.
+    let blocker = b.lock("m:b").acquire().await.unwrap();
+    match a
+        .multi_lock(["m:a", "m:b"])
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+    {
+        Err(LockError::Timeout { name, .. }) => assert_eq!(name, "m:b", "names the busy lock"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    eventually("the failed attempt gave m:a back", WITHIN, || async {
+        c.inspect("m:a").await.unwrap().is_none()
+    })
+    .await;
+    assert_eq!(a.renewed_locks(), 0, "nothing left for the watchdog");
+
+    // A waiting multi lock holds nothing while it waits, and gets both.
+    let waiting = tokio::spawn({
+        let a = a.clone();
+        async move { a.multi_lock(["m:a", "m:b"]).wait(WITHIN).acquire().await }
+    });
+    store.until_waiting(Kind::Reentrant, "m:b", 1, WITHIN).await;
+    assert!(free(&c, Kind::Reentrant, "m:a").await, "held while waiting");
+    blocker.release().await.unwrap();
+    let both = finish(WITHIN, waiting).await;
+    assert!(both.token() > token, "{} after {token}", both.token());
+    assert!(!free(&c, Kind::Reentrant, "m:a").await);
+    assert!(!free(&c, Kind::Reentrant, "m:b").await);
+    both.release().await.unwrap();
+}
+
+async fn a_segmented_lock_takes_one_segment_or_all(store: &Store) {
+    let (a, b, c) = (
+        store.client().await,
+        store.client().await,
+        store.client().await,
+    );
+    let ours = a.segmented_lock("sku", 3);
+    let one = ours.segment(1).acquire().await.unwrap();
+    assert_eq!(one.segment(), 1);
+    assert_eq!(one.name(), ours.segment_name(1));
+    assert_eq!(
+        holder_ids(&c, &ours.segment_name(1)).await,
+        [one.guard().holder_id()]
+    );
+    let theirs = b.segmented_lock("sku", 3);
+    assert!(theirs.segment(1).try_acquire().await.unwrap().is_none());
+    // Whichever segment it starts from, `any` finds a free one.
+    for _ in 0..3 {
+        let got = theirs
+            .any()
+            .try_acquire()
+            .await
+            .unwrap()
+            .expect("a free one");
+        assert_ne!(got.segment(), 1);
+        got.release().await.unwrap();
+    }
+
+    // `all` while one is held: a timeout naming the lock, holding none.
+    match theirs
+        .all()
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .await
+    {
+        Err(LockError::Timeout { name, .. }) => assert_eq!(name, "sku"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let probe = c.segmented_lock("sku", 3);
+    eventually("segments 0 and 2 given back", WITHIN, || async {
+        let mut given_back = true;
+        for segment in [0, 2] {
+            match probe.segment(segment).try_acquire().await.unwrap() {
+                Some(guard) => guard.release().await.unwrap(),
+                None => given_back = false,
+            }
+        }
+        given_back
+    })
+    .await;
+
+    // A waiting `all` gets every segment once the holder leaves.
+    let waiting = tokio::spawn(async move { theirs.all().wait(WITHIN).acquire().await });
+    one.release().await.unwrap();
+    let all = finish(WITHIN, waiting).await;
+    let segments: Vec<usize> = all.segments().iter().map(|g| g.segment()).collect();
+    assert_eq!(segments, [0, 1, 2]);
+    assert!((0..3).all(|i| all.token(i).is_some_and(|t| t > 0)));
+    assert!(ours.any().try_acquire().await.unwrap().is_none());
+    assert!(probe.segment(2).try_acquire().await.unwrap().is_none());
+    all.release().await.unwrap();
+    let again = ours.any().try_acquire().await.unwrap().expect("free again");
+    again.release().await.unwrap();
+}
+
+async fn hold_at_least_keeps_the_lock_taken_after_an_early_release(store: &Store) {
+    let (a, b) = (store.client().await, store.client().await);
+    let minimum = Duration::from_secs(3);
+    let guard = a
+        .lock("job")
+        .hold_at_least(minimum)
+        .acquire()
+        .await
+        .unwrap();
+    let (holder, token) = (guard.holder_id().to_owned(), guard.token());
+    guard.release().await.unwrap();
+    // Released, but taken until the minimum ends.
+    assert!(b.lock("job").try_acquire().await.unwrap().is_none());
+    let during = b.inspect("job").await.unwrap().expect("still taken");
+    // Then it is free without anyone releasing it again.
+    let later = b.lock("job").wait(WITHIN).acquire().await.unwrap();
+    assert!(later.token() > token);
+    later.release().await.unwrap();
+
+    assert_eq!(during.holders.len(), 1, "{during:?}");
+    assert_eq!(during.holders[0].id, holder);
+    let ttl = during.ttl.expect("the minimum's end is a TTL");
+    assert!(ttl <= minimum, "{ttl:?}");
+    assert_eq!(
+        during.holders[0].count, 0,
+        "a holder whose holds are all released, kept until its minimum ends, \
+         counts 0 (HolderInfo::count): {during:?}"
+    );
+}
+
+// The attribute on a client of its own (`client = locks`), not the global one.
+
+#[distributed_lock(key = "attr:<id>", client = locks)]
+async fn critical(locks: &LockClient, id: u64, section: &Section) -> Result<(), LockError> {
+    section.enter(async {}).await;
+    Ok(())
+}
+
+/// Calls [`inner`] inside its locked body.
+#[distributed_lock(key = "attr:<id>", client = locks)]
+async fn outer(locks: &LockClient, id: u64) -> Result<u64, LockError> {
+    inner(locks, id).await
+}
+
+/// The hold count of `attr:<id>` from inside its locked body.
+#[distributed_lock(key = "attr:<id>", client = locks)]
+async fn inner(locks: &LockClient, id: u64) -> Result<u64, LockError> {
+    let info = locks.inspect(&format!("attr:{id}")).await?;
+    Ok(info.expect("held inside the body").holders[0].count)
+}
+
+#[distributed_lock(key = "attr:<id>", wait = "0s", client = locks)]
+async fn once(locks: &LockClient, id: u64, ran: &AtomicUsize) -> Result<(), LockError> {
+    ran.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[distributed_lock(key = "attr:<id>", on_busy = "skip", client = locks)]
+async fn skipped(locks: &LockClient, id: u64, ran: &AtomicUsize) -> Result<(), LockError> {
+    ran.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+async fn the_attribute_locks_on_the_client_it_is_given(store: &Store) {
+    let (ours, theirs) = (store.client().await, store.client().await);
+
+    // Locked calls joined in one task exclude each other.
+    let section = Section::new();
+    let (first, second) = timeout(Duration::from_secs(60), async {
+        tokio::join!(critical(&ours, 1, &section), critical(&ours, 1, &section))
+    })
+    .await
+    .expect("the joined calls finished");
+    first.unwrap();
+    second.unwrap();
+    assert_eq!(section.max(), 1, "two joined bodies ran at once");
+
+    // A locked call awaited in a locked body re-enters.
+    let count = timeout(WITHIN, outer(&ours, 2))
+        .await
+        .expect("the nested call re-entered instead of waiting for its caller")
+        .unwrap();
+    assert_eq!(count, 2, "one holder, held twice");
+    assert!(ours.inspect("attr:2").await.unwrap().is_none(), "released");
+
+    // Busy on another client: a timeout, or a skip; the body never runs.
+    let ran = AtomicUsize::new(0);
+    let held = theirs.lock("attr:3").acquire().await.unwrap();
+    match once(&ours, 3, &ran).await {
+        Err(LockError::Timeout { name, .. }) => assert_eq!(name, "attr:3"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    timeout(WITHIN, skipped(&ours, 3, &ran))
+        .await
+        .expect("a skip makes one attempt")
+        .expect("a skipped call is Ok(())");
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "a body ran without the lock");
+    assert_eq!(holder_ids(&ours, "attr:3").await, [held.holder_id()]);
+    held.release().await.unwrap();
+    once(&ours, 3, &ran).await.unwrap();
+    skipped(&ours, 3, &ran).await.unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+    assert!(free(&theirs, Kind::Reentrant, "attr:3").await);
+}
+
+async fn a_dropped_guard_is_released(store: &Store) {
+    let (a, b) = (store.client().await, store.client().await);
+    let guard = a.lock("dropped").acquire().await.unwrap();
+    drop(guard);
+    // Only the background release frees it within the wait: the watchdog
+    // lease would outlast it.
+    let next = b.lock("dropped").wait(WITHIN).acquire().await.unwrap();
+    next.release().await.unwrap();
+    assert_eq!(a.renewed_locks(), 0);
+
+    // Dropped outside any runtime too.
+    let guard = a.lock("dropped").acquire().await.unwrap();
+    std::thread::spawn(move || drop(guard)).join().unwrap();
+    eventually("released from a plain thread", WITHIN, || async {
+        b.inspect("dropped").await.unwrap().is_none()
+    })
+    .await;
+    assert!(free(&b, Kind::Reentrant, "dropped").await);
+}
+
+async fn a_cancelled_waiter_leaves_nothing_behind(store: &Store) {
+    let (a, b) = (store.client().await, store.client().await);
+    for kind in [Kind::Reentrant, Kind::Fair] {
+        let name = format!("cancel-{kind:?}");
+        let guard = kind.builder(&a, &name).acquire().await.unwrap();
+        let waiter = tokio::spawn({
+            let (b, name) = (b.clone(), name.clone());
+            async move { kind.builder(&b, &name).acquire().await }
+        });
+        store.until_waiting(kind, &name, 1, WITHIN).await;
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled());
+        store.until_waiting(kind, &name, 0, WITHIN).await;
+        guard.release().await.unwrap();
+        // Nothing of the cancelled waiter's is in the way: not in the store,
+        // nor in its client's own queue.
+        let again = kind
+            .builder(&b, &name)
+            .try_acquire()
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{kind:?}: the cancelled waiter left something"));
+        again.release().await.unwrap();
+        assert!(a.inspect(&name).await.unwrap().is_none());
+    }
+}
+
+async fn the_watchdog_keeps_a_hold_past_its_lease(store: &Store) {
+    let lease = Duration::from_secs(2);
+    let a = store.client_with(|c| c.watchdog_timeout(lease)).await;
+    let b = store.client().await;
+    let guard = a.lock("kept").acquire().await.unwrap();
+    assert_eq!(a.renewed_locks(), 1);
+    // Three leases long: still held, never lost.
+    match b.lock("kept").wait(lease * 3).acquire().await {
+        Err(LockError::Timeout { .. }) => {}
+        other => panic!("the lock was free within three leases: {other:?}"),
+    }
+    assert!(!guard.is_lost());
+    assert!(guard.remaining() > Duration::ZERO);
+    assert_eq!(holder_ids(&b, "kept").await, [guard.holder_id()]);
+    guard.release().await.unwrap();
+    assert_eq!(a.renewed_locks(), 0, "a released guard is not renewed");
+}
+
+async fn extend_moves_a_fixed_lease_forward(store: &Store) {
+    let (a, b) = (store.client().await, store.client().await);
+    let mut guard = a
+        .lock("ext")
+        .lease(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    guard.extend(Duration::from_secs(30)).await.unwrap();
+    assert!(guard.remaining() > Duration::from_secs(20), "{guard:?}");
+    let ttl = b.inspect("ext").await.unwrap().expect("held").ttl;
+    assert!(ttl.expect("a TTL") > Duration::from_secs(20), "{ttl:?}");
+    // Held past the first lease's end.
+    match b.lock("ext").wait(Duration::from_secs(3)).acquire().await {
+        Err(LockError::Timeout { .. }) => {}
+        other => panic!("the extended lease ended with the first one: {other:?}"),
+    }
+    assert!(!guard.is_lost());
+    guard.release().await.unwrap();
+    assert!(b.inspect("ext").await.unwrap().is_none());
+
+    // A watchdog lease is the watchdog's to renew.
+    let mut watched = a.lock("ext").acquire().await.unwrap();
+    assert!(matches!(
+        watched.extend(Duration::from_secs(30)).await,
+        Err(LockError::Config(_))
+    ));
+    watched.release().await.unwrap();
+}
+
+async fn bad_input_is_a_typed_error(store: &Store) {
+    let client = store.client().await;
+    let bad_name = client.lock("").acquire().await;
+    assert!(
+        matches!(bad_name, Err(LockError::BadName { .. })),
+        "{bad_name:?}"
+    );
+    let bad_name = client.inspect("").await;
+    assert!(
+        matches!(bad_name, Err(LockError::BadName { .. })),
+        "{bad_name:?}"
+    );
+    let no_lease = client.lock("x").lease(Duration::ZERO).acquire().await;
+    assert!(
+        matches!(no_lease, Err(LockError::Config(_))),
+        "{no_lease:?}"
+    );
+    let no_segments = client.segmented_lock("sku", 0).any().acquire().await;
+    assert!(
+        matches!(no_segments, Err(LockError::Config(_))),
+        "{no_segments:?}"
+    );
+    let past_the_end = client.segmented_lock("sku", 3).segment(3).acquire().await;
+    assert!(
+        matches!(past_the_end, Err(LockError::Config(_))),
+        "{past_the_end:?}"
+    );
+    // None of it left a lock behind.
+    assert!(client.inspect("x").await.unwrap().is_none());
+    assert!(client.locks("*").await.unwrap().is_empty());
+}
+
+/// A store that is gone is a fault, never a busy lock: one attempt (and
+/// so `on_busy = "skip"` and `fallback`, which take `Timeout` for busy)
+/// must not read it as `Timeout`.
+async fn a_dead_store_is_an_error_not_a_busy_lock(store: &mut Store) {
+    let client = store
+        .client_with(|c| {
+            c.response_timeout(Duration::from_secs(2))
+                .connect_timeout(Duration::from_secs(2))
+        })
+        .await;
+    tests::take_and_release(client.lock("gone")).await;
+    store.stop();
+    let attempt = timeout(WITHIN, client.lock("gone").wait(Duration::ZERO).acquire())
+        .await
+        .expect("one attempt returns");
+    assert!(
+        matches!(&attempt, Err(e) if !e.is_timeout()),
+        "one attempt on a dead store: {attempt:?}"
+    );
+    let tried = timeout(WITHIN, client.lock("gone").try_acquire())
+        .await
+        .expect("try_acquire returns");
+    assert!(tried.is_err(), "try_acquire on a dead store: {tried:?}");
+}
