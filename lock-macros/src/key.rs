@@ -10,7 +10,6 @@ use proc_macro2::Span;
 use syn::{Ident, Index, LitStr, Member};
 
 use crate::Errors;
-use crate::sig::Params;
 
 /// One key template, checked for syntax.
 pub(crate) struct Template {
@@ -190,42 +189,4 @@ fn plain_ident(text: &str, span: Span) -> Option<Ident> {
     }
     ident.set_span(span);
     Some(ident)
-}
-
-/// Resolves every placeholder of `templates` against the function's
-/// parameters.
-pub(crate) fn check(templates: &[Template], params: &Params, fn_name: &Ident) -> syn::Result<()> {
-    let mut errors = Errors::default();
-    for template in templates {
-        for placeholder in template.placeholders() {
-            let root = &placeholder.root;
-            let text = &placeholder.text;
-            let message = if root == "self" {
-                if params.has_self {
-                    continue;
-                }
-                format!(
-                    "placeholder `<{text}>` names `self`, but `{fn_name}` has no `self` \
-                     parameter; {}",
-                    params.describe()
-                )
-            } else if params.names.iter().any(|name| name == root) {
-                continue;
-            } else if params.in_patterns.iter().any(|name| name == root) {
-                format!(
-                    "placeholder `<{text}>` names `{root}`, which is bound inside a pattern \
-                     parameter of `{fn_name}`; placeholders name whole parameters: bind the \
-                     parameter to a name (e.g. `order: Order`) and write `<order.{root}>`"
-                )
-            } else {
-                format!(
-                    "unknown placeholder `<{text}>`: `{root}` is not a parameter of \
-                     `{fn_name}`; {}",
-                    params.describe()
-                )
-            };
-            errors.push(syn::Error::new(template.lit.span(), message));
-        }
-    }
-    errors.finish()
 }

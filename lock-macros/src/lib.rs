@@ -122,6 +122,7 @@ use proc_macro::TokenStream;
 use quote::quote;
 
 mod attr;
+mod check;
 mod expand;
 mod key;
 mod segmented;
@@ -282,7 +283,7 @@ fn lock(
     // The keys that parsed are checked even when other options are bad, and
     // the signature always: one build shows every mistake.
     let keys = match &parsed {
-        Ok(parsed) => key::check(
+        Ok(parsed) => check::keys(
             &parsed.args.keys,
             &sig::Params::of(&func.sig),
             &func.sig.ident,
@@ -291,7 +292,7 @@ fn lock(
     };
     let args = parsed
         .and_then(attr::Parsed::into_args)
-        .and_then(|args| sig::check_options(&args, &func.sig).map(|()| args));
+        .and_then(|args| check::options(&args, &func.sig).map(|()| args));
     let ret = sig::check(&func.sig);
     let (args, (ret, ())) = both(args, both(ret, keys))?;
     Ok(expand::expand(&args, func, &ret))

@@ -2,13 +2,10 @@
 //! `Result`) and the parameter names a key may use.
 
 use proc_macro2::Span;
-use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
 use syn::{
     FnArg, GenericArgument, Ident, Pat, PathArguments, PathSegment, ReturnType, Signature, Type,
 };
-
-use crate::attr::{Args, Busy, Kind};
 
 /// What the function offers to key placeholders.
 pub(crate) struct Params {
@@ -113,68 +110,6 @@ pub(crate) fn check(sig: &Signature) -> syn::Result<Type> {
     Ok(ret)
 }
 
-/// The checks of options against the function: `on_busy = "skip"` needs an
-/// `Ok` type of `()` or `Option<_>`; `fallback` needs parameters bound to
-/// plain names (it is called with them); `hold_at_least` needs one key of a
-/// reentrant or fair lock, and no shorter `lease`.
-pub(crate) fn check_options(args: &Args, sig: &Signature) -> syn::Result<()> {
-    let mut errors = crate::Errors::default();
-    if let Busy::Skip { span } = &args.busy
-        && let ReturnType::Type(_, ty) = &sig.output
-        && let Some(ok) = ok_type(ty)
-        && !skippable(ok)
-    {
-        let mut error = syn::Error::new(
-            ok.span(),
-            "`on_busy = \"skip\"` returns `Ok(())` or `Ok(None)` when the lock is busy, so \
-             the function must return `Result<(), E>` or `Result<Option<T>, E>`; wrap this \
-             type in `Option`, or use `fallback = path` to compute a value instead",
-        );
-        error.combine(syn::Error::new(*span, "the call is skipped here"));
-        errors.push(error);
-    }
-    if let Busy::Fallback(path) = &args.busy {
-        for input in &sig.inputs {
-            if let FnArg::Typed(typed) = input
-                && !matches!(&*typed.pat, Pat::Ident(_))
-            {
-                errors.push(syn::Error::new(
-                    path.span(),
-                    "`fallback` is called with the function's arguments, so every parameter \
-                     needs a plain name: bind the destructured parameter to a name \
-                     (`point: Point`) and destructure it in the body",
-                ));
-                break;
-            }
-        }
-    }
-    if let Some((_, span)) = args.hold_at_least {
-        if args.keys.len() > 1 {
-            errors.push(syn::Error::new(
-                span,
-                "`hold_at_least` works with one key (`key = \"...\"`), not a multi lock",
-            ));
-        }
-        if matches!(args.kind, Kind::Read | Kind::Write) {
-            errors.push(syn::Error::new(
-                span,
-                "`hold_at_least` works with reentrant and fair locks, not read or write locks",
-            ));
-        }
-        if let (Some((minimum, _)), Some(lease)) = (args.hold_at_least, args.lease)
-            && minimum > lease
-        {
-            errors.push(syn::Error::new(
-                span,
-                "`hold_at_least` is longer than `lease`, which ends the hold first: make \
-                 `lease` at least as long, or leave `lease` out (the watchdog then keeps the \
-                 lock until the minimum)",
-            ));
-        }
-    }
-    errors.finish()
-}
-
 /// `ty` without the parentheses and invisible groups around it.
 fn peel(ty: &Type) -> &Type {
     match ty {
@@ -193,7 +128,7 @@ fn last_segment(ty: &Type) -> Option<&PathSegment> {
 }
 
 /// The `T` of a `Result<T, E>` (or of an alias `Result<T>`), when written.
-fn ok_type(ty: &Type) -> Option<&Type> {
+pub(crate) fn ok_type(ty: &Type) -> Option<&Type> {
     let PathArguments::AngleBracketed(args) = &last_segment(ty)?.arguments else {
         return None;
     };
@@ -204,7 +139,7 @@ fn ok_type(ty: &Type) -> Option<&Type> {
 }
 
 /// `()` or `Option<_>` (any path ending in `Option`).
-fn skippable(ty: &Type) -> bool {
+pub(crate) fn skippable(ty: &Type) -> bool {
     matches!(peel(ty), Type::Tuple(tuple) if tuple.elems.is_empty())
         || last_segment(ty).is_some_and(|segment| segment.ident == "Option")
 }

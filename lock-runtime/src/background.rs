@@ -19,7 +19,7 @@ use std::task::Poll;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use crate::LockError;
+use crate::error::LockError;
 
 tokio::task_local! {
     /// Set while a call whose caller left is finished (see [`finish_on_drop`]).

@@ -4,16 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 
 use tokio::runtime::Handle;
-use tokio::sync::mpsc;
 
 use crate::background::{self, Background};
-use crate::conn::Conn;
+use crate::config::Config;
 use crate::engine::Store;
-use crate::local::LocalQueues;
-use crate::own::OwnHolds;
-use crate::pubsub::PubSub;
-use crate::watchdog::{self, Watchdog};
-use crate::{Config, LockError};
+use crate::error::LockError;
 
 /// A connection to the lock store (Redis, or etcd) that hands out locks. One per process is the norm;
 /// cloning is cheap and shares everything.
@@ -27,32 +22,18 @@ pub struct LockClient {
 
 struct Inner {
     engine: Engine,
-    // Dropped after `core`'s last user here: stops the runtime thread.
-    _background: Background,
+    /// The client's runtime thread: stopped when the last clone and the
+    /// last hold (which keeps a reference) are gone.
+    background: Arc<Background>,
 }
 
 /// The store a client's locks live on, and what its tasks share there.
 pub(crate) enum Engine {
     /// Redis (standalone, Sentinel or Cluster).
-    Redis(Arc<Core>),
+    Redis(Arc<crate::engine::redis::Core>),
     /// etcd.
     #[cfg(feature = "etcd")]
     Etcd(Arc<crate::engine::etcd::Etcd>),
-}
-
-/// What the tasks of a client on Redis share.
-pub(crate) struct Core {
-    /// Random per client: the first half of every holder id.
-    pub(crate) id: String,
-    /// Standalone, Sentinel or Cluster (see [`crate::conn`]).
-    pub(crate) conn: Conn,
-    pub(crate) config: Config,
-    pub(crate) pubsub: PubSub,
-    pub(crate) watchdog: Arc<Watchdog>,
-    pub(crate) local: LocalQueues,
-    /// This client's live guards, for `inspect`.
-    pub(crate) own: OwnHolds,
-    pub(crate) runtime: Handle,
 }
 
 impl LockClient {
@@ -71,16 +52,22 @@ impl LockClient {
         let background = Background::start()?;
         let runtime = background.handle().clone();
         let engine = match store {
-            Store::Redis => Engine::Redis(connect_redis(config, runtime).await?),
+            Store::Redis => Engine::Redis(crate::engine::redis::connect(config, runtime).await?),
             #[cfg(feature = "etcd")]
             Store::Etcd => Engine::Etcd(crate::engine::etcd::Etcd::connect(config, runtime).await?),
         };
         Ok(LockClient {
             inner: Arc::new(Inner {
                 engine,
-                _background: background,
+                background: Arc::new(background),
             }),
         })
+    }
+
+    /// The client's runtime thread, kept running by every reference (a
+    /// hold keeps one, so a guard outliving its client still releases).
+    pub(crate) fn alive(&self) -> Arc<Background> {
+        self.inner.background.clone()
     }
 
     /// The store this client's locks live on.
@@ -88,21 +75,10 @@ impl LockClient {
         &self.inner.engine
     }
 
-    /// The Redis engine's shared state. Only the Redis paths call this, and
-    /// only after the engine was matched (every entry point routes by
-    /// [`engine`](Self::engine) first).
-    pub(crate) fn core(&self) -> &Arc<Core> {
-        match &self.inner.engine {
-            Engine::Redis(core) => core,
-            #[cfg(feature = "etcd")]
-            Engine::Etcd(_) => unreachable!("a Redis path was reached by a client on etcd"),
-        }
-    }
-
     /// The Redis engine's shared state, or [`LockError::Unsupported`]
     /// naming `what` on another engine.
     #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
-    pub(crate) fn redis(&self, what: &str) -> Result<&Arc<Core>, LockError> {
+    pub(crate) fn redis(&self, what: &str) -> Result<&Arc<crate::engine::redis::Core>, LockError> {
         match &self.inner.engine {
             Engine::Redis(core) => Ok(core),
             #[cfg(feature = "etcd")]
@@ -168,48 +144,6 @@ impl LockClient {
             Engine::Etcd(etcd) => etcd.renewed(),
         }
     }
-}
-
-/// Connects to Redis on the client's `runtime` and starts its pub/sub
-/// dispatcher and watchdog there.
-async fn connect_redis(config: Config, runtime: Handle) -> Result<Arc<Core>, LockError> {
-    let handle = runtime.clone();
-    background::run(&runtime, async move {
-        let (pushes_in, pushes) = mpsc::unbounded_channel();
-        let conn = tokio::time::timeout(
-            config.connect_timeout,
-            Conn::connect(&config, pushes_in, handle.clone()),
-        )
-        .await
-        .map_err(|_| {
-            LockError::Redis(redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "timed out connecting to redis",
-            )))
-        })
-        .and_then(|conn| conn)
-        .map_err(|e| config.connect_error(e))?;
-        let pubsub = PubSub::start(conn.clone(), pushes);
-        let period = config.watchdog_timeout / 3;
-        let core = Arc::new(Core {
-            id: uuid::Uuid::new_v4().to_string(),
-            conn,
-            config,
-            pubsub,
-            watchdog: Arc::new(Watchdog::default()),
-            local: LocalQueues::default(),
-            own: OwnHolds::default(),
-            runtime: handle,
-        });
-        watchdog::spawn(
-            Arc::downgrade(&core.watchdog),
-            core.conn.clone(),
-            core.config.watchdog_timeout,
-            period,
-        );
-        Ok::<_, LockError>(core)
-    })
-    .await?
 }
 
 impl fmt::Debug for LockClient {

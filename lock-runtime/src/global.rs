@@ -4,7 +4,9 @@ use std::sync::Mutex;
 
 use tokio::sync::OnceCell;
 
-use crate::{Config, LockClient, LockError};
+use crate::client::LockClient;
+use crate::config::Config;
+use crate::error::LockError;
 
 static GLOBAL: OnceCell<LockClient> = OnceCell::const_new();
 

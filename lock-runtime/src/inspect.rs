@@ -11,13 +11,14 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::LockError;
-use crate::client::{Core, Engine};
+use crate::client::Engine;
 #[cfg(feature = "etcd")]
 use crate::engine::etcd;
-use crate::keys;
+use crate::engine::redis::Core;
+use crate::engine::redis::keys;
+use crate::engine::redis::scripts::SCRIPTS;
+use crate::error::LockError;
 use crate::own::OwnGuard;
-use crate::scripts::SCRIPTS;
 
 /// What a held lock looks like in Redis, as [`LockClient::inspect`](crate::LockClient::inspect)
 /// read it (one script call: a consistent snapshot).
@@ -130,7 +131,7 @@ type Snapshot = (String, i64, Vec<String>, Vec<String>, i64);
 
 /// Reads lock `name`'s keys; `None` when it is free.
 pub(crate) async fn inspect(core: &Core, name: &str) -> Result<Option<LockInfo>, LockError> {
-    keys::check_name(name)?;
+    crate::request::check_name(name)?;
     core.conn.check_slot_name(name)?;
     let (kind, pttl, fields, queue, fair): Snapshot = SCRIPTS
         .inspect
@@ -249,7 +250,7 @@ fn read_layout(
 /// Deletes lock `name` whatever its kind and wakes every waiter; a fair
 /// lock's queue goes too. Whether a lock was there.
 pub(crate) async fn force_unlock(core: &Core, name: &str) -> Result<bool, LockError> {
-    keys::check_name(name)?;
+    crate::request::check_name(name)?;
     core.conn.check_slot_name(name)?;
     let deleted: i64 = SCRIPTS
         .force_unlock
@@ -271,7 +272,7 @@ pub(crate) async fn force_unlock(core: &Core, name: &str) -> Result<bool, LockEr
 }
 
 /// Operations: what a lock looks like, and freeing a stuck one.
-impl crate::LockClient {
+impl crate::client::LockClient {
     /// What lock `name` looks like in Redis, whatever its kind (recognised
     /// by its layout, see [`LockInfo`]): its holders with their hold counts,
     /// the remaining lease, a fair lock's queue, a read-write lock's mode.

@@ -9,10 +9,11 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use tokio::sync::Notify;
 
+use crate::client::LockClient;
+use crate::error::LockError;
 use crate::lock::segmented::{
     SegmentBuilder, SegmentGuard, SegmentedLock, SegmentsGuard, segment_name,
 };
-use crate::{LockClient, LockError};
 
 /// What a [`SegmentStore`] fails with: any error of the user's storage.
 pub type StoreError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -225,311 +225,29 @@
 //!   configured server again (and reports its error); it never falls back
 //!   to `REDIS_URL`. `init` may be called again after a failure.
 //!
-//! # Decisions
+//! # Engines
 //!
-//! - **Who holds a lock.** Re-entry follows the call chain, not the task. A
-//!   hold belongs to the future run in its guard's
-//!   [`scope`](LockGuard::scope) (and the body of a `#[distributed_lock]`
-//!   function, which runs in its hold's scope): an acquisition of the same
-//!   lock on the same client awaited inside re-enters it. Everything else is
-//!   another holder, with a holder id of its own (`<client id>:<n>`, `n` new
-//!   for each acquisition): other tasks (a spawned task does not inherit a
-//!   scope) and other futures of the same task, so `join!`, `select!` and
-//!   `join_all` of locked calls exclude each other. A re-entry inside the
-//!   scope of a hold that is gone fails with [`LockError::Lost`] instead of
-//!   taking the lock anew, so a stale guard never shares a holder id with a
-//!   newer hold. [`SegmentedLock::any`] never picks a segment its caller's
-//!   scope holds while another is left.
-//! - **One hold, one lease.** Re-entries and watchdog renewals keep the
-//!   longest remaining lease of the key (scripts `PEXPIRE` only to extend), so
-//!   a nested short lease never cuts an outer hold short. Releasing a guard
-//!   gives back that hold only: a count on the hash, or, for a read hold, the
-//!   hold key whose value is the guard's token.
-//! - **Loss by the guard's clock.** A guard counts as lost at the send time
-//!   of the last call that confirmed its lease (the acquire, or the
-//!   watchdog's last renewal) plus the lease, less a safety margin of 1% of
-//!   the lease + 2 ms (Redlock's clock-drift allowance). The server counts
-//!   from when it ran that call, so it expires the key later than the guard
-//!   gives up, even when renewals stall without an error. [`LockGuard::lost`],
-//!   [`LockGuard::is_lost`], release and `on_lost = "cancel"` follow that
-//!   clock; a renewal confirmed too late does not revive the guard.
-//! - **Lost answers.** An acquire whose answer is lost (response timeout,
-//!   broken connection) may have run. Every attempt carries a latch key
-//!   (`redisson_lock_acquire_latch:{name}:<attempt id>`, 30 s); before the
-//!   error is returned the client marks it `abandoned` (`SET NX`), so an
-//!   attempt still on its way takes nothing, and gives back the hold if the
-//!   attempt did run (a new holder's hold shows by its unique holder id; a
-//!   re-entry records its token in the latch). Every give-back of one
-//!   attempt uses one unlock request id, so it counts once. The error waits
-//!   for the first try (at most twice the response timeout); while Redis is
-//!   unreachable the rest goes on in the background for 16 minutes (past
-//!   TCP's retransmission limit; the `abandoned` mark lasts as long). One
-//!   case is left to the lease: a re-entry whose answer was lost in a
-//!   partition longer than its 30 s record keeps its count until the lease
-//!   ends. When the reconcile settled in time (so the attempt provably holds
-//!   nothing) and the error was a lost connection, the attempt is made once
-//!   more on the client's own connection, which reconnects: a connection
-//!   closed while idle (an idle timeout, a proxy, `CLIENT KILL`, a server
-//!   restart) costs the caller nothing.
-//! - **Local handoff.** Tasks of one client waiting for the same lock queue
-//!   locally (FIFO); only the head contends in Redis, and the queue keeps
-//!   the channel subscription between heads. An acquisition of a lock that
-//!   tasks of its client already wait for joins their queue without trying
-//!   first, so a task that just released the lock does not take it back
-//!   ahead of them (and `try_acquire` then answers `None` at once). Each waiter of a reentrant lock
-//!   (not a re-entry, a fair or read/write lock, or part of a multi lock)
-//!   offers to take the lock over; a task of the same client that releases
-//!   it takes the oldest offer and hands the lock over in the unlock script
-//!   itself (`handoff.lua`): one round trip, no message, a new holder id and
-//!   a new fencing token, the waiter's own lease. A handover is an
-//!   acquisition of its own (its own latch and holder id), so one whose
-//!   answer is lost, or that reaches a waiter who went away, or that no
-//!   replica confirmed, is reconciled like a lost acquire answer and given
-//!   back. After 16 handovers in a row a release frees the lock and
-//!   announces it, so that waiters of other clients (and Redisson's) get
-//!   their turn. The count goes with the holds, not with the queue (which
-//!   empties whenever its one waiter is handed the lock), and this
-//!   client's waiters, woken by that announcement, stand back before they
-//!   try: twice as long as the announcement took to reach them, at most
-//!   5 ms. Their threads are awake where other clients' often sleep, and
-//!   without the pause they won every such race (two tasks handing a lock
-//!   back and forth kept every other client out). (16 rather than 8: with
-//!   tiny sections, one hot name served by two clients did 5-20% more
-//!   sections per second, and tasks' shares stayed as even; BENCHMARKS.md.)
-//! - **Scripts check before they write.** A fencing counter that `INCR` would
-//!   refuse, a negative one, or one at 2^53 − 1 or more (Lua numbers are
-//!   exact below 2^53, and tokens must stay exact), is an error reply naming
-//!   the counter, with nothing written. (The reentrant lock's acquisition
-//!   and handover and the read lock's acquisition learn it from the
-//!   counter's `INCR` itself, their first write, and put a negative counter
-//!   or one that went past 2^53 − 1 back with `DECR`: one call per
-//!   acquisition instead of a `GET` before and an `INCR` after. A handover
-//!   refused so frees the lock instead.)
-//!   Leases, and every
-//!   [`Config`] timeout, longer than [`MAX_DURATION`] (100 years) are
-//!   [`LockError::Config`]; a `wait` whose deadline the clock cannot
-//!   represent (`Duration::MAX`) waits without a deadline.
-//! - **Fencing tokens: bounded and monotonic.** The counter
-//!   `redisson_lock_token:{name}` lives one to two leases past its last
-//!   acquisition (an acquisition that finds less than its lease left gives
-//!   it two leases, never less than it has, so acquisitions less than a
-//!   lease apart do not each pay an expiry write), so Redis keeps no key per
-//!   name once a name's locks are over. When missing, it is made again at the server's clock in
-//!   microseconds (`TIME`), then `INCR`ed. Why tokens still only increase
-//!   per name:
-//!   - *While the counter exists*, every acquisition `INCR`s it: strictly
-//!     increasing, and interleaved with Redisson's `RFencedLock`, which
-//!     `INCR`s the same key.
-//!   - *After it expired*, it restarts at the clock `c1`. It had been made at
-//!     a clock `c0` and counted `k` times; it expired at least one lease
-//!     after its last acquisition, measured on the same server's clock
-//!     (Redis keeps expiries as absolute times, and replicas, AOF and RDB
-//!     carry them so). So `c1 - c0` is at least the counter's whole life in
-//!     microseconds, and `c1 > c0 + k` whenever the name averaged fewer than
-//!     10^6 acquisitions per second over that life. One Redis server runs
-//!     far fewer scripts than that, so this holds. Every earlier token
-//!     (`≤ c0 + k`) is then below every new one.
-//!   - *Across a restart with persistence* the counter comes back with its
-//!     expiry, or has expired: one of the two cases above. A restart without
-//!     persistence loses it, and the clock still starts above what it gave.
-//!   - *Across a failover* a promoted replica has the counter (replicated
-//!     with its absolute expiry) or, when the master's last writes were lost
-//!     with it, an older value or none. Replica sync (`WAIT`) covers the
-//!     acquisition itself. A counter the replica never saw is made at the
-//!     replica's clock, which must not lag the old master's by more than the
-//!     time between that counter's creation and the failover. NTP-synced
-//!     hosts are milliseconds apart.
-//!   - *A counter without an expiry* was made by Redisson's `RFencedLock`
-//!     (which starts a missing one at 1) or by an older version of this
-//!     crate. It is raised to the clock if it is below it (never lowered),
-//!     then expires like ours. So the one interop effect: when a Redisson
-//!     `RFencedLock` re-creates a counter that expired, its tokens start at
-//!     1 and storage that fences refuses them until an acquisition of ours
-//!     raises the counter again.
-//!   - *Quorum locks* raise every granting node's counter to the largest
-//!     token (see [`QuorumLock`]). Across one node's counter expiry, the
-//!     nodes' clocks must agree to within the counter's life.
+//! The URL's scheme picks the store; everything above (builders, guards,
+//! the attribute, `inspect`/`force_unlock`, `lockctl`, metrics) is the same:
 //!
-//!   Tokens are 16-digit numbers (the clock in µs, then counted) below 2^53
-//!   until the year 2255.
-//! - **Footprint.** After every lock is released, Redis keeps only latches:
-//!   unlock latches (each answer kept for its retries: three response
-//!   timeouts + 1 s, 16 s with the defaults), acquire latches (30 s, on a
-//!   cluster and for re-entries) and `abandoned` marks of attempts whose
-//!   answer was lost (16 min). The counter goes one to two leases after its last
-//!   acquisition. A fair lock's queue and deadline keys expire at the latest
-//!   deadline in them, so a waiter that died leaves nothing for good. The
-//!   record of re-entered holds (`redisson_lock_holds:{name}`) goes with
-//!   the re-entries it names, and a holder that died while re-entered
-//!   leaves it to expire with the lock. Every key the library writes has an
-//!   expiry.
-//! - **No leaked subscriptions.** A `SUBSCRIBE` that timed out can still be
-//!   confirmed later, and the connection makes every confirmed subscription
-//!   again after a reconnect. So a channel whose subscribe or unsubscribe
-//!   failed, and that no waiter wants, is unsubscribed again until that
-//!   succeeds. A fair waiter that leaves while Redis is unreachable retries
-//!   leaving the queue until its place would have been evicted anyway.
-//! - **Waiting.** `wait` left out waits until acquired; `Duration::ZERO` makes
-//!   one attempt. The first attempt is one script round trip. Waiters then
-//!   subscribe to the lock's unlock channel and sleep until a message or the
-//!   holder's remaining lease; within one client only the first waiter per
-//!   name contends in Redis, the others queue locally in arrival order. A lost
-//!   message costs at most one lease, never a hang. A waiter queued behind
-//!   another holds little besides its own task: no subscription, no timer
-//!   unless it has a `wait`, and one offer to take the lock over
-//!   (`lock_bench` row 6 measures the memory per waiter; BENCHMARKS.md).
-//! - **Faults while waiting.** Within its `wait`, an acquisition rides out
-//!   faults that may heal: an attempt (or a subscription) that fails on a
-//!   timeout, a lost or refused connection, `LOADING`, `TRYAGAIN`,
-//!   `CLUSTERDOWN` or `MASTERDOWN` is made again, with backoff (5 ms
-//!   doubling up to 1 s), and the caller gets the lock or
-//!   [`LockError::Timeout`] when the wait runs out. Each new attempt has a
-//!   new attempt id and is made only once the failed one's reconcile has
-//!   ended (until then it could still take a hold under the same holder
-//!   id, which the reconcile gives back by that id alone); should the
-//!   reconcile give up, the acquisition fails rather than risk it. A
-//!   re-entry tries again in place (it never queues behind this client's
-//!   other waiters, who may be waiting for its own call chain). Errors that
-//!   will not heal (authentication, permissions, a key of another type, a
-//!   bad name, configuration) fail at once, and a `try_acquire` (no wait)
-//!   returns its attempt's error. With `wait` left out the acquisition
-//!   retries until Redis answers and says so in a `tracing` warning. A
-//!   fair waiter whose attempt's answer was lost may rejoin the queue at
-//!   its back: the reconcile of that attempt leaves the queue, as for a
-//!   caller that gave up.
-//! - **Fair locks.** [`LockClient::fair_lock`] keeps Redisson's queue and
-//!   deadlines. A waiter joins the queue at its first failed attempt (so order
-//!   is by first attempt, across tasks and clients alike) and keeps its place
-//!   on every retry; fair waiters do not also queue locally, since a local
-//!   order could only disagree with the Redis one. Unlock wakes only the head,
-//!   on its own channel. Deadlines use the Redis server's clock (`TIME` in
-//!   the scripts), so Rust clients with skewed clocks agree; each retry pushes
-//!   the waiter's deadline to the lock's lease end plus
-//!   [`Config::fair_wait_timeout`], so a live waiter is never evicted, and a
-//!   head that stops retrying (its process died) is evicted after that wait.
-//!   Waiters behind the head sleep until the holder's lease ends (a holder
-//!   whose lease runs out publishes nothing) or the head's eviction, and
-//!   while the lock is free between two holders they retry soon (5 ms,
-//!   doubling up to 1 s) until the next holder's lease tells them when: the
-//!   queue advances at every lease end, in arrival order.
-//!   A waiter whose `wait` ends, or whose acquire is dropped, leaves the queue
-//!   and moves those behind it up. A `try_acquire` that finds the lock busy,
-//!   or an acquire whose `wait` ends, has left the queue when it returns, so
-//!   the next caller never finds that place ahead of it (only while Redis is
-//!   unreachable is leaving retried in the background); a dropped acquire
-//!   cannot wait, and leaves in the background.
-//! - **Read-write locks.** [`LockClient::read_write_lock`]: readers share,
-//!   writers exclude; the writer may also read (downgrade), a reader asking
-//!   to write gets [`LockError::NotHeld`] at once (no upgrade, no deadlock).
-//!   Each read hold has its own lease key; one that ran out stops counting
-//!   (the next writer clears it) and the hash lives as long as its longest
-//!   hold. Releasing the write lock wakes every waiting reader; a client's
-//!   readers take turns only to try, never to hold. The watchdog renews only
-//!   its own client's holds. A holder's holds on one read-write lock (a hold
-//!   and its re-entries) share their renewal: while one is renewed, its
-//!   other holds are too.
-//! - **Multi locks.** [`LockClient::multi_lock`] (names on one client) and
-//!   [`MultiLock`] (locks of any kind on any clients) take all or none. The
-//!   locks are taken in a fixed order (server address, then name; repeats
-//!   once), and no lock is held while waiting: when one is busy, the others
-//!   are given back, the caller waits for the busy one, takes it and tries
-//!   the rest again. So overlapping sets in any order cannot deadlock. The
-//!   guard's name is the names joined by `+`; its token is the largest of
-//!   the locks' tokens (strictly increasing per set of names). With several
-//!   keys, `#[distributed_lock(keys = [...])]` is a multi lock of the
-//!   attribute's kind over the global client.
-//! - **Quorum locks.** [`QuorumLock`] is Redlock over independent masters,
-//!   one client each: attempts on all of them at once, each bounded by a node
-//!   timeout; it holds with `N/2 + 1` grants and validity left (lease −
-//!   elapsed − 1% of the lease − 2 ms; for watchdog locks the lease is the
-//!   smallest `watchdog_timeout`), else every grant is given back and, while
-//!   `wait` lasts, it retries after a random pause. Failure is
-//!   [`LockError::NoQuorum`], naming each node that was busy, timed out or
-//!   failed. Each client's watchdog renews its node; the guard is lost when
-//!   fewer than a majority of holds remain. Redlock trusts time: a holder
-//!   paused past its validity, or a node whose clock jumps, can overlap with
-//!   the next holder. Fencing covers that: the guard's token is the largest of
-//!   the granting nodes' tokens, and the others are raised to it before the
-//!   guard is returned, so any later majority (it shares a node) counts past
-//!   it; storage that refuses older tokens refuses the stale holder.
-//! - **Segmented locks.** Segment `i` of `name` is the reentrant lock
-//!   `{name:seg:i}`: each segment is its own hash tag, so the segments spread
-//!   over cluster slots, and each segment's derived keys share its slot. A
-//!   name with `{` or `}` is refused. [`SegmentedLock::any`] tries each
-//!   segment once from a start that rotates with every call, skipping those
-//!   this client's tasks already hold or wait for, then waits on the segment
-//!   where the fewest of them wait; [`SegmentedLock::all`] takes the segments
-//!   in ascending order. Guards say which segment they hold, and each
-//!   segment has its own fencing tokens.
-//! - **Segmented stock.** [`Inventory::deduct`] deducts under one segment's
-//!   lock when that segment has enough. Otherwise it releases that lock,
-//!   reads every segment without locks (a sum short of the request answers
-//!   [`InventoryError::Insufficient`]: stock only falls between restocks),
-//!   retries under the lock of a segment that seemed to have enough, and
-//!   else merges under every segment's lock, taken in ascending order. No
-//!   buyer holds one segment while it waits for all of them, so merging
-//!   buyers never deadlock. Counts are written only under their segment's
-//!   lock, with its fencing token passed to the [`SegmentStore`];
-//!   [`RedisSegmentStore`] keeps them as plain strings beside the locks.
-//!   An inventory remembers which segments it last saw empty (a hint, never
-//!   the basis of a sale or a refusal): buyers skip them, stop queueing for
-//!   a segment another buyer emptied, and share one lock-free read of the
-//!   segments, so a sold-out flood costs little. Share one [`Inventory`]
-//!   per item (e.g. in an `Arc`) to share those hints.
-//! - **Leases.** `lease` left out: the watchdog renews the lock every third of
-//!   [`Config::watchdog_timeout`] (default 30 s) until release. A fixed
-//!   `lease` is never renewed; the guard counts it from before the acquire
-//!   call, less the safety margin, so it reports the loss before Redis
-//!   expires the key.
-//! - **Release.** Unlock is idempotent (Redisson's unlock latch) and retried on
-//!   a connection error. A release counts once however late a copy of it
-//!   reaches Redis (a request held in a partition can arrive long after its
-//!   latch expired): while a holder has more than its first hold, its live
-//!   holds are named beside the lock, in the HASH
-//!   `redisson_lock_holds:{name}` (ours; field: the holder's field in the
-//!   lock, value `' 0 t1 t2 '`: `0` its first hold, then each re-entry's
-//!   fencing token), and a release names the hold it gives back and changes
-//!   nothing when that hold is gone. No record means the first hold alone:
-//!   its release counts, and a late copy of it finds no count (holder ids
-//!   are never used again); a late copy of a re-entry's release finds its
-//!   hold gone. The lock's own hash stays Redisson's layout throughout. The
-//!   record lives at least as long as the lock (every script that lengthens
-//!   the lock's life lengthens it too, the watchdog's renewals included) and
-//!   goes with the holder's re-entries, so a lock nobody re-entered leaves
-//!   none. The same holds for the give-backs of a reconcile, which resend
-//!   under one request id for 16 minutes. Releasing a lock whose lease was lost returns
-//!   [`LockError::Lost`] and never touches another holder's lock (a guard
-//!   that counts as lost by its clock but whose hold the server still has
-//!   gives it back, and still reports [`LockError::Lost`]). A dropped
-//!   guard is released on the client's background thread; at process exit,
-//!   a release still under way is abandoned and the lease expires on its own.
-//! - **No thread hop, and cancellation.** Acquire and release calls run in
-//!   the caller's task on the near connection of the caller's runtime
-//!   (multi-thread and current-thread alike; one per runtime, made on its
-//!   first lock call, on a single server and on a cluster): a round trip
-//!   then wakes no other thread. Everything else (pub/sub, the watchdog,
-//!   Sentinel's calls, a runtime's first call) runs on the client's own
-//!   runtime thread. Either way a call whose caller
-//!   left is finished without it, so dropping an acquire future never strands
-//!   a half-taken lock: a hold that arrives for a caller who left is given
-//!   back at once, and the local queue place and pub/sub interest go with the
-//!   dropped future. What is left of such a call runs on the client's own
-//!   runtime, never on the caller's (which nothing need drive again: a sync
-//!   wrapper's current-thread runtime between two `block_on`s): a request it
-//!   had in flight on the near connection counts as lost and is settled over
-//!   the client's own connection (an acquire reconciled, a release retried
-//!   with the same request id). The replica view (see Replica sync) is looked
-//!   up on the client's own runtime and connection too, by one task, and no
-//!   client-wide lock is held across a call on a caller's connection.
-//!   As with any I/O driven by a current-thread runtime, do not block that
-//!   runtime's thread on a lock call (`futures::executor::block_on` inside
-//!   it): the near connection needs the thread to make progress.
-//! - **The attribute.** The function's error type takes a [`LockError`]
-//!   (`E: From<LockError>`). When the body succeeded but the release reports a
-//!   lost lease, the call returns `Err(LockError::Lost)`: the body ran without
-//!   the exclusion it relied on. A failed body keeps its own error.
-//! - **Protocol.** The client speaks RESP3 (Redis 6 or newer): pub/sub
-//!   messages arrive as push frames on the one multiplexed connection.
+//! - `redis://`, `rediss://`, [`Config::sentinel`], [`Config::cluster`]:
+//!   Redis, in Redisson's layout (below). Fast; replication is
+//!   asynchronous, so a failover can, rarely, hand a lock to a second
+//!   holder (fence at the resource with [`LockGuard::token`]).
+//! - `etcd://h:p,h:p` (`etcds://` with `tls`; feature `etcd`): etcd, in the
+//!   layout of etcd's own lock recipe, so `etcdctl lock` and Go's
+//!   `concurrency.Mutex` exclude us and we them. A hold survives a leader
+//!   failover. Every lock is FIFO; quorum locks and replica sync are
+//!   [`LockError::Unsupported`]; a lock name must not contain `/`.
+//!
+//! [`Config::from_env`] reads `LOCK_URL` (any scheme), then `REDIS_URL`.
+//! What each engine does, and why, is in the README's engine table.
+//!
+//! # Design decisions
+//!
+//! Why the library behaves as it does (who holds a lock, what a lease
+//! means, how waiting, cancellation, faults and replicas are handled) is
+//! written down in `docs/DECISIONS.md` in the repository.
 //!
 //! # Topologies
 //!
@@ -580,45 +298,40 @@
 //! Java holders exclude each other and wake each other.
 
 // Modules import downwards only. From the bottom up:
-// - error, config, keys, holder, own, telemetry, background: plain parts;
-// - conn (one file per topology, the near connections), then scripts (the
-//   Lua files), pubsub and retry on top of it;
-// - local (the in-process queues) and watchdog (the renewal registry and its
-//   task, on a connection it is given);
-// - client: `LockClient` and what its tasks share (`Core`);
-// - hold: what one hold is on, the scripts that take and give it back,
-//   handovers, and the reconciling of lost answers;
-// - guard: a hold's lease and release (through `hold`);
-// - lock: the builders and the acquire loop (which turns a taken hold into a
-//   guard), and the kinds built on guards (multi, quorum, segmented);
+// - error, config, clock (the loss clock), holder (call-chain identity and
+//   scopes), own, telemetry, background (the client's runtime thread),
+//   request (what an acquisition asks for), local (in-process queues):
+//   plain parts every engine uses;
+// - engine: one module per store behind the seam (`engine::redis`: its
+//   connections, scripts, pub/sub, holds, acquire loop and watchdog;
+//   `engine::etcd`), neither importing the other;
+// - client: `LockClient`, which holds one engine;
+// - guard: `LockGuard` over each engine's holds;
+// - lock: the builders, the acquisition every single-name kind shares
+//   (which routes to the client's engine), and the kinds built on guards
+//   (multi, quorum, segmented);
 // - inspect, inventory, global, private, cli: what users and the macros
 //   call. The entry points (`LockClient::lock`, `::inspect`, ...) are
 //   defined beside what they return, so `client` needs none of these.
-// Data flows builder -> acquire loop -> script -> guard -> watchdog -> release.
+// Data flows builder -> engine's acquisition -> guard -> release.
 mod background;
 #[cfg(feature = "cli")]
 pub mod cli;
 mod client;
+mod clock;
 mod config;
-mod conn;
 mod engine;
 mod error;
 mod global;
 mod guard;
-mod hold;
 mod holder;
 mod inspect;
 mod inventory;
-mod keys;
 mod local;
 mod lock;
 mod own;
-mod pubsub;
 mod request;
-mod retry;
-mod scripts;
 mod telemetry;
-mod watchdog;
 
 #[doc(hidden)]
 pub mod __private {

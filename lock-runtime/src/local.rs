@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedMutexGuard, oneshot};
 
-use crate::pubsub::Subscription;
+use crate::engine::redis::pubsub::Subscription;
 
 /// How many handoffs in a row a queue takes before a release frees the lock
 /// for everyone (cf. lock cohorting: a bounded streak inside one client).
@@ -216,12 +216,12 @@ impl Ticket<'_> {
     pub(crate) async fn subscription<F>(
         &mut self,
         subscribe: F,
-    ) -> Result<(&mut Subscription, bool), crate::LockError>
+    ) -> Result<(&mut Subscription, bool), crate::error::LockError>
     where
-        F: Future<Output = Result<Subscription, crate::LockError>>,
+        F: Future<Output = Result<Subscription, crate::error::LockError>>,
     {
         let Some(turn) = self.turn.as_mut() else {
-            return Err(crate::LockError::Shutdown);
+            return Err(crate::error::LockError::Shutdown);
         };
         let fresh = turn.is_none();
         if fresh {
@@ -229,7 +229,7 @@ impl Ticket<'_> {
         }
         match turn.as_mut() {
             Some(subscription) => Ok((subscription, fresh)),
-            None => Err(crate::LockError::Shutdown),
+            None => Err(crate::error::LockError::Shutdown),
         }
     }
 }

@@ -5,10 +5,12 @@ use std::fmt::Display;
 use std::future::Future;
 use std::time::Duration;
 
+use crate::client::LockClient;
+use crate::error::LockError;
+use crate::guard::LockGuard;
 use crate::lock::multi::MultiLock;
 use crate::lock::{Options, acquire_hold};
 use crate::request::Target;
-use crate::{LockClient, LockError, LockGuard};
 
 pub use std::format;
 

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// What one hold is on: the kind of lock and its name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,5 +70,33 @@ pub(crate) fn timed_out(target: &Target, options: &Options) -> LockError {
     LockError::Timeout {
         name: target.name().to_owned(),
         waited: options.wait.unwrap_or_default(),
+    }
+}
+
+/// Rejects names that cannot be a lock.
+pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
+    if name.is_empty() {
+        return Err(LockError::BadName {
+            name: name.to_owned(),
+            reason: "a lock name must not be empty",
+        });
+    }
+    if name.len() > 64 * 1024 {
+        return Err(LockError::BadName {
+            name: format!("{}...", name.chars().take(32).collect::<String>()),
+            reason: "a lock name must be at most 64 KiB",
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_names_are_rejected() {
+        assert!(matches!(check_name(""), Err(LockError::BadName { .. })));
+        assert!(check_name("x").is_ok());
     }
 }

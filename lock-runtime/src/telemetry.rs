@@ -57,10 +57,10 @@ pub(crate) fn describe() {
 }
 
 /// An acquisition's outcome label.
-pub(crate) fn outcome<T>(result: &Result<T, crate::LockError>) -> &'static str {
+pub(crate) fn outcome<T>(result: &Result<T, crate::error::LockError>) -> &'static str {
     match result {
         Ok(_) => "acquired",
-        Err(crate::LockError::Timeout { .. }) => "timeout",
+        Err(crate::error::LockError::Timeout { .. }) => "timeout",
         Err(_) => "error",
     }
 }

@@ -250,10 +250,10 @@ async fn a_busy_client_does_not_starve_another_busy_one() {
 /// What a handover runs: `handoff.lua` headed by `counter.lua`, `holds_of.lua`
 /// and `holds.lua`.
 const HANDOFF: &str = concat!(
-    include_str!("../../lock-runtime/src/scripts/counter.lua"),
-    include_str!("../../lock-runtime/src/scripts/holds_of.lua"),
-    include_str!("../../lock-runtime/src/scripts/holds.lua"),
-    include_str!("../../lock-runtime/src/scripts/handoff.lua"),
+    include_str!("../../lock-runtime/src/engine/redis/scripts/counter.lua"),
+    include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
+    include_str!("../../lock-runtime/src/engine/redis/scripts/holds.lua"),
+    include_str!("../../lock-runtime/src/engine/redis/scripts/handoff.lua"),
 );
 
 /// One handover of lock `name` from `from` to `to` under unlock request
@@ -315,10 +315,10 @@ async fn a_resent_handover_hands_the_lock_over_once() {
     let mut raw = server.raw().await;
     let script = redis::Script::new(HANDOFF);
     let unlock = redis::Script::new(concat!(
-        include_str!("../../lock-runtime/src/scripts/holds_of.lua"),
-        include_str!("../../lock-runtime/src/scripts/holds.lua"),
-        include_str!("../../lock-runtime/src/scripts/keep_taken.lua"),
-        include_str!("../../lock-runtime/src/scripts/unlock.lua")
+        include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/holds.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/keep_taken.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/unlock.lua")
     ));
 
     // Handed over once; the resend (a cluster connection resends a command

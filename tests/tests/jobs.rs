@@ -458,9 +458,9 @@ async fn a_kept_lock_cannot_be_reentered_after_its_release() {
 #[tokio::test]
 async fn a_kept_lock_is_not_renewed() {
     const RENEW: &str = concat!(
-        include_str!("../../lock-runtime/src/scripts/counter.lua"),
-        include_str!("../../lock-runtime/src/scripts/reentered.lua"),
-        include_str!("../../lock-runtime/src/scripts/renew.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/counter.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/reentered.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/renew.lua"),
     );
     let server = Server::start();
     let mut raw = server.raw().await;

@@ -563,10 +563,10 @@ async fn unlock_is_idempotent_under_retry() {
     let server = Server::start();
     let mut raw = server.raw().await;
     let unlock = redis::Script::new(concat!(
-        include_str!("../../lock-runtime/src/scripts/holds_of.lua"),
-        include_str!("../../lock-runtime/src/scripts/holds.lua"),
-        include_str!("../../lock-runtime/src/scripts/keep_taken.lua"),
-        include_str!("../../lock-runtime/src/scripts/unlock.lua")
+        include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/holds.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/keep_taken.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/unlock.lua")
     ));
     let _: () = raw.hset("idem", "h:1", 1).await.unwrap();
     let run = || {
@@ -795,12 +795,12 @@ async fn a_resent_acquire_takes_the_lock_once() {
     // time.
     const LATCHED: &str = concat!(
         "local function acquire()\n",
-        include_str!("../../lock-runtime/src/scripts/counter.lua"),
-        include_str!("../../lock-runtime/src/scripts/holds_of.lua"),
-        include_str!("../../lock-runtime/src/scripts/reentered.lua"),
-        include_str!("../../lock-runtime/src/scripts/reentrant_acquire.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/counter.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/reentered.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/reentrant_acquire.lua"),
         "\nend\n",
-        include_str!("../../lock-runtime/src/scripts/acquire_latch.lua"),
+        include_str!("../../lock-runtime/src/engine/redis/scripts/acquire_latch.lua"),
     );
     let server = Server::start();
     let mut raw = server.raw().await;

@@ -35,7 +35,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{Config, LockClient, LockError};
+use crate::client::LockClient;
+use crate::config::Config;
+use crate::error::LockError;
 
 #[derive(Parser, Debug)]
 #[command(

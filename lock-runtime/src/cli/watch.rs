@@ -4,7 +4,10 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use super::render;
-use crate::{LockClient, LockError, LockInfo, keys};
+use crate::client::LockClient;
+use crate::engine::redis::keys;
+use crate::error::LockError;
+use crate::inspect::LockInfo;
 
 /// Prints `name`'s state, then each change until Ctrl-C (or the output
 /// closes): read every `interval`, and at once after an unlock message.
@@ -14,7 +17,7 @@ pub(super) async fn watch(
     interval: Duration,
     out: &mut impl Write,
 ) -> Result<(), super::Failure> {
-    keys::check_name(name)?;
+    crate::request::check_name(name)?;
     // On Redis, unlock messages of reentrant and fair locks, and of
     // read-write locks, wake the watch at once; other engines are read
     // every interval.
@@ -64,7 +67,7 @@ pub(super) async fn watch(
 }
 
 /// Resolves when `channel` has a message; never without a channel.
-async fn changed(channel: Option<&mut crate::pubsub::Subscription>) {
+async fn changed(channel: Option<&mut crate::engine::redis::pubsub::Subscription>) {
     match channel {
         Some(channel) => channel.changed().await,
         None => std::future::pending().await,

@@ -9,8 +9,10 @@
 
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+pub(crate) mod redis;
 
-use crate::{Config, LockError};
+use crate::config::Config;
+use crate::error::LockError;
 
 /// Which engine a configuration's URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use crate::client::LockClient;
+use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lock::{LockBuilder, Options, acquire_hold};
 use crate::request::Target;
-use crate::{LockClient, LockError};
 
 /// Several locks taken and released as one: [`acquire`](Self::acquire)
 /// returns once every lock is held, and the one [`LockGuard`] releases them

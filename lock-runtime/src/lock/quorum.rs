@@ -9,15 +9,19 @@
 //! grant, waits a short random time and, while `wait` lasts, tries again.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use tracing::Instrument;
 
+use crate::client::LockClient;
+use crate::engine::redis::Core;
+use crate::engine::redis::keys;
+use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lock::{Options, acquire_hold};
 use crate::request::Target;
-use crate::{LockClient, LockError, keys};
 
 /// A lock held by a majority of independent Redis servers (the Redlock
 /// algorithm): it survives the loss of a minority of them. Same builder
@@ -161,14 +165,8 @@ impl QuorumLock {
 
     async fn run(self) -> Result<LockGuard, (LockError, bool)> {
         let refuse = |e| (e, false);
-        keys::check_name(&self.name).map_err(refuse)?;
+        crate::request::check_name(&self.name).map_err(refuse)?;
         crate::config::check_lease(self.options.lease).map_err(refuse)?;
-        // Redlock is for independent Redis masters: etcd is a quorum already.
-        for client in &self.clients {
-            client
-                .redis("quorum locks (etcd is already a quorum)")
-                .map_err(refuse)?;
-        }
         let nodes = self.nodes().map_err(refuse)?;
         let lease = match self.options.lease {
             Some(lease) => lease,
@@ -198,7 +196,7 @@ impl QuorumLock {
         let span = tracing::debug_span!("acquire_quorum", lock = %self.name, nodes = nodes.len());
         async {
             // Waiters of this process take turns, so they do not split the votes.
-            let core = nodes[0].client.core().clone();
+            let core = nodes[0].core.clone();
             let mut ticket = None;
             loop {
                 let failure = match round.run().await {
@@ -249,11 +247,17 @@ impl QuorumLock {
         let nodes: Vec<Node> = self
             .clients
             .iter()
-            .map(|client| Node {
-                server: client.config().server_identity(),
-                client: client.clone(),
+            .map(|client| {
+                // Redlock is for independent Redis masters: etcd is a
+                // quorum already.
+                let core = client.redis("quorum locks (etcd is already a quorum)")?;
+                Ok(Node {
+                    server: client.config().server_identity(),
+                    core: core.clone(),
+                    client: client.clone(),
+                })
             })
-            .collect();
+            .collect::<Result<_, LockError>>()?;
         for (i, a) in nodes.iter().enumerate() {
             for (j, b) in nodes.iter().enumerate().skip(i + 1) {
                 // One client twice would re-enter its own hold and count twice.
@@ -284,6 +288,8 @@ impl fmt::Debug for QuorumLock {
 
 struct Node {
     client: LockClient,
+    /// The client's Redis engine (a quorum is of Redis masters).
+    core: Arc<Core>,
     /// `host:port/db`, for messages and the independence check.
     server: String,
 }
@@ -446,7 +452,7 @@ impl Round<'_> {
                 return (i, Ok(guard));
             }
             let client = &self.nodes[i].client;
-            let mut conn = client.core().conn.clone();
+            let mut conn = self.nodes[i].core.conn.clone();
             let key = keys::token_key(self.name);
             let name = self.name.to_owned();
             let raise = client.on_background(async move {

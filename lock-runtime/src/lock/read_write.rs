@@ -6,7 +6,7 @@
 //! lease; the hash expires with the longest hold. Waiters listen on
 //! `redisson_rwlock:{name}`.
 
-use crate::LockClient;
+use crate::client::LockClient;
 use crate::lock::LockBuilder;
 use crate::request::Target;
 

@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::client::LockClient;
+use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::keys;
 use crate::lock::{Options, acquire_hold};
 use crate::request::Target;
-use crate::{LockClient, LockError};
 
 /// Where the first "free segment" attempt starts: rotates over every
 /// acquisition in the process, from a random start so that processes do not
@@ -204,7 +204,7 @@ impl SegmentedLock {
 
     /// Refuses a name or count that cannot make a segmented lock.
     pub(crate) fn check(&self) -> Result<(), LockError> {
-        keys::check_name(&self.name)?;
+        crate::request::check_name(&self.name)?;
         if self.name.contains(['{', '}']) {
             return Err(LockError::BadName {
                 name: self.name.clone(),
@@ -566,6 +566,7 @@ impl LockClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::redis::keys;
 
     #[test]
     fn each_segment_is_its_own_hash_tag() {

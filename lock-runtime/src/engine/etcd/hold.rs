@@ -13,12 +13,13 @@ use super::layout::Side;
 use super::session::{Bound, Gone, Session, ttl_secs};
 use super::watches::Note;
 use super::{Etcd, transient};
+use crate::background::Background;
+use crate::clock::valid_until;
+use crate::error::LockError;
 use crate::holder::{Chain, ScopedHold};
 use crate::own::Listed;
 use crate::request::{Options, backoff};
 use crate::telemetry::HeldMetric;
-use crate::watchdog::valid_until;
-use crate::{LockClient, LockError};
 
 /// The end of a key's value (its holder id) while the key is kept only by
 /// a `hold_at_least` minimum.
@@ -217,7 +218,8 @@ impl Record {
 
 /// A hold on etcd: the record it shares with its chain, and its own token.
 pub(crate) struct EtcdHold {
-    client: LockClient,
+    /// Keeps the client's runtime running until the hold is given back.
+    alive: Arc<Background>,
     record: Arc<Record>,
     token: u64,
     _listed: Listed,
@@ -232,7 +234,7 @@ pub(crate) struct EtcdHold {
 /// lease and its create revision) for a token of its own; [`LockError::Lost`]
 /// when the key is gone.
 pub(super) async fn reenter(
-    client: LockClient,
+    alive: Arc<Background>,
     record: Arc<Record>,
     side: Side,
     chain: Chain,
@@ -294,7 +296,7 @@ pub(super) async fn reenter(
         return Err(lost(&record.name));
     }
     let token = revision(answer.header());
-    let held = EtcdHold::new(client, record, token, sent, options, metric);
+    let held = EtcdHold::new(alive, record, token, sent, options, metric);
     let _ = held.chain.set(chain);
     if let (Some(chain), Some(keep)) = (held.chain.get(), held.keep) {
         chain.keep_until(keep);
@@ -314,7 +316,7 @@ pub(super) fn lost(name: &str) -> LockError {
 
 impl EtcdHold {
     pub(super) fn new(
-        client: LockClient,
+        alive: Arc<Background>,
         record: Arc<Record>,
         token: u64,
         sent: Instant,
@@ -329,7 +331,7 @@ impl EtcdHold {
             .hold_at_least
             .and_then(|minimum| Instant::now().checked_add(minimum));
         EtcdHold {
-            client,
+            alive,
             record,
             token,
             _listed: listed,
@@ -414,28 +416,27 @@ impl EtcdHold {
             return Ok(());
         }
         let record = self.record.clone();
-        let moved = self
-            .client
-            .on_background(async move {
-                let etcd = &record.etcd;
-                let sent = Instant::now();
-                let mut leases = etcd.client().lease_client();
-                let granted = etcd.call(leases.grant(ttl_secs(lease), None)).await?;
-                let put = Txn::new().when([record.ours()]).and_then([TxnOp::put(
-                    record.key.as_str(),
-                    record.holder.as_str(),
-                    Some(PutOptions::new().with_lease(granted.id())),
-                )]);
-                let mut kv = etcd.client().kv_client();
-                let answer = etcd.call(kv.txn(put)).await?;
-                if !answer.succeeded() {
-                    let _ = etcd.call(leases.revoke(granted.id())).await;
-                    return Ok(None);
-                }
-                let ttl = Duration::from_secs(granted.ttl().max(1) as u64);
-                Ok::<_, LockError>(Some((granted.id(), valid_until(sent, ttl))))
-            })
-            .await??;
+        let runtime = self.record.etcd.runtime.clone();
+        let moved = crate::background::run(&runtime, async move {
+            let etcd = &record.etcd;
+            let sent = Instant::now();
+            let mut leases = etcd.client().lease_client();
+            let granted = etcd.call(leases.grant(ttl_secs(lease), None)).await?;
+            let put = Txn::new().when([record.ours()]).and_then([TxnOp::put(
+                record.key.as_str(),
+                record.holder.as_str(),
+                Some(PutOptions::new().with_lease(granted.id())),
+            )]);
+            let mut kv = etcd.client().kv_client();
+            let answer = etcd.call(kv.txn(put)).await?;
+            if !answer.succeeded() {
+                let _ = etcd.call(leases.revoke(granted.id())).await;
+                return Ok(None);
+            }
+            let ttl = Duration::from_secs(granted.ttl().max(1) as u64);
+            Ok::<_, LockError>(Some((granted.id(), valid_until(sent, ttl))))
+        })
+        .await??;
         let Some((new_id, new_until)) = moved else {
             self.record.gone();
             return Err(lost(&name));
@@ -462,7 +463,7 @@ impl EtcdHold {
         let was_lost = self.record.is_lost();
         let keep = self.chain.get().map_or(self.keep, Chain::kept_until);
         let EtcdHold {
-            client,
+            alive,
             record,
             metric,
             _listed,
@@ -483,7 +484,7 @@ impl EtcdHold {
         } else {
             Ok(true)
         };
-        drop(client);
+        drop(alive);
         let result = match released {
             Ok(true) if !was_lost => Ok(()),
             Ok(_) => Err(lost(&name)),

@@ -19,7 +19,7 @@
 
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
-use crate::LockError;
+use crate::error::LockError;
 use crate::request::Target;
 
 /// Which kind of contender a key is.
@@ -90,7 +90,7 @@ impl Side {
 
 /// Refuses a name etcd cannot tell apart from another's.
 pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
-    crate::keys::check_name(name)?;
+    crate::request::check_name(name)?;
     if name.contains('/') {
         return Err(LockError::BadName {
             name: name.to_owned(),

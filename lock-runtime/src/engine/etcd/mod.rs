@@ -54,8 +54,9 @@ pub(crate) use hold::EtcdHold;
 pub(crate) use ops::{force_unlock, inspect, locks};
 pub(crate) use take::acquire;
 
+use crate::config::Config;
+use crate::error::LockError;
 use crate::own::OwnHolds;
-use crate::{Config, LockError};
 
 /// The engine's name in errors and metrics.
 pub(crate) const ENGINE: &str = "etcd";
@@ -84,7 +85,7 @@ impl Etcd {
     /// answers).
     pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<Etcd>, LockError> {
         let target = Target::parse(&config)?;
-        if config.replica_sync == crate::ReplicaSync::Always {
+        if config.replica_sync == crate::config::ReplicaSync::Always {
             return Err(crate::engine::unsupported(
                 ENGINE,
                 "replica sync (etcd's writes are linearizable: a granted hold is on a quorum already)",

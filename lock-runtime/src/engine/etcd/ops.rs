@@ -11,7 +11,7 @@ use etcd_client::{
 use super::Etcd;
 use super::hold::KEPT;
 use super::layout::{Side, check_name, prefix};
-use crate::LockError;
+use crate::error::LockError;
 use crate::inspect::{HolderInfo, LockInfo, LockKind, RwMode};
 
 /// The contenders of lock `name` in arrival order (lowest create revision

@@ -18,8 +18,9 @@ use etcd_client::{Client, LeaseTimeToLiveOptions};
 use tokio::sync::watch;
 
 use super::{ENGINE, store_error, timeout_error};
-use crate::watchdog::{Validity, valid_until};
-use crate::{Config, LockError};
+use crate::clock::{Validity, valid_until};
+use crate::config::Config;
+use crate::error::LockError;
 
 /// One lease kept alive.
 pub(crate) struct Session {

@@ -15,21 +15,22 @@ use super::layout::{Side, one_of};
 use super::session::{Session, ttl_secs};
 use super::watches::Note;
 use super::{ENGINE, Etcd, transient};
+use crate::background::Background;
+use crate::clock::valid_until;
+use crate::error::LockError;
 use crate::holder;
 use crate::request::{Options, Target, backoff, timed_out};
-use crate::watchdog::valid_until;
-use crate::{LockClient, LockError};
 
 /// Takes a hold of `target` on etcd (see the module docs of [`super`]):
 /// a re-entry when the caller runs in the scope of this client's hold of
 /// it, else a new holder that queues in the process, then in etcd.
 pub(crate) async fn acquire(
-    client: LockClient,
+    alive: Arc<Background>,
     etcd: Arc<Etcd>,
     target: Target,
     options: Options,
-    started: Instant,
 ) -> Result<EtcdHold, LockError> {
+    let started = Instant::now();
     let side = Side::of(&target)?;
     let name = target.name();
     let deadline = options.wait.and_then(|w| started.checked_add(w));
@@ -47,7 +48,7 @@ pub(crate) async fn acquire(
             return Err(lost(name));
         };
         // Boxed, as `take` below: a waiter's future does not carry it.
-        return Box::pin(reenter(client, record, side, chain, &options, metric)).await;
+        return Box::pin(reenter(alive, record, side, chain, &options, metric)).await;
     }
     let number = options.number.unwrap_or_else(holder::fresh_number);
     let holder = holder::id(&etcd.id, number);
@@ -138,7 +139,7 @@ pub(crate) async fn acquire(
         Lease::Session { .. } => record.bind(),
     }
     Ok(EtcdHold::new(
-        client,
+        alive,
         record,
         taken.token,
         taken.sent,

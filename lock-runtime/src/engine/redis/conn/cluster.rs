@@ -9,7 +9,8 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{ProtocolVersion, PushInfo, RedisError};
 use tokio::sync::mpsc;
 
-use crate::{Config, LockError};
+use crate::config::Config;
+use crate::error::LockError;
 
 /// The cluster client `config` names. Its connections send push frames
 /// (pub/sub messages) to `pushes` when given.

@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::conn::Conn;
-use crate::scripts::SCRIPTS;
+use crate::clock::{Validity, valid_until};
+use crate::engine::redis::conn::Conn;
+use crate::engine::redis::scripts::SCRIPTS;
 
 /// How a hold is renewed: which script and which keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -42,36 +43,6 @@ pub(crate) struct HoldKey {
     pub(crate) kind: RenewKind,
     pub(crate) name: String,
     pub(crate) holder: String,
-}
-
-/// Whether a hold still counts as held, by the client's clock.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Validity {
-    /// The watchdog found the hold gone (or a renewal came back too late).
-    pub(crate) lost: bool,
-    /// The hold counts as lost from this instant unless renewed first.
-    pub(crate) until: Instant,
-}
-
-impl Validity {
-    pub(crate) fn is_lost(&self) -> bool {
-        self.lost || Instant::now() >= self.until
-    }
-}
-
-/// The safety margin taken off a lease by the client's clock: 1% of the lease
-/// plus 2 ms (the clock-drift allowance of the Redlock description). The
-/// lease is counted from before the call that confirmed it, so the server
-/// (which starts counting later) always expires the key after the client
-/// counts the hold lost.
-pub(crate) fn margin(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
-
-/// When a hold confirmed by a call sent at `sent` for `lease` stops counting.
-pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
-    let left = lease.saturating_sub(margin(lease));
-    sent.checked_add(left).unwrap_or(sent)
 }
 
 struct Entry {
@@ -291,7 +262,7 @@ fn by_slot(conn: &Conn, holds: Vec<(HoldKey, u64)>) -> Vec<Vec<(HoldKey, u64)>> 
     let mut groups: HashMap<u16, Vec<(HoldKey, u64)>> = HashMap::new();
     for hold in holds {
         groups
-            .entry(crate::conn::slot(&hold.0.name))
+            .entry(crate::engine::redis::conn::slot(&hold.0.name))
             .or_default()
             .push(hold);
     }
@@ -323,7 +294,7 @@ async fn renew(
             call.arg(crate::config::millis(lease));
             for (key, _) in batch {
                 call.key(&key.name)
-                    .key(crate::keys::holds_key(&key.name))
+                    .key(crate::engine::redis::keys::holds_key(&key.name))
                     .arg(&key.holder);
             }
             let answers: Vec<i64> = call.invoke_async(&mut conn).await?;
@@ -334,8 +305,11 @@ async fn renew(
             call.arg(crate::config::millis(lease));
             for (key, _) in batch {
                 call.key(&key.name)
-                    .key(crate::keys::rw_timeout_prefix(&key.name, &key.holder))
-                    .key(crate::keys::holds_key(&key.name))
+                    .key(crate::engine::redis::keys::rw_timeout_prefix(
+                        &key.name,
+                        &key.holder,
+                    ))
+                    .key(crate::engine::redis::keys::holds_key(&key.name))
                     .arg(&key.holder);
             }
             let answers: Vec<i64> = call.invoke_async(&mut conn).await?;
@@ -354,18 +328,6 @@ mod tests {
             name: "x".into(),
             holder: "c:1".into(),
         }
-    }
-
-    #[test]
-    fn the_margin_is_one_percent_and_two_milliseconds() {
-        assert_eq!(margin(Duration::from_secs(10)), Duration::from_millis(102));
-        let sent = Instant::now();
-        assert_eq!(
-            valid_until(sent, Duration::from_secs(10)),
-            sent + Duration::from_millis(9_898)
-        );
-        // A lease shorter than the margin is lost at once, never in the past.
-        assert_eq!(valid_until(sent, Duration::from_millis(1)), sent);
     }
 
     #[test]

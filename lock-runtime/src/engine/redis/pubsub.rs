@@ -9,7 +9,7 @@
 //! message bumps a count that the channel's waiters compare with the last one
 //! they saw, and wakes them. The
 //! connection subscribes again after a reconnect (the cluster connection on
-//! the node that now owns the channel's slot, see [`crate::conn`]); a sharded
+//! the node that now owns the channel's slot, see [`crate::engine::redis::conn`]); a sharded
 //! subscription that a cluster node drops because the slot moved away is made
 //! again here.
 //!
@@ -33,8 +33,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::LockError;
-use crate::conn::Conn;
+use crate::engine::redis::conn::Conn;
+use crate::error::LockError;
 
 enum Request {
     Subscribe {
@@ -286,7 +286,7 @@ impl Strays {
         for channel in owed {
             match conn.unsubscribe(&channel).await {
                 Ok(()) => {}
-                Err(e) if crate::conn::connection_lost(&e) => {
+                Err(e) if crate::engine::redis::conn::connection_lost(&e) => {
                     tracing::debug!(%channel, error = %e, "unsubscribe still failing; trying again later");
                     return;
                 }

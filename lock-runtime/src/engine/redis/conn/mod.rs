@@ -54,8 +54,9 @@ pub(crate) use self::cluster::slot;
 use self::near::{Maker, Near};
 use self::replicas::Replicas;
 use self::sentinel::SentinelLink;
+use crate::config::Config;
 use crate::config::{ReplicaSync, Topology};
-use crate::{Config, LockError};
+use crate::error::LockError;
 
 /// The connection of one client. Cheap to clone; clones share everything.
 #[derive(Clone)]

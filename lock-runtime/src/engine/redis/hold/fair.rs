@@ -20,12 +20,12 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use crate::LockError;
-use crate::client::Core;
-use crate::conn::Conn;
-use crate::keys;
-use crate::retry;
-use crate::scripts::{Eval, SCRIPTS};
+use crate::engine::redis::Core;
+use crate::engine::redis::conn::Conn;
+use crate::engine::redis::keys;
+use crate::engine::redis::retry;
+use crate::engine::redis::scripts::{Eval, SCRIPTS};
+use crate::error::LockError;
 
 /// The clean-up of a waiter that leaves without the lock: out of the queue
 /// and the deadlines, those behind it moved up.

@@ -7,7 +7,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::mpsc;
 
 use super::near::Maker;
-use crate::{Config, LockError};
+use crate::config::Config;
+use crate::error::LockError;
 
 /// The client's own connection to the server `config` names, and the maker
 /// of its near connections. Push frames go to `pushes`.

@@ -2,12 +2,12 @@
 //! of holder id to hold count, with a PEXPIRE lease); its acquire and unlock
 //! calls are built with the other layouts' in [`Target`](super::Target).
 
-use crate::LockError;
-use crate::client::Core;
-use crate::conn::Conn;
-use crate::hold::{Try, Which};
-use crate::keys;
-use crate::scripts::{Eval, SCRIPTS};
+use crate::engine::redis::Core;
+use crate::engine::redis::conn::Conn;
+use crate::engine::redis::hold::{Try, Which};
+use crate::engine::redis::keys;
+use crate::engine::redis::scripts::{Eval, SCRIPTS};
+use crate::error::LockError;
 
 /// Gives back the hold `which` of `holder` and, when that frees the lock, hands it to the hold
 /// `to` describes (a waiter of this client) in the same script. Returns
@@ -23,7 +23,7 @@ pub(crate) async fn hand_off(
     which: Which,
     to: &Try,
 ) -> Result<(i64, u64), LockError> {
-    let record = crate::scripts::latch_record(conn, false);
+    let record = crate::engine::redis::scripts::latch_record(conn, false);
     let latch = keys::unlock_latch(name, request);
     let keys = [
         name,

@@ -4,8 +4,8 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use crate::LockError;
-use crate::conn::transient;
+use crate::engine::redis::conn::transient;
+use crate::error::LockError;
 
 /// Runs `once` until it succeeds, fails for a reason other than one that
 /// heals (a lost connection: a timeout, a refused or broken connection; a

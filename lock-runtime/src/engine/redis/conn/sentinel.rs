@@ -19,7 +19,8 @@ use redis::{
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
 
-use crate::{Config, LockError};
+use crate::config::Config;
+use crate::error::LockError;
 
 /// A connection to the master the sentinels name, that asks them again when
 /// the master goes away.

@@ -32,10 +32,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::LockError;
-use crate::client::Core;
-use crate::conn::Conn;
-use crate::hold::{Keep, Try, Which, needs_reconcile, reconcile, reentrant};
+use crate::engine::redis::Core;
+use crate::engine::redis::conn::Conn;
+use crate::engine::redis::hold::{Keep, Try, Which, needs_reconcile, reconcile, reentrant};
+use crate::error::LockError;
 use crate::local::{Handed, Handover, MAX_STREAK};
 use crate::request::Target;
 

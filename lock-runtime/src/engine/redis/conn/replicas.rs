@@ -12,8 +12,8 @@ use tokio::sync::watch;
 
 use super::cluster::{replicas_per_range, slot};
 use super::{Conn, Link};
-use crate::LockError;
 use crate::config::ReplicaSync;
+use crate::error::LockError;
 
 /// How old a replica view may be before it is looked up again.
 const REPLICA_VIEW_MAX_AGE: Duration = Duration::from_secs(5);

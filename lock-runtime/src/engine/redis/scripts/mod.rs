@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
 
-use crate::conn::Conn;
+use crate::engine::redis::conn::Conn;
 
 /// Every script the runtime runs.
 pub(crate) struct Scripts {

@@ -4,25 +4,6 @@
 //! the slot of the lock's own key; a name that already contains `{` carries
 //! its own hash tag and is used as it is.
 
-use crate::LockError;
-
-/// Rejects names that cannot be a lock.
-pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
-    if name.is_empty() {
-        return Err(LockError::BadName {
-            name: name.to_owned(),
-            reason: "a lock name must not be empty",
-        });
-    }
-    if name.len() > 64 * 1024 {
-        return Err(LockError::BadName {
-            name: format!("{}...", name.chars().take(32).collect::<String>()),
-            reason: "a lock name must be at most 64 KiB",
-        });
-    }
-    Ok(())
-}
-
 /// `prefix`, then `{name}` (or `name` when it already has a hash tag), then
 /// `rest`: one allocation, no formatting machinery (these run on every
 /// acquire and release; `format!` cost several times as much, issue 11).
@@ -123,11 +104,5 @@ mod tests {
         );
         assert_eq!(fair_queue("x{1}"), "redisson_lock_queue:x{1}");
         assert_eq!(rw_channel("doc"), "redisson_rwlock:{doc}");
-    }
-
-    #[test]
-    fn empty_names_are_rejected() {
-        assert!(matches!(check_name(""), Err(LockError::BadName { .. })));
-        assert!(check_name("x").is_ok());
     }
 }

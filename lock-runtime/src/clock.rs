@@ -1,0 +1,52 @@
+//! The loss clock every engine keeps: a hold counts as held until its
+//! lease, counted from the send time of the call that last confirmed it
+//! and less a safety margin, runs out by this client's clock (DESIGN §5).
+
+use std::time::{Duration, Instant};
+
+/// Whether a hold still counts as held, by the client's clock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Validity {
+    /// The watchdog found the hold gone (or a renewal came back too late).
+    pub(crate) lost: bool,
+    /// The hold counts as lost from this instant unless renewed first.
+    pub(crate) until: Instant,
+}
+
+impl Validity {
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost || Instant::now() >= self.until
+    }
+}
+
+/// The safety margin taken off a lease by the client's clock: 1% of the lease
+/// plus 2 ms (the clock-drift allowance of the Redlock description). The
+/// lease is counted from before the call that confirmed it, so the server
+/// (which starts counting later) always expires the key after the client
+/// counts the hold lost.
+pub(crate) fn margin(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// When a hold confirmed by a call sent at `sent` for `lease` stops counting.
+pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
+    let left = lease.saturating_sub(margin(lease));
+    sent.checked_add(left).unwrap_or(sent)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_margin_is_one_percent_and_two_milliseconds() {
+        assert_eq!(margin(Duration::from_secs(10)), Duration::from_millis(102));
+        let sent = Instant::now();
+        assert_eq!(
+            valid_until(sent, Duration::from_secs(10)),
+            sent + Duration::from_millis(9_898)
+        );
+        // A lease shorter than the margin is lost at once, never in the past.
+        assert_eq!(valid_until(sent, Duration::from_millis(1)), sent);
+    }
+}

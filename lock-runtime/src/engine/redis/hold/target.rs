@@ -1,0 +1,212 @@
+//! What a hold on each kind of lock is in Redis: its keys, its local
+//! queue and channel, and the scripts that take it and give it back.
+
+use super::{Attempt, Keep, Try, Which, answer, fair};
+use crate::engine::redis::Core;
+use crate::engine::redis::conn::Conn;
+use crate::engine::redis::keys;
+use crate::engine::redis::scripts::Eval;
+use crate::engine::redis::watchdog::RenewKind;
+use crate::error::LockError;
+use crate::request::Target;
+
+/// What a hold on each kind of lock is in Redis.
+impl Target {
+    /// Waiters of the same local queue take turns contending in Redis.
+    pub(crate) fn local_queue(&self, holder: &str) -> String {
+        match self {
+            // The Redis queue orders fair waiters (each joins it at its first
+            // attempt) and unlock wakes only its head: a local queue could
+            // only disagree with that order, so each fair waiter is alone.
+            Target::Fair { name } => ["fair:", name, ":", holder].concat(),
+            _ => [self.kind(), ":", self.name()].concat(),
+        }
+    }
+
+    /// The channel whose messages mean "try again now".
+    pub(crate) fn channel(&self, holder: &str) -> String {
+        match self {
+            Target::Reentrant { name } => keys::lock_channel(name),
+            Target::Fair { name } => keys::fair_waiter_channel(name, holder),
+            Target::Read { name } | Target::Write { name } => keys::rw_channel(name),
+        }
+    }
+
+    pub(crate) fn renew_kind(&self) -> RenewKind {
+        match self {
+            Target::Reentrant { .. } | Target::Fair { .. } => RenewKind::Hash,
+            Target::Read { .. } | Target::Write { .. } => RenewKind::ReadWrite,
+        }
+    }
+
+    /// One acquire script call on `conn`, then replica sync when it took the
+    /// lock (on the same connection: `WAIT` counts that connection's writes).
+    ///
+    /// The layouts' acquire scripts share the shape of their calls: the
+    /// layout's keys (the lock's first), then the attempt's latch; ARGV the lease and the holder, the layout's own
+    /// arguments, then whether it re-enters. A failed fair try queues the
+    /// holder (first time) or keeps its place (later).
+    pub(crate) async fn attempt(
+        &self,
+        core: &Core,
+        conn: &Conn,
+        how: &Try,
+    ) -> Result<Attempt, LockError> {
+        let scripts = &crate::engine::redis::scripts::SCRIPTS;
+        let name = self.name();
+        core.conn.check_slot_name(name)?;
+        let token = keys::token_key(name);
+        let holds = keys::holds_key(name);
+        let args = |call: &mut Eval| {
+            call.arg(how.lease_ms()).arg(&how.holder);
+            if let Target::Fair { .. } = self {
+                call.arg(fair::wait_ms(core))
+                    .arg(core.conn.publish_command());
+            }
+            call.arg(how.reenter_arg());
+        };
+        let (latch, record) = (&how.latch(name), how.reenter);
+        let call = match self {
+            Target::Reentrant { .. } => {
+                let keys = [name, &token, &holds];
+                scripts
+                    .reentrant_acquire
+                    .call(conn, &keys, latch, record, args)
+            }
+            Target::Fair { .. } => {
+                let keys = [
+                    name,
+                    &keys::fair_queue(name),
+                    &keys::fair_timeouts(name),
+                    &token,
+                    &keys::lock_channel(name),
+                    &holds,
+                ];
+                scripts.fair_acquire.call(conn, &keys, latch, record, args)
+            }
+            // A read hold's own lease key, named by the holder.
+            Target::Read { .. } => {
+                let keys = [
+                    name,
+                    &token,
+                    &keys::rw_timeout_prefix(name, &how.holder),
+                    &holds,
+                ];
+                scripts
+                    .rw_read_acquire
+                    .call(conn, &keys, latch, record, args)
+            }
+            Target::Write { .. } => {
+                let keys = [name, &token, &keys::tagged(name), &holds];
+                scripts
+                    .rw_write_acquire
+                    .call(conn, &keys, latch, record, args)
+            }
+        };
+        let reply = call
+            .invoke(conn)
+            .await
+            .map_err(|e| LockError::from_redis(name, e))?;
+        let attempt = answer(name, reply)?;
+        if let Attempt::Acquired { .. } = attempt {
+            // A hold no replica confirmed could vanish in a failover: the
+            // error makes the caller reconcile the attempt, which gives the
+            // hold back (see [`needs_reconcile`]).
+            conn.sync_replicas(name).await?;
+        }
+        Ok(attempt)
+    }
+
+    /// One unlock script call on `conn` for the hold `which` of `holder`:
+    /// 1 freed, 0 still held (re-entries; or that hold was given back
+    /// before, by a copy of this call), -1 not held. A last hold of a reentrant
+    /// or fair lock leaves the lock taken as `keep` says (`hold_at_least`):
+    /// it expires then, and nobody is woken. Read and write holds (acquire
+    /// refuses the option for them) ignore `keep`.
+    ///
+    /// The layouts' unlock scripts share the shape of their calls: the
+    /// layout's keys (the lock's first), then the unlock latch of `request`
+    /// (which makes a retried call idempotent); ARGV the holder, the latch's
+    /// TTL and the publish command, then the layout's own arguments. What a
+    /// freed lock wakes: a reentrant lock's waiters (its channel), a fair
+    /// lock's head (its own channel), every waiting reader and writer after
+    /// the write lock or a holder's last read hold.
+    pub(crate) async fn unlock(
+        &self,
+        core: &Core,
+        conn: &Conn,
+        holder: &str,
+        request: &str,
+        which: Which,
+        keep: Keep,
+    ) -> Result<i64, LockError> {
+        let scripts = &crate::engine::redis::scripts::SCRIPTS;
+        let name = self.name();
+        let latch = keys::unlock_latch(name, request);
+        // Last: the record of re-entered holds (see `Which`).
+        let holds = keys::holds_key(name);
+        let (script, keys): (_, &[&str]) = match self {
+            Target::Reentrant { .. } => (
+                &scripts.unlock,
+                &[name, &keys::lock_channel(name), &latch, &holds],
+            ),
+            Target::Fair { .. } => (
+                &scripts.fair_unlock,
+                &[
+                    name,
+                    &keys::fair_queue(name),
+                    &keys::fair_timeouts(name),
+                    &keys::lock_channel(name),
+                    &latch,
+                    &holds,
+                ],
+            ),
+            // A read hold's own lease key: found by the holder.
+            Target::Read { .. } => (
+                &scripts.rw_read_unlock,
+                &[
+                    name,
+                    &keys::rw_channel(name),
+                    &keys::rw_timeout_prefix(name, holder),
+                    &keys::tagged(name),
+                    &latch,
+                    &holds,
+                ],
+            ),
+            Target::Write { .. } => (
+                &scripts.rw_write_unlock,
+                &[
+                    name,
+                    &keys::rw_channel(name),
+                    &keys::tagged(name),
+                    &latch,
+                    &holds,
+                ],
+            ),
+        };
+        let mut call = Eval::with_keys(script, keys);
+        call.arg(holder)
+            .arg(crate::config::millis(core.config.unlock_latch_ttl()))
+            .arg(core.conn.publish_command())
+            .arg(which.arg(self));
+        let within_lease = if keep.within_lease { "1" } else { "0" };
+        match self {
+            // The message "0": it wakes one waiter.
+            Target::Reentrant { .. } => call.arg("0").arg(keep.ms).arg(within_lease),
+            Target::Fair { .. } => call.arg(keep.ms).arg(within_lease),
+            Target::Read { .. } | Target::Write { .. } => &mut call,
+        };
+        call.invoke(conn)
+            .await
+            .map_err(|e| LockError::from_redis(name, e))
+    }
+
+    /// Clean-up when a waiter gives up (timeout or cancellation) without the lock.
+    pub(crate) fn give_up(&self, core: &Core, holder: &str) -> Option<fair::GiveUp> {
+        match self {
+            // A fair waiter leaves the queue.
+            Target::Fair { name } => Some(fair::GiveUp::new(core, name, holder)),
+            Target::Reentrant { .. } | Target::Read { .. } | Target::Write { .. } => None,
+        }
+    }
+}
