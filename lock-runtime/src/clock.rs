@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
+
 /// Whether a hold still counts as held, by the client's clock.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Validity {
@@ -32,6 +34,25 @@ pub(crate) fn margin(lease: Duration) -> Duration {
 pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
     let left = lease.saturating_sub(margin(lease));
     sent.checked_add(left).unwrap_or(sent)
+}
+
+/// Resolves when `validity` counts as lost: marked lost, its time run out,
+/// or its sender gone (nobody keeps the hold any more).
+pub(crate) async fn until_lost(mut validity: watch::Receiver<Validity>) {
+    loop {
+        let now = *validity.borrow_and_update();
+        if now.is_lost() {
+            return;
+        }
+        tokio::select! {
+            changed = validity.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep_until(now.until.into()) => {}
+        }
+    }
 }
 
 #[cfg(test)]

@@ -62,3 +62,20 @@ pub async fn client() -> Result<&'static LockClient, LockError> {
         })
         .await
 }
+
+impl crate::lock::segmented::SegmentedLock {
+    /// A segmented lock on the global client ([`client`]), which connects
+    /// (from `LOCK_URL` or `REDIS_URL`, unless [`init`] ran) at the first
+    /// acquire. This is what [`segmented_lock!`](crate::segmented_lock)
+    /// declarations use.
+    pub fn global(
+        name: impl Into<String>,
+        segments: usize,
+    ) -> crate::lock::segmented::SegmentedLock {
+        crate::lock::segmented::SegmentedLock::on_later(
+            name.into(),
+            segments,
+            || Box::pin(client()),
+        )
+    }
+}

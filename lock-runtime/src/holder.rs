@@ -38,6 +38,15 @@ pub(crate) struct Chain(Arc<Mutex<Option<Instant>>>);
 impl Chain {
     /// The lock stays taken at least until `until` (a later minimum of the
     /// chain is kept).
+    /// A chain whose first hold asked to be kept until `keep`, if at all.
+    pub(crate) fn keeping(keep: Option<Instant>) -> Chain {
+        let chain = Chain::default();
+        if let Some(until) = keep {
+            chain.keep_until(until);
+        }
+        chain
+    }
+
     pub(crate) fn keep_until(&self, until: Instant) {
         let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
         *kept = Some(kept.map_or(until, |kept| kept.max(until)));

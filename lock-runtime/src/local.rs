@@ -75,29 +75,29 @@ struct Handoff {
 pub(crate) struct Slot {
     id: u64,
     pub(crate) lease: Option<Duration>,
-    pub(crate) handed: oneshot::Sender<Box<Handover>>,
+    pub(crate) handed: oneshot::Sender<Box<Parcel>>,
 }
 
 /// The lock was handed over: the new hold's holder id (fresh, unique to the
-/// handover), its fencing token, when the script that made it was sent (its
-/// lease counts from then), and its place in the streak of handovers.
+/// handoff), its fencing token, when the script that made it was sent (its
+/// lease counts from then), and its place in the streak of handoffs.
 #[derive(Debug, Clone)]
 pub(crate) struct Handed {
     pub(crate) holder: String,
     pub(crate) token: u64,
     pub(crate) sent: Instant,
-    /// How many handovers in a row led to this hold, this one included (a
+    /// How many handoffs in a row led to this hold, this one included (a
     /// hold taken by an acquire script starts a streak at 0). Its release
     /// hands the lock over only below [`MAX_STREAK`].
     pub(crate) streak: u32,
 }
 
-/// A handover as the releasing task sends it: the hold, and how to give it
+/// A handoff as the releasing task sends it: the hold, and how to give it
 /// back if its waiter went away before taking it. The releasing task makes
 /// the give-back (it knows the lock and the client), so a waiter carries
 /// nothing for it while it waits. Sent boxed: each offer's channel then
-/// keeps room for a pointer, not a whole handover.
-pub(crate) struct Handover {
+/// keeps room for a pointer, not a whole handoff.
+pub(crate) struct Parcel {
     pub(crate) handed: Handed,
     pub(crate) give_back: GiveBack,
 }
@@ -141,7 +141,7 @@ impl LocalQueues {
     }
 
     /// A release that frees the lock for every client (its streak of
-    /// handovers is over) begins now: the head of queue `key`, if it has
+    /// handoffs is over) begins now: the head of queue `key`, if it has
     /// one, lets other clients try first.
     pub(crate) fn free_for_all(&self, key: &str) {
         if let Some(queue) = self.queues().get(key) {
@@ -240,9 +240,9 @@ pub(crate) struct Offers(Weak<Queue>);
 
 impl Offers {
     /// Leaves an offer in the queue (behind the older ones). Await
-    /// [`Offer::handed`]; drop the offer to withdraw it. A handover that
+    /// [`Offer::handed`]; drop the offer to withdraw it. A handoff that
     /// arrives unclaimed (the offer dropped just after it was taken) goes to
-    /// the [`Handover`]'s give-back. `None` when the queue is gone (its
+    /// the [`Parcel`]'s give-back. `None` when the queue is gone (its
     /// waiters all left).
     pub(crate) fn offer(&self, lease: Option<Duration>) -> Option<Offer> {
         let queue = self.0.upgrade()?;
@@ -291,8 +291,8 @@ impl Drop for Ticket<'_> {
 pub(crate) struct Offer {
     queue: Option<Arc<Queue>>,
     id: u64,
-    receiver: oneshot::Receiver<Box<Handover>>,
-    /// The handover was taken: nothing to give back.
+    receiver: oneshot::Receiver<Box<Parcel>>,
+    /// The handoff was taken: nothing to give back.
     claimed: bool,
 }
 
@@ -308,9 +308,9 @@ impl Offer {
     /// which keeps a waiter's future small). Not to be polled again once
     /// ready.
     pub(crate) fn poll_handed(&mut self, cx: &mut Context<'_>) -> Poll<Option<Handed>> {
-        let handover = ready!(Pin::new(&mut self.receiver).poll(cx)).ok();
-        self.claimed |= handover.is_some();
-        Poll::Ready(handover.map(|handover| handover.handed))
+        let handoff = ready!(Pin::new(&mut self.receiver).poll(cx)).ok();
+        self.claimed |= handoff.is_some();
+        Poll::Ready(handoff.map(|handoff| handoff.handed))
     }
 
     fn withdraw_slot(&mut self) {
@@ -327,8 +327,8 @@ impl Drop for Offer {
             // After close, a releasing task's send fails (it gives the hold
             // back itself); one that got in before is ours to give back.
             self.receiver.close();
-            if let Ok(handover) = self.receiver.try_recv() {
-                (handover.give_back)();
+            if let Ok(handoff) = self.receiver.try_recv() {
+                (handoff.give_back)();
             }
         }
     }
@@ -387,7 +387,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_handover_to_an_offer_that_left_is_given_back_once() {
+    async fn a_handoff_to_an_offer_that_left_is_given_back_once() {
         let queues = LocalQueues::default();
         let mut head = queues.ticket("a".into());
         head.turn().await;
@@ -406,7 +406,7 @@ mod tests {
             });
             assert!(
                 slot.handed
-                    .send(Box::new(Handover { handed, give_back }))
+                    .send(Box::new(Parcel { handed, give_back }))
                     .is_ok()
             );
         };

@@ -65,6 +65,14 @@ pub(crate) fn backoff(n: u32) -> Duration {
     Duration::from_millis(5u64 << n.saturating_sub(1).min(8)).min(Duration::from_secs(1))
 }
 
+/// Sleeps for `pause`, or until `deadline` if that is sooner.
+pub(crate) async fn pause_within(deadline: Option<std::time::Instant>, pause: Duration) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.min(std::time::Instant::now() + pause).into()).await,
+        None => tokio::time::sleep(pause).await,
+    }
+}
+
 /// The error of a wait that ran out.
 pub(crate) fn timed_out(target: &Target, options: &Options) -> LockError {
     LockError::Timeout {

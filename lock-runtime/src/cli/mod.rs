@@ -10,7 +10,8 @@
 //! lockctl force-unlock stock:42 [--yes] free it, wake every waiter (asks first)
 //! ```
 //!
-//! `--url` defaults to `$REDIS_URL`, else `redis://127.0.0.1:6379`.
+//! `--url` (any engine: `redis://`, `etcd://` with the `etcd` feature)
+//! defaults to `$LOCK_URL`, else `$REDIS_URL`, else `redis://127.0.0.1:6379`.
 //! Passwords in URLs are never printed. `inspect --json` prints one object:
 //! `{"name", "held"}` and, when held, `"kind"` (`"reentrant"`, `"fair"`,
 //! `"read_write"`), `"mode"` (`"read"`/`"write"`, else null), `"holders"`
@@ -55,7 +56,7 @@ struct Cli {
 /// Where the locks are.
 #[derive(Args, Debug)]
 struct Connection {
-    /// The Redis server [default: $REDIS_URL, else redis://127.0.0.1:6379]
+    /// The store (redis://, etcd://) [default: $LOCK_URL, else $REDIS_URL, else redis://127.0.0.1:6379]
     #[arg(long, value_name = "URL", conflicts_with_all = ["sentinel", "cluster"])]
     url: Option<String>,
     /// Sentinels to ask for the master, comma-separated (with --master)

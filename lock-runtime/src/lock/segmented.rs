@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant};
@@ -80,9 +81,14 @@ pub(crate) fn segment_name(name: &str, segment: usize) -> String {
 #[derive(Debug, Clone)]
 enum Source {
     Client(LockClient),
-    /// The global client ([`crate::client`]), connected at the first acquire.
-    Global,
+    /// A client found at the first acquire (the global client: see
+    /// `global`, which makes such locks).
+    Later(LaterClient),
 }
+
+/// Finds the client of a [`Source::Later`] lock.
+pub(crate) type LaterClient =
+    fn() -> Pin<Box<dyn Future<Output = Result<&'static LockClient, LockError>> + Send>>;
 
 /// A lock split into `n` segments, each its own reentrant lock: `n` holders
 /// proceed at once, one per segment. Made by
@@ -124,14 +130,11 @@ impl SegmentedLock {
         }
     }
 
-    /// A segmented lock on the global client ([`crate::client`]), which
-    /// connects (from `REDIS_URL`, unless [`crate::init`] ran) at the first
-    /// acquire. This is what [`segmented_lock!`](crate::segmented_lock)
-    /// declarations use.
-    pub fn global(name: impl Into<String>, segments: usize) -> SegmentedLock {
+    /// A segmented lock whose client `later` finds at the first acquire.
+    pub(crate) fn on_later(name: String, segments: usize, later: LaterClient) -> SegmentedLock {
         SegmentedLock {
-            source: Source::Global,
-            name: name.into(),
+            source: Source::Later(later),
+            name,
             segments,
         }
     }
@@ -198,7 +201,7 @@ impl SegmentedLock {
         match &self.source {
             Source::Client(client) => Ok(client.clone()),
             // Boxed: connecting is a deep future, needed once per process.
-            Source::Global => Ok(Box::pin(crate::client()).await?.clone()),
+            Source::Later(later) => Ok(later().await?.clone()),
         }
     }
 

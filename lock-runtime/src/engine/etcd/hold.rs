@@ -358,14 +358,10 @@ impl EtcdHold {
         self.record.etcd.runtime.clone()
     }
 
+    /// What the holds of this hold's call chain share (made on first use,
+    /// holding this hold's minimum).
     fn chain(&self) -> &Chain {
-        self.chain.get_or_init(|| {
-            let chain = Chain::default();
-            if let Some(until) = self.keep {
-                chain.keep_until(until);
-            }
-            chain
-        })
+        self.chain.get_or_init(|| Chain::keeping(self.keep))
     }
 
     pub(crate) fn scoped(&self) -> ScopedHold {

@@ -74,21 +74,7 @@ impl Session {
 
     /// Resolves when the lease counts as lost.
     pub(crate) async fn lost(&self) {
-        let mut validity = self.validity.clone();
-        loop {
-            let now = *validity.borrow_and_update();
-            if now.is_lost() {
-                return;
-            }
-            tokio::select! {
-                changed = validity.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                }
-                () = tokio::time::sleep_until(now.until.into()) => {}
-            }
-        }
+        crate::clock::until_lost(self.validity.clone()).await;
     }
 
     /// Binds a hold's `key` to this session until the returned value

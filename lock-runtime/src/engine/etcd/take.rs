@@ -19,7 +19,7 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder;
-use crate::request::{Options, Target, backoff, timed_out};
+use crate::request::{Options, Target, backoff, pause_within, timed_out};
 
 /// Takes a hold of `target` on etcd (see the module docs of [`super`]):
 /// a re-entry when the caller runs in the scope of this client's hold of
@@ -85,10 +85,7 @@ pub(crate) async fn acquire(
                     tracing::warn!(lock = name, error = %e, "an attempt failed; waiting without a deadline, so trying again with backoff until etcd answers");
                 }
                 let pause = backoff(tries);
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.min(Instant::now() + pause).into()).await,
-                    None => tokio::time::sleep(pause).await,
-                }
+                pause_within(deadline, pause).await;
             }
             Err(e) => {
                 pending.give_up().await;
@@ -551,10 +548,7 @@ async fn wait_for_turn(
         if note == Note::Broken {
             broken += 1;
             let pause = backoff(broken);
-            match turn.deadline {
-                Some(d) => tokio::time::sleep_until(d.min(Instant::now() + pause).into()).await,
-                None => tokio::time::sleep(pause).await,
-            }
+            pause_within(turn.deadline, pause).await;
         }
     }
 }
@@ -590,10 +584,7 @@ async fn wait_gone(
             _ => {
                 broken += 1;
                 let pause = backoff(broken);
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d.min(Instant::now() + pause).into()).await,
-                    None => tokio::time::sleep(pause).await,
-                }
+                pause_within(deadline, pause).await;
             }
         }
     }

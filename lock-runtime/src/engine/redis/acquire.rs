@@ -1,6 +1,6 @@
 //! The Redis engine's acquire loop: one script round trip when the lock is
 //! free; otherwise queue locally, subscribe, retry, and sleep until an
-//! unlock message, a handover from a releasing task of this client, or the
+//! unlock message, a handoff from a releasing task of this client, or the
 //! holder's lease ends.
 //!
 //! The holder is the scope's when the caller runs in the scope of a hold of
@@ -17,12 +17,12 @@ use super::Core;
 use super::RedisHold;
 use super::conn::connection_lost;
 use super::hold::fair::GiveUp;
-use super::hold::{Attempt, Try, Unsettled, attempt_once};
+use super::hold::{Attempt, Busy, Try, Unsettled, attempt_once};
 use crate::background::Background;
 use crate::error::LockError;
 use crate::holder;
 use crate::local::Handed;
-use crate::request::{Options, Target, backoff, timed_out};
+use crate::request::{Options, Target, backoff, pause_within, timed_out};
 
 /// Takes a hold of `target` (see the module docs). Not an `async fn`, for
 /// the size of the future: every waiting task carries it.
@@ -97,21 +97,21 @@ impl Drop for GiveUpOnDrop<'_> {
     }
 }
 
-/// "Retry soon, with backoff": no lease to sleep by. A fair lock answers it
-/// to a waiter behind the head while the lock is free between two holders
-/// (`scripts/fair_acquire.lua`), and the acquire loop takes a fault it rides
-/// out the same way.
-const RETRY_SOON: i64 = -3;
-
-/// How long to sleep before retrying, given the holder's remaining lease.
-fn nap(ttl_ms: i64) -> Duration {
-    match ttl_ms {
-        // Gone since the attempt: retry at once.
-        -2 => Duration::ZERO,
+/// How long to sleep before retrying a busy lock (not [`Busy::Soon`],
+/// which backs off).
+fn nap(busy: Busy) -> Duration {
+    match busy {
+        Busy::Now | Busy::Soon => Duration::ZERO,
         // No lease at all: only a message (or this poll) tells us it is free.
-        ms if ms < 0 => Duration::from_secs(1),
-        ms => Duration::from_millis(ms as u64),
+        Busy::NoLease => Duration::from_secs(1),
+        Busy::For(ms) => Duration::from_millis(ms),
     }
+}
+
+/// What one acquire attempt came to.
+enum Tried {
+    Taken(Handed),
+    Busy(Busy),
 }
 
 /// One acquisition, which its steps borrow (one reference each, not three:
@@ -159,7 +159,7 @@ impl Acquisition {
     /// One acquire script call: the hold taken (a streak of its own, at 0),
     /// or the holder's remaining lease when busy (see [`Attempt::Busy`]).
     /// A re-entry that finds its hold gone is an error ([`LockError::Lost`]).
-    async fn attempt(&self, how: &Try) -> Result<Result<Handed, i64>, LockError> {
+    async fn attempt(&self, how: &Try) -> Result<Tried, LockError> {
         // Not before an earlier attempt whose answer was lost can take
         // nothing any more: the reconcile gives back what it took by the
         // holder id alone.
@@ -176,13 +176,13 @@ impl Acquisition {
         let (answer, unsettled) = Box::pin(attempt_once(&self.core, &self.target, how)).await;
         *self.unsettled.lock().unwrap_or_else(|p| p.into_inner()) = unsettled.map(Box::new);
         match answer? {
-            Attempt::Acquired { token } => Ok(Ok(Handed {
+            Attempt::Acquired { token } => Ok(Tried::Taken(Handed {
                 holder: how.holder.clone(),
                 token,
                 sent,
                 streak: 0,
             })),
-            Attempt::Busy { ttl_ms } => Ok(Err(ttl_ms)),
+            Attempt::Busy(busy) => Ok(Tried::Busy(busy)),
             Attempt::Gone => Err(lost(&self.target)),
         }
     }
@@ -230,11 +230,11 @@ impl Acquisition {
         while !self.behind_others(&how) {
             tries += 1;
             match self.attempt(&how).await {
-                Ok(Ok(taken)) => {
+                Ok(Tried::Taken(taken)) => {
                     give_up.how = None;
                     return Ok(self.held(taken, how.reenter));
                 }
-                Ok(Err(_)) => break,
+                Ok(Tried::Busy(_)) => break,
                 Err(e) if !self.rides_out(&e, tries) => return Err(e),
                 // Tried again while waiting.
                 Err(_) if !how.reenter => break,
@@ -282,7 +282,7 @@ impl Acquisition {
 
     /// Waits in the client's local queue for the lock until it is handed
     /// over or this waiter reaches the head, which then contends in Redis.
-    /// Returns the hold (one taken by its own script counts as a handover
+    /// Returns the hold (one taken by its own script counts as a handoff
     /// at streak 0).
     async fn wait(&self, how: &Try) -> Result<Handed, LockError> {
         if self.deadline().is_some_and(|d| Instant::now() >= d) {
@@ -291,11 +291,11 @@ impl Acquisition {
         let _waiting = crate::telemetry::WaiterMetric::start(
             self.options.metric.unwrap_or(self.target.kind()),
         );
-        let handovers = self.takes_handovers(how);
+        let handoffs = self.takes_handoffs(how);
         let queue = self.target.local_queue(&how.holder);
         let mut ticket = self.core.local.ticket(queue);
         let offers = ticket.offers();
-        let mut offer = if handovers {
+        let mut offer = if handoffs {
             offers.offer(self.options.lease)
         } else {
             None
@@ -310,7 +310,7 @@ impl Acquisition {
         let mut turn = std::pin::pin!(ticket.seat_free());
         loop {
             let woken = std::future::poll_fn(|cx| {
-                // A handover first: it is a hold already taken.
+                // A handoff first: it is a hold already taken.
                 if let Some(offer) = offer.as_mut()
                     && let Poll::Ready(handed) = offer.poll_handed(cx)
                 {
@@ -328,7 +328,7 @@ impl Acquisition {
             match woken {
                 Woken::Handed(Some(handed)) => return Ok(handed),
                 // Taken but not handed over: offer again (only a waiter
-                // that takes handovers has an offer).
+                // that takes handoffs has an offer).
                 Woken::Handed(None) => offer = offers.offer(self.options.lease),
                 Woken::Head(seat) => {
                     ticket.sit(seat);
@@ -344,7 +344,7 @@ impl Acquisition {
 
     /// The head of a local queue contends in Redis: subscribe (or take over
     /// the queue's subscription), retry, and sleep until an unlock message,
-    /// the holder's lease end, or a handover to its `offer` from a releasing
+    /// the holder's lease end, or a handoff to its `offer` from a releasing
     /// task of this client. Returns the hold, as [`wait`](Self::wait) does.
     async fn contend(
         &self,
@@ -365,35 +365,35 @@ impl Acquisition {
         // Answers in a row with no lease to sleep by (see `backoff`).
         let mut unclear = 0;
         loop {
-            let ttl_ms = if wait_first {
+            let busy = if wait_first {
                 wait_first = false;
                 // Bounded: the holder may die without a message.
-                -1
+                Busy::NoLease
             } else {
                 messages.mark_seen();
                 // Offered before each attempt, so that a release racing the
                 // attempt can hand the lock over.
-                if offer.is_none() && self.takes_handovers(how) {
+                if offer.is_none() && self.takes_handoffs(how) {
                     offer = offers.offer(self.options.lease);
                 }
                 match self.attempt(how).await {
-                    Ok(Ok(taken)) => return Ok(taken),
-                    Ok(Err(ttl_ms)) => ttl_ms,
+                    Ok(Tried::Taken(taken)) => return Ok(taken),
+                    Ok(Tried::Busy(busy)) => busy,
                     // A fault that may heal, with time left: try again
                     // (a fresh attempt; the failed one is reconciled first).
                     Err(e) => {
                         self.fault(e, unclear + 1)?;
-                        RETRY_SOON
+                        Busy::Soon
                     }
                 }
             };
             let now = Instant::now();
-            let mut sleep = if ttl_ms == RETRY_SOON {
+            let mut sleep = if busy == Busy::Soon {
                 unclear += 1;
                 backoff(unclear)
             } else {
                 unclear = 0;
-                nap(ttl_ms)
+                nap(busy)
             };
             if let Some(d) = self.deadline() {
                 if now >= d {
@@ -475,10 +475,7 @@ impl Acquisition {
 
     /// Sleeps for `pause`, or until the wait ends if that is sooner.
     async fn pause(&self, pause: Duration) {
-        match self.deadline() {
-            Some(d) => tokio::time::sleep_until(d.min(Instant::now() + pause).into()).await,
-            None => tokio::time::sleep(pause).await,
-        }
+        pause_within(self.deadline(), pause).await;
     }
 
     /// Subscribes to the channel that tells this waiter to try again,
@@ -508,10 +505,10 @@ impl Acquisition {
         self.options.wait.and_then(|w| self.started.checked_add(w))
     }
 
-    /// Only plain acquisitions of a reentrant lock take handovers (see
+    /// Only plain acquisitions of a reentrant lock take handoffs (see
     /// `handoff`): the waiter offers to take the lock over while it waits
     /// for its turn, and after.
-    fn takes_handovers(&self, how: &Try) -> bool {
+    fn takes_handoffs(&self, how: &Try) -> bool {
         matches!(self.target, Target::Reentrant { .. })
             && !how.reenter
             && self.options.number.is_none()

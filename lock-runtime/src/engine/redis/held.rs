@@ -1,6 +1,6 @@
 //! A hold on a Redis lock once taken: its lease (the watchdog's, or a
 //! fixed one by the client's clock), `extend`, and its release (with the
-//! retry and the handover to a waiter of this client).
+//! retry and the handoff to a waiter of this client).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use super::Core;
 use super::conn::connection_lost;
-use super::hold::{Keep, Which};
+use super::hold::{Keep, Released, Which};
 use super::watchdog::{HoldKey, Registration};
 use crate::background::{self, Background};
 use crate::clock::{Validity, valid_until};
@@ -57,7 +57,7 @@ pub(crate) struct RedisHold {
     chain: std::sync::OnceLock<Chain>,
     /// Which of its holder's holds this is (see [`Which`]).
     which: Which,
-    /// How many local handovers in a row led to this hold (0: taken by an
+    /// How many local handoffs in a row led to this hold (0: taken by an
     /// acquire script; see `local::Handed::streak`).
     streak: u32,
 }
@@ -140,13 +140,7 @@ impl RedisHold {
     /// What the holds of this hold's call chain share (made on first use,
     /// holding this hold's minimum).
     fn chain(&self) -> &Chain {
-        self.chain.get_or_init(|| {
-            let chain = Chain::default();
-            if let Some(until) = self.keep {
-                chain.keep_until(until);
-            }
-            chain
-        })
+        self.chain.get_or_init(|| Chain::keeping(self.keep))
     }
 
     pub(crate) fn token(&self) -> u64 {
@@ -244,24 +238,8 @@ impl RedisHold {
 
     pub(crate) async fn lost(&self) {
         match &self.lease {
-            Lease::Watchdog { validity, .. } => {
-                let mut validity = validity.clone();
-                loop {
-                    let now = *validity.borrow_and_update();
-                    if now.is_lost() {
-                        return;
-                    }
-                    tokio::select! {
-                        changed = validity.changed() => {
-                            // The watchdog forgot the hold: treat as lost.
-                            if changed.is_err() {
-                                return;
-                            }
-                        }
-                        () = tokio::time::sleep_until(now.until.into()) => {}
-                    }
-                }
-            }
+            // The watchdog forgetting the hold counts as lost too.
+            Lease::Watchdog { validity, .. } => crate::clock::until_lost(validity.clone()).await,
             Lease::Fixed { until } => tokio::time::sleep_until((*until).into()).await,
         }
     }
@@ -323,8 +301,8 @@ impl RedisHold {
                 tries += 1;
                 // The first call may hand the lock to a waiter of this
                 // client. Retries (same request id) are plain unlocks: a
-                // handover's latch reads as released there, while a retried
-                // handover would name a holder other than the one it made.
+                // handoff's latch reads as released there, while a retried
+                // handoff would name a holder other than the one it made.
                 // From each try's time: a retry keeps no longer than the
                 // minimum. A lock kept taken is not handed over either.
                 let kept = Keep::left(keep, fixed);
@@ -339,7 +317,7 @@ impl RedisHold {
                         .await
                 };
                 match unlocked {
-                    Ok(-1) => {
+                    Ok(Released::NotHeld) => {
                         return Err(LockError::Lost {
                             name: target.name().to_owned(),
                         });

@@ -8,22 +8,22 @@
 //! bounded streak of handoffs ([`crate::local::MAX_STREAK`]) is followed by
 //! a release for everyone, so waiters of other clients get their turn.
 //!
-//! Each handover is an acquisition of its own: a fresh holder id (so that a
+//! Each handoff is an acquisition of its own: a fresh holder id (so that a
 //! hold it made can always be found and given back alone) and a fresh
 //! attempt id (its acquire latch), exactly as if the head had sent an acquire
 //! script. What can go wrong is settled the way a lost acquire answer is
 //! ([`reconcile`]):
 //!
 //! - the answer of the handoff script is lost: the waiter is woken to try by
-//!   itself, the handover is reconciled (its latch marked abandoned, or the
+//!   itself, the handoff is reconciled (its latch marked abandoned, or the
 //!   hold it made given back), and the release is retried with the same
 //!   request id, which returns the first answer if the script had run;
 //! - the waiter went away (cancelled, timed out) before or just after the
-//!   handover: the hold it would have had is reconciled, so given back;
+//!   handoff: the hold it would have had is reconciled, so given back;
 //! - a resent script (a cluster connection resends one whose answer was
-//!   lost) finds the handover made: it answers with the token its acquire
+//!   lost) finds the handoff made: it answers with the token its acquire
 //!   latch recorded, or without one, and then the hold is given back;
-//! - no replica confirmed the handover: the same.
+//! - no replica confirmed the handoff: the same.
 //!
 //! Only plain acquisitions of a reentrant lock take part: not re-entries,
 //! not fair locks (their queue in Redis decides), not read/write locks, not
@@ -34,17 +34,19 @@ use std::time::Instant;
 
 use crate::engine::redis::Core;
 use crate::engine::redis::conn::Conn;
-use crate::engine::redis::hold::{Keep, Try, Which, needs_reconcile, reconcile, reentrant};
+use crate::engine::redis::hold::{
+    Keep, Released, Try, Which, needs_reconcile, reconcile, reentrant,
+};
 use crate::error::LockError;
-use crate::local::{Handed, Handover, MAX_STREAK};
+use crate::local::{Handed, MAX_STREAK, Parcel};
 use crate::request::Target;
 
 /// Gives back the hold of `holder` on `target` (see [`Target::unlock`]) and,
 /// when that frees a reentrant lock whose local queue has an offer, hands
 /// the lock to the waiter who made the oldest one, unless the hold came at
-/// the end of a full streak of handovers (`streak`, see
+/// the end of a full streak of handoffs (`streak`, see
 /// [`Handed::streak`]): then the lock is freed and announced. Returns what
-/// [`Target::unlock`] returns (a handover counts as freed: 1).
+/// [`Target::unlock`] returns (a handoff counts as freed: 1).
 pub(crate) async fn unlock_or_hand_off(
     core: &Arc<Core>,
     conn: &Conn,
@@ -53,7 +55,7 @@ pub(crate) async fn unlock_or_hand_off(
     request: &str,
     which: Which,
     streak: u32,
-) -> Result<i64, LockError> {
+) -> Result<Released, LockError> {
     let offer = match target {
         Target::Reentrant { name } if streak < MAX_STREAK => core
             .local
@@ -69,7 +71,7 @@ pub(crate) async fn unlock_or_hand_off(
             .unlock(core, conn, holder, request, which, Keep::NONE)
             .await;
     };
-    // The handover is an acquisition of its own: a fresh holder id and
+    // The handoff is an acquisition of its own: a fresh holder id and
     // attempt id, so that what it took can always be found and given back.
     let to = Try {
         holder: crate::holder::id(&core.id, crate::holder::fresh_number()),
@@ -81,16 +83,16 @@ pub(crate) async fn unlock_or_hand_off(
     let sent = Instant::now();
     match reentrant::hand_off(core, conn, name, holder, request, which, &to).await {
         // A resent script (a cluster connection resends one whose answer
-        // was lost) found the handover made, with no token recorded: give
+        // was lost) found the handoff made, with no token recorded: give
         // that hold back, the waiter tries by itself.
         Ok((2, 0)) => {
             settle(to);
-            Ok(1)
+            Ok(Released::Given)
         }
         Ok((2, token)) => {
             if let Err(e) = conn.sync_replicas(name).await {
                 // Dropping the slot wakes the waiter; the hold goes back.
-                tracing::debug!(lock = %name, error = %e, "a handover was not replicated; giving it back");
+                tracing::debug!(lock = %name, error = %e, "a handoff was not replicated; giving it back");
                 settle(to);
             } else {
                 let handed = Handed {
@@ -101,15 +103,15 @@ pub(crate) async fn unlock_or_hand_off(
                 };
                 let (core, target) = (core.clone(), target.clone());
                 let give_back = Box::new(move || give_back(core, target, to));
-                if let Err(handover) = slot.handed.send(Box::new(Handover { handed, give_back })) {
+                if let Err(handoff) = slot.handed.send(Box::new(Parcel { handed, give_back })) {
                     // The waiter went away meanwhile.
-                    (handover.give_back)();
+                    (handoff.give_back)();
                 }
             }
-            Ok(1)
+            Ok(Released::Given)
         }
         // Freed and announced, or still held: dropping the slot wakes the waiter.
-        Ok((code, _)) => Ok(code),
+        Ok((code, _)) => Ok(Released::from_code(code)),
         Err(e) => {
             if needs_reconcile(&e) {
                 settle(to);
@@ -119,7 +121,7 @@ pub(crate) async fn unlock_or_hand_off(
     }
 }
 
-/// Gives back, in the background, the hold a handover `to` made or may have
+/// Gives back, in the background, the hold a handoff `to` made or may have
 /// made (see [`reconcile`]).
 fn give_back(core: Arc<Core>, target: Target, to: Try) {
     let runtime = core.runtime.clone();

@@ -1,6 +1,6 @@
 //! One hold in Redis: what it is on ([`Target`]), the scripts that take
-//! it and give it back (the handover script in `reentrant`, a fair
-//! waiter's leaving in `fair`; `handoff` for handovers inside a client), and how an
+//! it and give it back (the handoff script in `reentrant`, a fair
+//! waiter's leaving in `fair`; `handoff` for handoffs inside a client), and how an
 //! attempt whose answer was lost is settled ([`reconcile`]).
 //!
 //! Below the acquire loop (`lock`, which takes holds through it) and the
@@ -28,10 +28,59 @@ use crate::request::Target;
 pub(crate) enum Attempt {
     /// Taken (or re-entered); the fencing token of this acquisition.
     Acquired { token: u64 },
-    /// Someone else has it; its remaining lease in ms (-1: none, -2: gone).
-    Busy { ttl_ms: i64 },
+    /// Someone else has it: when to try again.
+    Busy(Busy),
     /// A re-entry found the hold of its scope gone: nothing was taken.
     Gone,
+}
+
+/// What an unlock script's answer says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The hold was given back (or handed to a waiter of this client).
+    Given,
+    /// The holder held nothing there: the lock expired or was taken away.
+    NotHeld,
+}
+
+impl Released {
+    /// An unlock script's answer (-1: not held; else the holds left, or 1
+    /// for a handoff) as a [`Released`].
+    pub(crate) fn from_code(code: i64) -> Released {
+        if code == -1 {
+            Released::NotHeld
+        } else {
+            Released::Given
+        }
+    }
+}
+
+/// What a busy lock's answer says of when to try again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Busy {
+    /// The holder's lease ends in this many milliseconds.
+    For(u64),
+    /// The holder set no lease: only a release message tells.
+    NoLease,
+    /// Free again already (it went since the script looked, or the attempt
+    /// was abandoned before it ran): at once.
+    Now,
+    /// Between two holders of a fair queue, or after a fault that may heal:
+    /// soon, with backoff.
+    Soon,
+}
+
+impl Busy {
+    /// The script's remaining-lease answer (`PTTL`'s: -1 none, -2 gone, -3
+    /// a fair lock between holders) as a [`Busy`].
+    fn from_ttl(ttl_ms: i64) -> Busy {
+        match ttl_ms {
+            -2 => Busy::Now,
+            -3 => Busy::Soon,
+            ms if ms < 0 => Busy::NoLease,
+            ms => Busy::For(ms as u64),
+        }
+    }
 }
 
 /// Which of its holder's holds a release gives back. The scripts that count
@@ -130,10 +179,10 @@ fn answer(name: &str, (code, value): (i64, i64)) -> Result<Attempt, LockError> {
         1 => Ok(Attempt::Acquired {
             token: value as u64,
         }),
-        0 => Ok(Attempt::Busy { ttl_ms: value }),
+        0 => Ok(Attempt::Busy(Busy::from_ttl(value))),
         3 => Ok(Attempt::Gone),
         // Abandoned before it ran: nothing taken, try again at once.
-        4 => Ok(Attempt::Busy { ttl_ms: -2 }),
+        4 => Ok(Attempt::Busy(Busy::Now)),
         _ => Err(LockError::NotHeld {
             name: name.to_owned(),
             reason: "this call chain holds a read lock and asked for the write lock: upgrading \

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Keep, Try, Which};
+use super::{Keep, Released, Try, Which};
 use crate::engine::redis::Core;
 use crate::engine::redis::retry;
 use crate::error::LockError;
@@ -83,7 +83,7 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
             Keep::NONE,
         )
         .await?;
-    if freed >= 0 {
+    if freed == Released::Given {
         tracing::debug!(
             lock = name,
             "gave back a hold whose acquire answer was lost"

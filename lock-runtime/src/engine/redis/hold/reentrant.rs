@@ -1,4 +1,4 @@
-//! The reentrant lock's handover script (Redisson's `RLock` layout: a HASH
+//! The reentrant lock's handoff script (Redisson's `RLock` layout: a HASH
 //! of holder id to hold count, with a PEXPIRE lease); its acquire and unlock
 //! calls are built with the other layouts' in [`Target`](super::Target).
 

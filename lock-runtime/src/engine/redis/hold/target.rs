@@ -1,7 +1,7 @@
 //! What a hold on each kind of lock is in Redis: its keys, its local
 //! queue and channel, and the scripts that take it and give it back.
 
-use super::{Attempt, Keep, Try, Which, answer, fair};
+use super::{Attempt, Keep, Released, Try, Which, answer, fair};
 use crate::engine::redis::Core;
 use crate::engine::redis::conn::Conn;
 use crate::engine::redis::keys;
@@ -139,7 +139,7 @@ impl Target {
         request: &str,
         which: Which,
         keep: Keep,
-    ) -> Result<i64, LockError> {
+    ) -> Result<Released, LockError> {
         let scripts = &crate::engine::redis::scripts::SCRIPTS;
         let name = self.name();
         let latch = keys::unlock_latch(name, request);
@@ -198,6 +198,7 @@ impl Target {
         };
         call.invoke(conn)
             .await
+            .map(Released::from_code)
             .map_err(|e| LockError::from_redis(name, e))
     }
 

@@ -1,7 +1,7 @@
 -- Release one hold of a reentrant lock and, when that frees it, hand the
 -- lock straight to a waiter of the same client: one round trip instead of a
 -- release, a message and the waiter's acquisition. Nothing is published on a
--- handover (the lock never became free). Prepended with counter.lua,
+-- handoff (the lock never became free). Prepended with counter.lua,
 -- holds_of.lua and holds.lua. A retried request counts once (the unlock latch), and so does
 -- a copy that arrives after the latch expired (the hold is named, as in
 -- unlock.lua).
@@ -10,7 +10,7 @@
 -- KEYS[2]  the channel to announce a release on
 -- KEYS[3]  the unlock latch of this request, redisson_unlock_latch:{name}:<request id>
 -- KEYS[4]  the fencing token counter, redisson_lock_token:{name}
--- KEYS[5]  the acquire latch of the waiter's handover,
+-- KEYS[5]  the acquire latch of the waiter's handoff,
 --          redisson_lock_acquire_latch:{name}:<attempt id>
 -- KEYS[6]  the record of re-entered holds, redisson_lock_holds:{name} (holds.lua)
 -- ARGV[1]  the releasing holder id
@@ -18,21 +18,21 @@
 -- ARGV[3]  the publish command: 'publish', or 'spublish' for sharded pub/sub
 -- ARGV[4]  which hold: '0' the holder's first, else a re-entry's token (see
 --          holds.lua)
--- ARGV[5]  the waiter's holder id (new: unique to this handover)
+-- ARGV[5]  the waiter's holder id (new: unique to this handoff)
 -- ARGV[6]  the waiter's lease in milliseconds
 -- ARGV[7]  how long to keep the handed hold's token in the acquire latch, in
 --          ms, or 0 to keep none
 --
 -- Returns {2, token} when the lock was handed over (the waiter holds it,
 -- with this fencing token), {1, 0} when it was freed and announced instead
--- (the waiter's handover was abandoned, or its lease or the token counter
+-- (the waiter's handoff was abandoned, or its lease or the token counter
 -- is unusable), {0, 0} when the releasing holder still has holds left (or
 -- this hold was given back before: nothing changes), and
 -- {-1, 0} when it does not hold the lock. A retried request (same unlock
 -- latch; also one made by unlock.lua, which reads 2 as "released") returns
 -- the first answer without running again: {2, token} with the token the
 -- acquire latch recorded, {2, 0} when none was recorded. Every check comes
--- before the first write (on a handover, the token's INCR is the first).
+-- before the first write (on a handoff, the token's INCR is the first).
 local done = redis.call('get', KEYS[3])
 if done == '2' then
   return {2, tonumber(redis.call('get', KEYS[5]) or '0') or 0}
@@ -58,8 +58,8 @@ if count > 1 then
   redis.call('set', KEYS[3], 0, 'px', ARGV[2])
   return {0, 0}
 end
--- The handover's token first: its INCR is the counter's check and the first
--- write. None (the handover was abandoned, or the lease or the counter is
+-- The handoff's token first: its INCR is the counter's check and the first
+-- write. None (the handoff was abandoned, or the lease or the counter is
 -- unusable): the lock is freed and announced instead.
 local token = redis.call('get', KEYS[5]) ~= 'abandoned' and take_token(KEYS[4], lease)
 -- The holder's last hold goes either way.
