@@ -1,4 +1,5 @@
-//! Distributed locks on Redis for async Rust, compatible with Redisson.
+//! Distributed locks for async Rust on Redis (compatible with Redisson) and
+//! on etcd (compatible with `etcdctl lock`), with `#[distributed_lock]`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -325,6 +326,7 @@ mod error;
 mod global;
 mod guard;
 mod holder;
+mod info;
 mod inspect;
 mod inventory;
 mod local;
@@ -345,7 +347,7 @@ pub use config::{Config, DEFAULT_URL, MAX_DURATION, ReplicaSync};
 pub use error::LockError;
 pub use global::{client, init};
 pub use guard::LockGuard;
-pub use inspect::{HolderInfo, LockInfo, LockKind, RwMode};
+pub use info::{HolderInfo, LockInfo, LockKind, RwMode};
 pub use inventory::{
     Deduction, Inventory, InventoryError, RedisSegmentStore, SegmentKey, SegmentStore, StoreError,
 };

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::inspect::LockInfo;
+use crate::info::LockInfo;
 
 /// `inspect --json`'s object (the schema of DESIGN §3).
 pub(super) fn info_json(name: &str, info: Option<&LockInfo>) -> Value {

@@ -7,7 +7,7 @@ use super::render;
 use crate::client::LockClient;
 use crate::engine::redis::keys;
 use crate::error::LockError;
-use crate::inspect::LockInfo;
+use crate::info::LockInfo;
 
 /// Prints `name`'s state, then each change until Ctrl-C (or the output
 /// closes): read every `interval`, and at once after an unlock message.

@@ -12,7 +12,7 @@ use super::Etcd;
 use super::hold::KEPT;
 use super::layout::{Side, check_name, prefix};
 use crate::error::LockError;
-use crate::inspect::{HolderInfo, LockInfo, LockKind, RwMode};
+use crate::info::{HolderInfo, LockInfo, LockKind, RwMode};
 
 /// The contenders of lock `name` in arrival order (lowest create revision
 /// first), each with its side: the holders, then the waiters. Keys under

@@ -7,6 +7,7 @@ pub(crate) mod acquire;
 pub(crate) mod conn;
 pub(crate) mod held;
 pub(crate) mod hold;
+pub(crate) mod inspect;
 pub(crate) mod keys;
 pub(crate) mod pubsub;
 pub(crate) mod retry;
