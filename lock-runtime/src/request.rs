@@ -81,6 +81,33 @@ pub(crate) fn timed_out(target: &Target, options: &Options) -> LockError {
     }
 }
 
+/// What an acquisition's options are checked for before anything is sent.
+pub(crate) fn check_options(target: &Target, options: &Options) -> Result<(), LockError> {
+    check_name(target.name())?;
+    crate::config::check_lease(options.lease)?;
+    let Some(minimum) = options.hold_at_least else {
+        return Ok(());
+    };
+    crate::config::check_duration("hold_at_least", minimum)?;
+    if matches!(target, Target::Read { .. } | Target::Write { .. }) {
+        return Err(LockError::Config(format!(
+            "lock `{}`: hold_at_least is for reentrant and fair locks, not read-write locks",
+            target.name()
+        )));
+    }
+    if let Some(lease) = options.lease
+        && minimum > lease
+    {
+        return Err(LockError::Config(format!(
+            "lock `{}`: hold_at_least ({minimum:?}) is longer than the fixed lease \
+             ({lease:?}), which ends the hold first; make the lease at least as long, \
+             or leave it out (the watchdog then keeps the lock until the minimum)",
+            target.name()
+        )));
+    }
+    Ok(())
+}
+
 /// Rejects names that cannot be a lock.
 pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
     if name.is_empty() {

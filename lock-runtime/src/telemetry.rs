@@ -67,6 +67,18 @@ pub(crate) fn outcome<T>(result: &Result<T, crate::error::LockError>) -> &'stati
 
 /// Records one acquisition of `kind` that took `took`.
 #[inline]
+/// Records an acquisition's outcome under `kind` (`None`: a part of a multi
+/// or quorum lock, which records its own), timed from `started`.
+pub(crate) fn record_acquired<T>(
+    kind: Option<&'static str>,
+    started: std::time::Instant,
+    result: &Result<T, crate::error::LockError>,
+) {
+    if let Some(kind) = kind {
+        acquired(kind, outcome(result), started.elapsed());
+    }
+}
+
 pub(crate) fn acquired(kind: &'static str, outcome: &'static str, took: Duration) {
     #[cfg(feature = "metrics")]
     metrics::histogram!("lock_acquire_seconds", "kind" => kind, "outcome" => outcome)

@@ -4,7 +4,9 @@
 
 pub mod engines;
 pub mod etcd;
+pub mod lockctl;
 pub mod proxy;
+pub mod recorded;
 pub mod topology;
 
 use std::future::Future;

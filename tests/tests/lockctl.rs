@@ -7,7 +7,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
 use lock_runtime::LockError;
@@ -233,36 +233,7 @@ async fn watch_prints_an_acquire_and_a_release_as_they_happen() {
     let server = Server::start();
     let url = server.url();
     let client = server.client().await;
-    let mut child = lockctl()
-        .args(["--url", &url, "watch", "stock:7"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut until = async |what: &str| -> String {
-        loop {
-            let line = tokio::time::timeout(WITHIN, lines.next_line())
-                .await
-                .unwrap_or_else(|_| panic!("watch never printed {what:?}"))
-                .unwrap()
-                .unwrap_or_else(|| panic!("watch ended before {what:?}"));
-            if line.contains(what) {
-                return line;
-            }
-        }
-    };
-    until("stock:7: free").await;
-
-    let guard = client.lock("stock:7").acquire().await.unwrap();
-    let acquired = until("acquired").await;
-    assert!(acquired.contains(guard.holder_id()), "{acquired}");
-    let holder = guard.holder_id().to_owned();
-    guard.release().await.unwrap();
-    let released = until("released").await;
-    assert!(released.contains(&holder), "{released}");
-    child.kill().await.unwrap();
+    tests::lockctl::watch_prints_an_acquire_and_a_release(lockctl(), &url, &client).await;
 }
 
 #[tokio::test]

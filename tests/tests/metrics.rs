@@ -2,72 +2,15 @@
 //! debugging recorder, against a real server. One test function: the
 //! recorder is global to the process, and every step's counts are exact.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use lock_runtime::LockError;
-use metrics_util::MetricKind;
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::DebuggingRecorder;
 use redis::AsyncCommands;
+use tests::recorded::Seen;
 use tests::{Server, eventually};
 
 const WITHIN: Duration = Duration::from_secs(20);
-
-/// What the recorder saw, summed over snapshots (a snapshot resets what it
-/// reads: counters and gauges to 0, histograms to empty).
-#[derive(Default)]
-struct Seen {
-    counters: HashMap<String, u64>,
-    gauges: HashMap<String, f64>,
-    histograms: HashMap<String, Vec<f64>>,
-    labels: Vec<String>,
-}
-
-/// `name{k=v,...}` with the labels sorted.
-fn key_text(key: &metrics::Key) -> String {
-    let mut labels: Vec<String> = key
-        .labels()
-        .map(|l| format!("{}={}", l.key(), l.value()))
-        .collect();
-    labels.sort();
-    format!("{}{{{}}}", key.name(), labels.join(","))
-}
-
-impl Seen {
-    fn read(&mut self, snapshotter: &Snapshotter) {
-        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-            let (kind, key) = key.into_parts();
-            self.labels.extend(key.labels().map(|l| l.key().to_owned()));
-            let text = key_text(&key);
-            match (kind, value) {
-                (MetricKind::Counter, DebugValue::Counter(n)) => {
-                    *self.counters.entry(text).or_default() += n
-                }
-                (MetricKind::Gauge, DebugValue::Gauge(v)) => {
-                    *self.gauges.entry(text).or_default() += v.into_inner()
-                }
-                (MetricKind::Histogram, DebugValue::Histogram(vs)) => self
-                    .histograms
-                    .entry(text)
-                    .or_default()
-                    .extend(vs.into_iter().map(|v| v.into_inner())),
-                other => panic!("unexpected metric {other:?}"),
-            }
-        }
-    }
-
-    fn counter(&self, key: &str) -> u64 {
-        self.counters.get(key).copied().unwrap_or(0)
-    }
-
-    fn gauge(&self, key: &str) -> f64 {
-        self.gauges.get(key).copied().unwrap_or(0.0)
-    }
-
-    fn samples(&self, key: &str) -> usize {
-        self.histograms.get(key).map_or(0, Vec::len)
-    }
-}
 
 #[tokio::test]
 async fn every_metric_moves_as_locks_are_taken_waited_for_renewed_and_lost() {

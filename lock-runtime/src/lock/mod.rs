@@ -11,14 +11,13 @@ pub(crate) mod quorum;
 pub(crate) mod read_write;
 pub(crate) mod segmented;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::FutureExt;
 use tracing::Instrument;
 
 use crate::client::Engine;
 use crate::client::LockClient;
-use crate::config::check_lease;
 use crate::error::LockError;
 use crate::guard::{Held, LockGuard};
 pub(crate) use crate::request::Options;
@@ -103,8 +102,8 @@ impl LockBuilder {
 }
 
 /// The acquisition every single-name kind shares, on whichever engine the
-/// client has: the options checked, the engine's acquisition run, the
-/// outcome recorded.
+/// client has (each checks the options first, with
+/// [`check_options`](crate::request::check_options), and records the outcome).
 ///
 /// Not an `async fn`, for the size of the future (see [`LockBuilder::acquire`]).
 pub(crate) fn acquire_hold(
@@ -118,81 +117,31 @@ pub(crate) fn acquire_hold(
         kind = target.kind(),
         reenter = tracing::field::Empty,
     );
-    let checked = check_options(&target, &options);
-    let recorded = options.metric.is_none().then(|| target.kind());
+    let alive = client.alive();
+    // Each engine's future is polled where it stands (no async block that
+    // would keep what it moves in twice): every waiting task carries it.
     let acquiring = match client.engine() {
-        Engine::Redis(core) => Acquiring::Redis(crate::engine::redis::acquire(
-            core.clone(),
-            client.alive(),
-            target,
-            options,
-        )),
+        Engine::Redis(core) => {
+            let redis = crate::engine::redis::acquire(core.clone(), alive, target, options);
+            #[cfg(feature = "etcd")]
+            let redis = futures_util::future::Either::Left(redis.map(|held| held.map(Held::Redis)));
+            #[cfg(not(feature = "etcd"))]
+            let redis = redis.map(|held| held.map(Held::Redis));
+            redis
+        }
         // Boxed: a Redis waiter's future does not carry etcd's state.
         #[cfg(feature = "etcd")]
-        Engine::Etcd(etcd) => Acquiring::Etcd(Box::pin(crate::engine::etcd::acquire(
-            client.alive(),
-            etcd.clone(),
-            target,
-            options,
-        ))),
+        Engine::Etcd(etcd) => futures_util::future::Either::Right(
+            Box::pin(crate::engine::etcd::acquire(
+                alive,
+                etcd.clone(),
+                target,
+                options,
+            ))
+            .map(|held| held.map(Held::Etcd)),
+        ),
     };
-    async move {
-        checked?;
-        let started = Instant::now();
-        let result = match acquiring {
-            Acquiring::Redis(acquiring) => acquiring.await.map(Held::Redis),
-            #[cfg(feature = "etcd")]
-            Acquiring::Etcd(acquiring) => acquiring.await.map(Held::Etcd),
-        };
-        if let Some(kind) = recorded {
-            let outcome = crate::telemetry::outcome(&result);
-            crate::telemetry::acquired(kind, outcome, started.elapsed());
-        }
-        result
-    }
-    .instrument(span)
-}
-
-/// An engine's acquisition, not yet started.
-enum Acquiring<R> {
-    Redis(R),
-    #[cfg(feature = "etcd")]
-    Etcd(
-        std::pin::Pin<
-            Box<
-                dyn Future<Output = Result<crate::engine::etcd::EtcdHold, LockError>>
-                    + Send
-                    + 'static,
-            >,
-        >,
-    ),
-}
-
-/// What an acquisition's options are checked for before anything is sent.
-pub(crate) fn check_options(target: &Target, options: &Options) -> Result<(), LockError> {
-    crate::request::check_name(target.name())?;
-    check_lease(options.lease)?;
-    let Some(minimum) = options.hold_at_least else {
-        return Ok(());
-    };
-    crate::config::check_duration("hold_at_least", minimum)?;
-    if matches!(target, Target::Read { .. } | Target::Write { .. }) {
-        return Err(LockError::Config(format!(
-            "lock `{}`: hold_at_least is for reentrant and fair locks, not read-write locks",
-            target.name()
-        )));
-    }
-    if let Some(lease) = options.lease
-        && minimum > lease
-    {
-        return Err(LockError::Config(format!(
-            "lock `{}`: hold_at_least ({minimum:?}) is longer than the fixed lease \
-             ({lease:?}), which ends the hold first; make the lease at least as long, \
-             or leave it out (the watchdog then keeps the lock until the minimum)",
-            target.name()
-        )));
-    }
-    Ok(())
+    acquiring.instrument(span)
 }
 
 /// The client's entry point to this module's locks.

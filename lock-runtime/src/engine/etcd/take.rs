@@ -19,7 +19,7 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder;
-use crate::request::{Options, Target, backoff, pause_within, timed_out};
+use crate::request::{Options, Target, backoff, check_options, pause_within, timed_out};
 
 /// Takes a hold of `target` on etcd (see the module docs of [`super`]):
 /// a re-entry when the caller runs in the scope of this client's hold of
@@ -30,8 +30,23 @@ pub(crate) async fn acquire(
     target: Target,
     options: Options,
 ) -> Result<EtcdHold, LockError> {
+    check_options(&target, &options)?;
     let started = Instant::now();
-    let side = Side::of(&target)?;
+    let result = take_hold(alive, etcd, &target, options, started).await;
+    let kind = options.metric.is_none().then(|| target.kind());
+    crate::telemetry::record_acquired(kind, started, &result);
+    result
+}
+
+/// [`acquire`] once the options are checked.
+async fn take_hold(
+    alive: Arc<Background>,
+    etcd: Arc<Etcd>,
+    target: &Target,
+    options: Options,
+    started: Instant,
+) -> Result<EtcdHold, LockError> {
+    let side = Side::of(target)?;
     let name = target.name();
     let deadline = options.wait.and_then(|w| started.checked_add(w));
     let metric = options.metric.unwrap_or(target.kind());
@@ -54,7 +69,7 @@ pub(crate) async fn acquire(
     let holder = holder::id(&etcd.id, number);
     // A mutex key is one per client and name: this client's turn first.
     let turn = match side {
-        Side::Mutex => Some(turn(&etcd, &target, &options, deadline).await?),
+        Side::Mutex => Some(turn(&etcd, target, &options, deadline).await?),
         Side::Read | Side::Write => None,
     };
     let _waiting = crate::telemetry::WaiterMetric::start(metric);
@@ -78,7 +93,7 @@ pub(crate) async fn acquire(
         };
         // Boxed: the waiters queued in the process (in `turn` above) do not
         // carry the state of a call to etcd.
-        match Box::pin(take(&etcd, &target, &options, &how, &mut pending)).await {
+        match Box::pin(take(&etcd, target, &options, &how, &mut pending)).await {
             Ok(taken) => break taken,
             Err(e) if transient(&e) && deadline.is_none_or(|d| Instant::now() < d) => {
                 if tries == 1 && deadline.is_none() {
@@ -93,7 +108,7 @@ pub(crate) async fn acquire(
                 // out on faults that may heal was a wait that ran out.
                 let waited = options.wait != Some(Duration::ZERO);
                 return Err(if transient(&e) && waited {
-                    timed_out(&target, &options)
+                    timed_out(target, &options)
                 } else {
                     e
                 });

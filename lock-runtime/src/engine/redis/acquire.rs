@@ -22,7 +22,7 @@ use crate::background::Background;
 use crate::error::LockError;
 use crate::holder;
 use crate::local::Handed;
-use crate::request::{Options, Target, backoff, pause_within, timed_out};
+use crate::request::{Options, Target, backoff, check_options, pause_within, timed_out};
 
 /// Takes a hold of `target` (see the module docs). Not an `async fn`, for
 /// the size of the future: every waiting task carries it.
@@ -41,8 +41,13 @@ pub(crate) fn acquire(
         unsettled: std::sync::Mutex::new(None),
     };
     async move {
+        check_options(&acquisition.target, &acquisition.options)?;
         acquisition.started = Instant::now();
-        acquisition.take().await
+        let result = acquisition.take().await;
+        let kind = acquisition.options.metric.is_none();
+        let kind = kind.then(|| acquisition.target.kind());
+        crate::telemetry::record_acquired(kind, acquisition.started, &result);
+        result
     }
 }
 
