@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, KvClient, PutOptions, Txn, TxnOp};
-use examples::{Etcd, per_second, percentile};
+use examples::{Etcd, median, per_second, percentile};
 use lock_runtime::{Config, LockClient};
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 
@@ -293,16 +293,6 @@ async fn drain(url: &str, endpoint: &str, args: Args) -> Result<Drain, BenchErro
         bytes_per_waiter: bytes as f64 / args.waiters as f64,
         streams,
     })
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut values = values.to_vec();
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 const USAGE: &str =

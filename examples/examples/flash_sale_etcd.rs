@@ -101,8 +101,9 @@ async fn deduct(kv: &mut KvClient) -> Result<bool, ShopError> {
     take_one(kv).await
 }
 
-async fn run(sale: Sale, url: &str, locked: bool) -> Result<Report, ShopError> {
-    let mut kv = etcd_client::Client::connect([endpoint(url)], None)
+async fn run(sale: Sale, etcd: &Etcd, locked: bool) -> Result<Report, ShopError> {
+    let url = etcd.url();
+    let mut kv = etcd_client::Client::connect([etcd.endpoint()], None)
         .await?
         .kv_client();
     kv.put(STOCK, sale.stock.to_string(), None).await?;
@@ -157,16 +158,6 @@ async fn run(sale: Sale, url: &str, locked: bool) -> Result<Report, ShopError> {
     Ok(Report { sold, left, took })
 }
 
-/// `etcd://a:1,b:2` → `http://a:1`.
-fn endpoint(url: &str) -> String {
-    let hosts = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let first = hosts.split(',').next().unwrap_or_default();
-    format!(
-        "http://{}",
-        first.rsplit_once('@').map_or(first, |(_, h)| h)
-    )
-}
-
 const USAGE: &str = "usage: flash_sale_etcd [--stock N] [--clients N] [--buyers N]";
 
 fn parse_args() -> Result<Sale, String> {
@@ -216,8 +207,8 @@ async fn main() -> ExitCode {
     let url = etcd.url().to_owned();
     let runs = async {
         lock_runtime::init(Config::new(url.as_str())).await?;
-        let unlocked = run(sale, &url, false).await?;
-        let locked = run(sale, &url, true).await?;
+        let unlocked = run(sale, &etcd, false).await?;
+        let locked = run(sale, &etcd, true).await?;
         Ok::<_, ShopError>((unlocked, locked))
     }
     .await;

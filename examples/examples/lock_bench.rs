@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use examples::{Redis, per_second, percentile};
+use examples::{Redis, median, per_second, percentile};
 use lock_runtime::{Config, LockClient, LockError, distributed_lock};
 use redis::aio::MultiplexedConnection;
 use rslock::LockManager;
@@ -679,16 +679,6 @@ async fn drain(url: &str, args: Args, rslock: bool) -> Result<Drain, BenchError>
         bytes_per_waiter: bytes as f64 / args.waiters as f64,
         connections,
     })
-}
-
-fn median(values: &[f64]) -> f64 {
-    let mut values = values.to_vec();
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 fn micros(d: Duration) -> f64 {

@@ -234,6 +234,17 @@ pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples[rank.clamp(1, samples.len()) - 1]
 }
 
+/// The median of `values` (0 when there are none).
+pub fn median(values: &[f64]) -> f64 {
+    let mut values = values.to_vec();
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
 /// The value of the command-line flag `name`: the next argument, a number
 /// above zero. The error says which flag and what was wrong.
 pub fn positive<T>(args: &mut impl Iterator<Item = String>, name: &str) -> Result<T, String>

@@ -405,7 +405,7 @@ async fn take(
             // back. Wait for it to go, then try again.
             pending.sent = false;
             pending.key = None;
-            wait_gone(etcd, target, options, &key, found, how.deadline).await?;
+            wait_gone(etcd, target, options, key.as_bytes(), found, how.deadline).await?;
             return Err(LockError::Store {
                 engine: ENGINE,
                 message: format!("lock `{name}`: this client's earlier key went"),
@@ -507,10 +507,8 @@ struct Turn<'a> {
 }
 
 /// Waits until no key of the `blockers` ranges was created before ours:
-/// each time, watches the deletion of the last one before it (no herd),
-/// on the client's watch stream. The watch starts from now (so etcd sends
-/// its event at once, not at its next sync round) and the key is read
-/// again once it is in place, in case it went just before. Returns the
+/// each time, waits for the last one before it to go ([`wait_gone`]: no
+/// herd). Returns the
 /// revision at which one read found our key there and nothing before it
 /// (the token), or `None` when our key is gone.
 async fn wait_for_turn(
@@ -519,7 +517,6 @@ async fn wait_for_turn(
     options: &Options,
     turn: &Turn<'_>,
 ) -> Result<Option<u64>, LockError> {
-    let mut broken = 0;
     loop {
         let lasts: Vec<TxnOp> = turn
             .blockers
@@ -545,42 +542,33 @@ async fn wait_for_turn(
         let Some(predecessor) = predecessor else {
             return Ok(Some(revision(found.header())));
         };
-        let key = predecessor.key();
-        let mut watch = etcd.watches.watch(key, 0);
-        let mut note = next_within(&mut watch, turn.deadline, target, options).await?;
-        if note == Note::Created {
-            let again = etcd.call(kv.get(key, None)).await?;
-            let there = again
-                .kvs()
-                .first()
-                .is_some_and(|kv| kv.create_revision() == predecessor.create_revision());
-            note = if there {
-                next_within(&mut watch, turn.deadline, target, options).await?
-            } else {
-                Note::Deleted
-            };
-        }
-        if note == Note::Broken {
-            broken += 1;
-            let pause = backoff(broken);
-            pause_within(turn.deadline, pause).await;
-        }
+        let deadline = turn.deadline;
+        wait_gone(
+            etcd,
+            target,
+            options,
+            predecessor.key(),
+            predecessor.create_revision(),
+            deadline,
+        )
+        .await?;
     }
 }
 
 /// Waits, within the wait, until `key` (created at `create_revision`) is
-/// gone.
+/// gone: a watch from now (in step with etcd at once), and the key read
+/// again once it is in place, in case it went just before.
 async fn wait_gone(
     etcd: &Etcd,
     target: &Target,
     options: &Options,
-    key: &str,
+    key: &[u8],
     create_revision: i64,
     deadline: Option<Instant>,
 ) -> Result<(), LockError> {
     let mut broken = 0;
     loop {
-        let mut watch = etcd.watches.watch(key.as_bytes(), 0);
+        let mut watch = etcd.watches.watch(key, 0);
         let mut note = next_within(&mut watch, deadline, target, options).await?;
         if note == Note::Created {
             let mut kv = etcd.client().kv_client();
