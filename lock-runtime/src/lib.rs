@@ -331,6 +331,7 @@ mod inspect;
 mod inventory;
 mod local;
 mod lock;
+mod near;
 mod own;
 mod request;
 mod telemetry;

@@ -417,3 +417,106 @@ async fn one_attempt_reports_a_store_that_does_not_answer() {
         "{waited:?}"
     );
 }
+
+/// The lease id (hex) a key `<name>/<lease hex>` names.
+fn lease_of(key: &str) -> &str {
+    key.rsplit('/').next().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_key_on_the_clients_session_that_it_does_not_know_is_deleted() {
+    let etcd = Etcd::start();
+    let endpoint = etcd.endpoint();
+    // Rounds every second.
+    let c = client_with(&etcd, |c| c.watchdog_timeout(Duration::from_secs(3))).await;
+    let held = c.lock("kept").acquire().await.unwrap();
+    let ours = keys(&endpoint, "kept");
+    let lease = lease_of(&ours[0]).to_owned();
+    // A create that reached etcd after its acquisition had given up (its
+    // caller left, its answer was lost): a key on the session's lease that
+    // nothing of the client knows, kept alive by its keep-alive.
+    let put = etcdctl(
+        &endpoint,
+        &[
+            "put",
+            &format!("stray/{lease}"),
+            "",
+            &format!("--lease={lease}"),
+        ],
+    );
+    assert!(put.status.success(), "etcdctl put: {put:?}");
+    until_keys(&etcd, "stray", 0).await;
+    // The hold's own key is left alone, and the stray's name is free.
+    assert_eq!(keys(&endpoint, "kept"), ours);
+    assert!(!held.is_lost());
+    let other = client(&etcd).await;
+    let free = other.lock("stray").try_acquire().await.unwrap();
+    assert!(free.is_some());
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_whose_answer_is_lost_moves_the_clients_next_key_to_a_new_lease() {
+    let etcd = Etcd::start();
+    let proxy = tests::proxy::Proxy::start(etcd.port());
+    let url = format!("etcd://127.0.0.1:{}", proxy.port());
+    let c = LockClient::connect(Config::new(url).response_timeout(Duration::from_millis(500)))
+        .await
+        .unwrap();
+    let guard = c.lock("late").acquire().await.unwrap();
+    let first = keys(&etcd.endpoint(), "late");
+    assert_eq!(first.len(), 1);
+    // The release's delete is sent, held back on the way, and its caller
+    // leaves: the delete may land at any time from now on.
+    proxy.stall();
+    let release = tokio::spawn(guard.release());
+    tests::eventually("the delete is on its way", LONG, || async {
+        proxy.held_back() > 0
+    })
+    .await;
+    release.abort();
+    let _ = release.await;
+    proxy.resume();
+    // The client's next key of that name is on another lease: a late copy
+    // of the delete cannot take it away.
+    let next = c.lock("late").wait(LONG).acquire().await.unwrap();
+    let now = keys(&etcd.endpoint(), "late");
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(lease_of(&now[0]), lease_of(&first[0]));
+    next.release().await.unwrap();
+    until_keys(&etcd, "late", 0).await;
+}
+
+#[tokio::test]
+async fn a_waiter_whose_key_was_deleted_learns_the_loss_of_the_hold_it_is_handed() {
+    let etcd = Etcd::start();
+    let endpoint = etcd.endpoint();
+    let a = client(&etcd).await;
+    let b = client_with(&etcd, |c| c.watchdog_timeout(Duration::from_secs(3))).await;
+    let held = a.lock("handed").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("handed").wait(LONG).acquire().await }
+    });
+    until_keys(&etcd, "handed", 2).await;
+    // An operator deletes the waiter's key by hand.
+    let waiting = keys(&endpoint, "handed")[1].clone();
+    let del = etcdctl(&endpoint, &["del", &waiting]);
+    assert!(del.status.success(), "etcdctl del: {del:?}");
+    held.release().await.unwrap();
+    // Handed the lock on the release's event alone, the waiter's hold has
+    // no key: the session's next round tells it.
+    let handed = tests::finish(LONG, waiter).await;
+    tokio::time::timeout(LONG, handed.lost())
+        .await
+        .expect("the hold learns that its key is gone");
+    assert!(handed.is_lost());
+    let other = client(&etcd).await;
+    let next = other.lock("handed").wait(LONG).acquire().await.unwrap();
+    assert!(next.token() > handed.token());
+    assert!(matches!(
+        handed.release().await,
+        Err(LockError::Lost { .. })
+    ));
+    next.release().await.unwrap();
+}

@@ -68,6 +68,10 @@ pub(crate) struct Etcd {
     pub(crate) config: Config,
     pub(crate) runtime: Handle,
     client: Client,
+    /// How a near client is made: the endpoints and options of `client`.
+    connect: (Vec<String>, ConnectOptions),
+    /// Per caller runtime, a client of its own (see `crate::near`).
+    near: crate::near::Near<Client>,
     sessions: session::Sessions,
     watches: watches::Watches,
     /// Per name, the process queue its acquisitions wait in (FIFO).
@@ -109,7 +113,7 @@ impl Etcd {
             if target.tls {
                 options = options.with_tls(etcd_client::TlsOptions::new());
             }
-            let connect = Client::connect(target.endpoints.clone(), Some(options));
+            let connect = Client::connect(target.endpoints.clone(), Some(options.clone()));
             let client = match tokio::time::timeout(config.connect_timeout, connect).await {
                 Ok(Ok(client)) => client,
                 Ok(Err(e)) => return Err(target.connect_error(&config, &e.to_string())),
@@ -120,6 +124,8 @@ impl Etcd {
                 id: uuid::Uuid::new_v4().to_string(),
                 watches: watches::Watches::start(client.clone()),
                 client,
+                connect: (target.endpoints.clone(), options),
+                near: crate::near::Near::new(handle.id()),
                 sessions,
                 runtime: handle,
                 queues: Mutex::default(),
@@ -143,6 +149,34 @@ impl Etcd {
     /// A client of the etcd API (cheap to clone: it shares the channel).
     pub(crate) fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// The client for a call made in a caller's task: its runtime's near
+    /// client when one is ready (marked [`Here::near`]), else the engine's
+    /// own.
+    pub(crate) fn here(&self) -> Here {
+        let connect_timeout = self.config.connect_timeout;
+        let near = self.near.here(|| {
+            let (endpoints, options) = self.connect.clone();
+            async move {
+                match tokio::time::timeout(
+                    connect_timeout,
+                    Client::connect(endpoints, Some(options)),
+                )
+                .await
+                {
+                    Ok(made) => made.map_err(|e| e.to_string()),
+                    Err(_) => Err("no answer in time".to_owned()),
+                }
+            }
+        });
+        match near {
+            Some((_, client)) => Here { client, near: true },
+            None => Here {
+                client: self.client(),
+                near: false,
+            },
+        }
     }
 
     /// How many holds the session's keep-alive keeps.
@@ -174,6 +208,41 @@ impl Etcd {
             Ok(answer) => answer.map_err(store_error),
             Err(_) => Err(timeout_error()),
         }
+    }
+}
+
+/// A client for one call (see [`Etcd::here`]).
+pub(crate) struct Here {
+    pub(crate) client: Client,
+    /// A near client: a call on it that is finished for a caller who left
+    /// fails at once (see [`Here::unless_left`]).
+    pub(crate) near: bool,
+}
+
+impl Here {
+    /// `call`, made on this client; on a near client polled by a task that
+    /// finishes it for a caller who left, it fails at once as an answer
+    /// lost (nothing need drive the caller's runtime, and so that client,
+    /// ever again).
+    pub(crate) async fn unless_left<T>(
+        near: bool,
+        call: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T, etcd_client::Error> {
+        if !near {
+            return call.await;
+        }
+        let mut call = std::pin::pin!(call);
+        std::future::poll_fn(|cx| {
+            if crate::background::finishing_for_one_who_left() {
+                std::task::Poll::Ready(Err(etcd_client::Error::IoError(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "the call left its runtime's near client; its answer counts as lost",
+                ))))
+            } else {
+                call.as_mut().poll(cx)
+            }
+        })
+        .await
     }
 }
 

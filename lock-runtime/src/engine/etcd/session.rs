@@ -10,11 +10,11 @@
 //! its next renewal.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, LeaseTimeToLiveOptions};
+use etcd_client::{Client, Compare, CompareOp, LeaseTimeToLiveOptions, Txn, TxnOp};
 use tokio::sync::watch;
 
 use super::{ENGINE, store_error, timeout_error};
@@ -30,13 +30,33 @@ pub(crate) struct Session {
     validity: watch::Receiver<Validity>,
     /// Holds bound to it (for `renewed_locks`).
     holds: Arc<AtomicUsize>,
+    /// No new key is made on it (see [`Session::retire`]).
+    retired: AtomicBool,
     /// The keys of its holds, each with when it was bound and the flag
     /// that tells its hold the key is gone.
     keys: Arc<Keys>,
 }
 
-/// The keys of a session's holds (see [`Session::bind`]).
-type Keys = Mutex<HashMap<String, (Instant, Weak<dyn Gone>)>>;
+/// The keys this client knows on a session's lease.
+type Keys = Mutex<Known>;
+
+#[derive(Default)]
+pub(crate) struct Known {
+    /// The keys of its holds, each with when it was bound and the hold
+    /// told when the key is gone (see [`Session::bind`]).
+    bound: HashMap<String, (Instant, Weak<dyn Gone>)>,
+    /// Keys an acquisition may have made and not yet bound or deleted (see
+    /// [`Session::claim`]), with how many claim each.
+    claimed: HashMap<String, usize>,
+}
+
+impl Known {
+    /// Whether `key` is a hold's or an acquisition's of this client.
+    fn knows(&self, key: &[u8]) -> bool {
+        std::str::from_utf8(key)
+            .is_ok_and(|key| self.bound.contains_key(key) || self.claimed.contains_key(key))
+    }
+}
 
 /// A hold told that its key is gone (deleted, or its lease lost).
 pub(crate) trait Gone: Send + Sync {
@@ -49,6 +69,7 @@ fn all_gone(keys: &Keys) {
     let holds: Vec<_> = keys
         .lock()
         .unwrap_or_else(|p| p.into_inner())
+        .bound
         .values()
         .filter_map(|(_, hold)| hold.upgrade())
         .collect();
@@ -61,6 +82,20 @@ impl Session {
     /// Whether the lease counts as lost.
     pub(crate) fn is_lost(&self) -> bool {
         self.validity.borrow().is_lost()
+    }
+
+    /// Makes no new key on this session: the client's next acquisitions
+    /// take a new one. Its holds keep it, alive, until they are given back
+    /// (then its lease is revoked). A release whose delete was not
+    /// answered retires its session: a late copy of that delete can then
+    /// only find a key of this lease, never a later acquisition's.
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+
+    /// Whether a new key may be made on this session.
+    pub(crate) fn is_usable(&self) -> bool {
+        !self.is_lost() && !self.retired.load(Ordering::Acquire)
     }
 
     /// The lease left by this client's clock.
@@ -77,6 +112,26 @@ impl Session {
         crate::clock::until_lost(self.validity.clone()).await;
     }
 
+    /// Claims `key` for an acquisition that may make it on this lease,
+    /// until the claim drops: held from before the create is sent until
+    /// the key is bound to its hold, deleted, or known not to be the
+    /// acquisition's. A key on the lease that no claim or hold knows (a
+    /// create that landed after its acquisition gave up) is deleted at the
+    /// session's next round.
+    pub(crate) fn claim(&self, key: String) -> Claim {
+        *self
+            .keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .claimed
+            .entry(key.clone())
+            .or_default() += 1;
+        Claim {
+            keys: self.keys.clone(),
+            key,
+        }
+    }
+
     /// Binds a hold's `key` to this session until the returned value
     /// drops: counted, and told when a round finds the key gone from the
     /// lease, or the lease lost.
@@ -85,6 +140,7 @@ impl Session {
         self.keys
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .bound
             .insert(key.to_owned(), (Instant::now(), hold));
         Bound {
             holds: self.holds.clone(),
@@ -107,7 +163,33 @@ impl Drop for Bound {
         self.keys
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .bound
             .remove(&self.key);
+    }
+}
+
+/// An acquisition's claim on a key of the session's lease that it may
+/// have made (see [`Session::claim`]); the key's name.
+pub(crate) struct Claim {
+    keys: Arc<Keys>,
+    key: String,
+}
+
+impl Claim {
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut known = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = known.claimed.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                known.claimed.remove(&self.key);
+            }
+        }
     }
 }
 
@@ -139,10 +221,10 @@ impl Sessions {
         self.holds.load(Ordering::Relaxed)
     }
 
-    /// The current session if it is live (no call made).
+    /// The current session if it is live and not retired (no call made).
     pub(crate) fn live(&self) -> Option<Arc<Session>> {
         let current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        current.as_ref().filter(|s| !s.is_lost()).cloned()
+        current.as_ref().filter(|s| s.is_usable()).cloned()
     }
 
     /// The live session, granting a new lease when there is none. Runs on
@@ -186,6 +268,7 @@ impl Sessions {
             lease: granted.id(),
             validity,
             holds: self.holds.clone(),
+            retired: AtomicBool::new(false),
             keys: keys.clone(),
         });
         tokio::spawn(keep_alive(
@@ -279,7 +362,7 @@ async fn keep_alive(
                     validity.send_modify(|v| v.until = v.until.max(valid_until(sent, ttl)));
                     // Every hold on the lease was renewed.
                     if let Some(keys) = keys.upgrade() {
-                        let held = keys.lock().unwrap_or_else(|p| p.into_inner()).len();
+                        let held = keys.lock().unwrap_or_else(|p| p.into_inner()).bound.len();
                         crate::telemetry::renewed(held as u64);
                     }
                     check_keys(&client, lease, response_timeout, &keys).await;
@@ -295,13 +378,11 @@ async fn keep_alive(
 }
 
 /// Tells every hold bound before this call whose key the lease no longer
-/// has that it is gone. A failed call tells nothing (the next round asks
-/// again).
+/// has that it is gone, and deletes the keys on the lease that this client
+/// does not know (see [`Session::claim`]). A failed call tells nothing
+/// (the next round asks again).
 async fn check_keys(client: &Client, lease: i64, response_timeout: Duration, keys: &Weak<Keys>) {
     let Some(keys) = keys.upgrade() else { return };
-    if keys.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
-        return;
-    }
     let sent = Instant::now();
     let mut leases = client.lease_client();
     let asked = leases.time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys()));
@@ -309,14 +390,52 @@ async fn check_keys(client: &Client, lease: i64, response_timeout: Duration, key
         return;
     };
     let live: std::collections::HashSet<&[u8]> = answer.keys().iter().map(Vec::as_slice).collect();
-    let gone: Vec<_> = keys
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .filter(|(key, (bound, _))| *bound < sent && !live.contains(key.as_bytes()))
-        .filter_map(|(_, (_, hold))| hold.upgrade())
-        .collect();
+    let (gone, strays): (Vec<_>, Vec<_>) = {
+        let known = keys.lock().unwrap_or_else(|p| p.into_inner());
+        let gone = known
+            .bound
+            .iter()
+            .filter(|(key, (bound, _))| *bound < sent && !live.contains(key.as_bytes()))
+            .filter_map(|(_, (_, hold))| hold.upgrade())
+            .collect();
+        let strays = live
+            .iter()
+            .filter(|key| !known.knows(key))
+            .copied()
+            .collect();
+        (gone, strays)
+    };
     for hold in gone {
         hold.gone();
+    }
+    for stray in strays {
+        sweep(client, response_timeout, &keys, stray).await;
+    }
+}
+
+/// Deletes `key`, found on the session's lease and known to no hold or
+/// acquisition of this client, if that is still so once it is read (its
+/// create revision names it: a key made again meanwhile is not touched).
+async fn sweep(client: &Client, response_timeout: Duration, keys: &Keys, key: &[u8]) {
+    let mut kv = client.kv_client();
+    let Ok(Ok(found)) = tokio::time::timeout(response_timeout, kv.get(key, None)).await else {
+        return;
+    };
+    let Some(created) = found.kvs().first().map(|kv| kv.create_revision()) else {
+        return;
+    };
+    if keys.lock().unwrap_or_else(|p| p.into_inner()).knows(key) {
+        return;
+    }
+    let delete = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, created)])
+        .and_then([TxnOp::delete(key, None)]);
+    if let Ok(Ok(answer)) = tokio::time::timeout(response_timeout, kv.txn(delete)).await
+        && answer.succeeded()
+    {
+        tracing::warn!(
+            key = %String::from_utf8_lossy(key),
+            "deleted a key of this client's session that no hold or acquisition knows (a create that landed after its acquisition gave up)"
+        );
     }
 }

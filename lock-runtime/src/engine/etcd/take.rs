@@ -12,9 +12,9 @@ use tokio::sync::{OwnedMutexGuard, oneshot, watch};
 
 use super::hold::{EtcdHold, Lease, Record, lost, reenter, revision};
 use super::layout::{Side, one_of};
-use super::session::{Session, ttl_secs};
+use super::session::{Claim, Session, ttl_secs};
 use super::watches::Note;
-use super::{ENGINE, Etcd, transient};
+use super::{ENGINE, Etcd, Here, transient};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
@@ -116,7 +116,8 @@ async fn take_hold(
         }
     };
     let turn = pending.turn.take();
-    let (Some(session), Some(key)) = (pending.session.take(), pending.key.take()) else {
+    // The claim on the key is kept until the hold is bound to the session.
+    let (Some(session), Some(claim)) = (pending.session.take(), pending.key.take()) else {
         return Err(lost(name));
     };
     let lease = match pending.fixed.take() {
@@ -133,7 +134,7 @@ async fn take_hold(
         etcd: etcd.clone(),
         name: name.to_owned(),
         side,
-        key,
+        key: claim.key().to_owned(),
         holder: holder.clone(),
         create_revision: taken.create_revision,
         lease,
@@ -150,6 +151,7 @@ async fn take_hold(
         Lease::Fixed { .. } => record.watch_deletion(),
         Lease::Session { .. } => record.bind(),
     }
+    drop(claim);
     Ok(EtcdHold::new(
         alive,
         record,
@@ -199,8 +201,9 @@ struct Pending {
     turn: Option<OwnedMutexGuard<()>>,
     /// The session the key is bound to while it waits.
     session: Option<Arc<Session>>,
-    /// The key, once a create may have been sent.
-    key: Option<String>,
+    /// The key, claimed on the session (see `Session::claim`) once a create
+    /// may have been sent.
+    key: Option<Claim>,
     /// The fixed lease the key was moved to, and when it counts as lost.
     fixed: Option<(i64, Instant)>,
     /// Resolves once the last create sent has its answer (or never will):
@@ -215,7 +218,7 @@ struct Pending {
 /// What an undo undoes (see [`Pending`]).
 struct Made {
     session: Option<Arc<Session>>,
-    key: Option<String>,
+    key: Option<Claim>,
     fixed: Option<(i64, Instant)>,
     turn: Option<OwnedMutexGuard<()>>,
     answered: Option<oneshot::Receiver<()>>,
@@ -263,9 +266,11 @@ impl Drop for Pending {
 /// Deletes the key and revokes the fixed lease once the last create sent
 /// has its answer (at most twice the response timeout). The process
 /// queue's turn passes on after the first try (`passed` is told): if that
-/// failed, the key may still be there, and the client's next acquisition
-/// of the name waits for it to go (a key it did not make is never its
-/// own), while this keeps trying, as long as the session lives.
+/// failed, the key may still be there, or the delete land late, so the
+/// session is retired first: the client's next acquisition of the name
+/// makes its key on a new lease (out of a late delete's reach) and waits
+/// for this one like any earlier key, while this keeps trying, as long as
+/// the session lives.
 async fn undo(etcd: &Etcd, made: Made, passed: Option<oneshot::Sender<()>>) {
     let Made {
         session,
@@ -283,7 +288,7 @@ async fn undo(etcd: &Etcd, made: Made, passed: Option<oneshot::Sender<()>>) {
     for tries in 1.. {
         let mut kv = etcd.client().kv_client();
         let deleted = match &key {
-            Some(key) => etcd.call(kv.delete(key.as_str(), None)).await.map(drop),
+            Some(key) => etcd.call(kv.delete(key.key(), None)).await.map(drop),
             None => Ok(()),
         };
         let revoked = match fixed {
@@ -293,6 +298,14 @@ async fn undo(etcd: &Etcd, made: Made, passed: Option<oneshot::Sender<()>>) {
             }
             None => Ok(()),
         };
+        if deleted.is_err()
+            && turn.is_some()
+            && let Some(session) = &session
+        {
+            // The delete may still land: the next key of this name must be
+            // on another lease (see `Session::retire`).
+            session.retire();
+        }
         drop(turn.take());
         if let Some(passed) = passed.take() {
             let _ = passed.send(());
@@ -300,12 +313,12 @@ async fn undo(etcd: &Etcd, made: Made, passed: Option<oneshot::Sender<()>>) {
         match deleted.and(revoked) {
             Err(e) if transient(&e) && !session.as_ref().is_some_and(|s| s.is_lost()) => {
                 if tries == crate::config::UNLOCK_TRIES {
-                    tracing::warn!(key = ?key, error = %e, "an abandoned lock key is not deleted yet; trying on");
+                    tracing::warn!(key = ?key.as_ref().map(Claim::key), error = %e, "an abandoned lock key is not deleted yet; trying on");
                 }
                 tokio::time::sleep(backoff(tries)).await;
             }
             Err(e) => {
-                tracing::warn!(key = ?key, error = %e, "could not delete an abandoned lock key");
+                tracing::warn!(key = ?key.as_ref().map(Claim::key), error = %e, "could not delete an abandoned lock key");
                 break;
             }
             Ok(()) => break,
@@ -333,7 +346,7 @@ async fn take(
     pending: &mut Pending,
 ) -> Result<Taken, LockError> {
     let name = target.name();
-    let session = match pending.session.take().filter(|s| !s.is_lost()) {
+    let session = match pending.session.take().filter(|s| s.is_usable()) {
         Some(session) => session,
         None => match etcd.sessions.live() {
             Some(session) => session,
@@ -351,7 +364,7 @@ async fn take(
     let number = itoa::Buffer::new().format(how.number).to_owned();
     let key = how.side.key(name, session.lease, &number);
     pending.session = Some(session.clone());
-    pending.key = Some(key.clone());
+    pending.key = Some(session.claim(key.clone()));
     let blockers = how.side.blockers(name);
     let firsts = || {
         blockers.iter().map(|range| {
@@ -375,7 +388,8 @@ async fn take(
                 .chain(firsts())
                 .collect::<Vec<_>>(),
         );
-    let mut kv = etcd.client().kv_client();
+    let here = etcd.here();
+    let mut kv = here.client.kv_client();
     let mut sent = Instant::now();
     // If the caller leaves with the create in flight, its answer is still
     // awaited (on the client's runtime) before anything is undone.
@@ -385,7 +399,7 @@ async fn take(
     let call = {
         let mut kv = kv.clone();
         async move {
-            let answer = kv.txn(create).await;
+            let answer = Here::unless_left(here.near, kv.txn(create)).await;
             drop(answer_in);
             answer
         }
@@ -426,6 +440,7 @@ async fn take(
         // Wait for every key before ours that keeps us out to go.
         let turn = Turn {
             key: &key,
+            session: &session,
             create_revision,
             blockers: &blockers,
             deadline: how.deadline,
@@ -470,7 +485,7 @@ async fn take(
         }
     }
     if let Some(lease) = options.lease {
-        let mut leases = etcd.client().lease_client();
+        let mut leases = etcd.here().client.lease_client();
         sent = Instant::now();
         let granted = etcd.call(leases.grant(ttl_secs(lease), None)).await?;
         let ttl = Duration::from_secs(granted.ttl().max(1) as u64);
@@ -501,6 +516,8 @@ async fn take(
 /// keep it out.
 struct Turn<'a> {
     key: &'a str,
+    /// The session the key is on.
+    session: &'a Session,
     create_revision: i64,
     blockers: &'a [(String, String)],
     deadline: Option<Instant>,
@@ -508,9 +525,16 @@ struct Turn<'a> {
 
 /// Waits until no key of the `blockers` ranges was created before ours:
 /// each time, waits for the last one before it to go ([`wait_gone`]: no
-/// herd). Returns the
-/// revision at which one read found our key there and nothing before it
-/// (the token), or `None` when our key is gone.
+/// herd). Returns the revision from which the hold is ours (the token), or
+/// `None` when our key is gone.
+///
+/// A read finds our key there and the last key before it. When that key
+/// was the only one before ours, its deletion is our turn, with no read
+/// after it (keys are only ever made after ours, never before): the token
+/// is the deletion's revision, and the handoff is the release and its
+/// event. A key of ours deleted meanwhile is then found by the session's
+/// next round (as a Redis hold learns it at its next renewal), unless the
+/// session is lost, which this client's clock tells at once.
 async fn wait_for_turn(
     etcd: &Etcd,
     target: &Target,
@@ -528,36 +552,50 @@ async fn wait_for_turn(
             })
             .collect();
         let ours = Compare::create_revision(turn.key, CompareOp::Equal, turn.create_revision);
-        let mut kv = etcd.client().kv_client();
+        let mut kv = etcd.here().client.kv_client();
         let found = etcd
             .call(kv.txn(Txn::new().when([ours]).and_then(lasts)))
             .await?;
         if !found.succeeded() {
             return Ok(None);
         }
-        let predecessor = reads(&found)
+        // Per range, the last key before ours, and whether there are more.
+        let lasts: Vec<(KeyValue, bool)> = found
+            .op_responses()
             .into_iter()
-            .filter_map(|kvs| kvs.into_iter().next())
-            .max_by_key(KeyValue::create_revision);
-        let Some(predecessor) = predecessor else {
+            .filter_map(|op| match op {
+                TxnOpResponse::Get(mut got) => {
+                    let more = got.more();
+                    got.take_kvs().into_iter().next().map(|kv| (kv, more))
+                }
+                _ => None,
+            })
+            .collect();
+        let alone = matches!(lasts.as_slice(), [(_, false)]);
+        let Some((predecessor, _)) = lasts.into_iter().max_by_key(|(kv, _)| kv.create_revision())
+        else {
             return Ok(Some(revision(found.header())));
         };
-        let deadline = turn.deadline;
-        wait_gone(
+        let gone_at = wait_gone(
             etcd,
             target,
             options,
             predecessor.key(),
             predecessor.create_revision(),
-            deadline,
+            turn.deadline,
         )
         .await?;
+        if alone && !turn.session.is_lost() {
+            return Ok(Some(u64::try_from(gone_at).unwrap_or(0)));
+        }
     }
 }
 
 /// Waits, within the wait, until `key` (created at `create_revision`) is
 /// gone: a watch from now (in step with etcd at once), and the key read
-/// again once it is in place, in case it went just before.
+/// again once it is in place, in case it went just before. Returns a
+/// revision at which it was gone (its deletion's, when the watch heard
+/// it).
 async fn wait_gone(
     etcd: &Etcd,
     target: &Target,
@@ -565,25 +603,25 @@ async fn wait_gone(
     key: &[u8],
     create_revision: i64,
     deadline: Option<Instant>,
-) -> Result<(), LockError> {
+) -> Result<i64, LockError> {
     let mut broken = 0;
     loop {
         let mut watch = etcd.watches.watch(key, 0);
         let mut note = next_within(&mut watch, deadline, target, options).await?;
         if note == Note::Created {
-            let mut kv = etcd.client().kv_client();
+            let mut kv = etcd.here().client.kv_client();
             let found = etcd.call(kv.get(key, None)).await?;
             let there = found
                 .kvs()
                 .first()
                 .is_some_and(|kv| kv.create_revision() == create_revision);
             if !there {
-                return Ok(());
+                return Ok(i64::try_from(revision(found.header())).unwrap_or(i64::MAX));
             }
             note = next_within(&mut watch, deadline, target, options).await?;
         }
         match note {
-            Note::Deleted => return Ok(()),
+            Note::Deleted(revision) => return Ok(revision),
             _ => {
                 broken += 1;
                 let pause = backoff(broken);

@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 pub(crate) enum Note {
     /// The watch is in place: a deletion from now on will be heard.
     Created,
-    /// The key was deleted.
-    Deleted,
+    /// The key was deleted, at this revision.
+    Deleted(i64),
     /// The watch ended without telling (the stream broke, or its start
     /// revision was compacted): look again.
     Broken,
@@ -139,13 +139,15 @@ impl Table {
             }
             return None;
         }
-        if answer
+        let deleted = answer
             .events()
             .iter()
-            .any(|e| e.event_type() == EventType::Delete)
+            .filter(|e| e.event_type() == EventType::Delete)
+            .find_map(|e| e.kv().map(|kv| kv.mod_revision()));
+        if let Some(revision) = deleted
             && let Some((sink, _)) = self.sinks.get(&ours)
         {
-            let _ = sink.send(Note::Deleted);
+            let _ = sink.send(Note::Deleted(revision));
         }
         None
     }

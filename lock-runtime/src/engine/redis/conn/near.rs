@@ -15,35 +15,26 @@
 //! the Sentinel link (see `sentinel`); it keeps the client's connection.
 //!
 //! A near connection whose call fails with a lost connection is forgotten and
-//! made again at the runtime's next call; one whose runtime shut down is
-//! never asked for again (runtime ids are not reused), and at most
-//! [`NEAR_MAX`] are kept.
+//! made again at the runtime's next call. What near clients share with the
+//! other engines' (which runtime gets one, how many are kept) is
+//! `crate::near`.
 
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use redis::AsyncConnectionConfig;
 use redis::cluster::ClusterClient;
-use tokio::runtime::{Handle, Id};
+use tokio::runtime::Id;
 
 use super::{Link, Shared};
-
-/// How many runtimes' near connections are kept at most.
-const NEAR_MAX: usize = 64;
-
-/// How long after a failed near connection the next one is tried.
-const NEAR_RETRY: Duration = Duration::from_secs(1);
 
 /// The near connections of one client.
 pub(super) struct Near {
     maker: Maker,
-    /// The client's own runtime, which needs none.
-    home: Id,
-    /// Looked up on every acquire and release: hashed fast.
-    conns: Mutex<foldhash::HashMap<Id, NearState>>,
+    links: crate::near::Near<Link>,
 }
 
 /// How a near connection is made.
+#[derive(Clone)]
 pub(super) enum Maker {
     Standalone {
         client: redis::Client,
@@ -52,82 +43,37 @@ pub(super) enum Maker {
     Cluster(ClusterClient),
 }
 
-enum NearState {
-    /// Being made on that runtime.
-    Connecting,
-    Ready(Link),
-    /// Could not be made; tried again after [`NEAR_RETRY`].
-    Failed(Instant),
-}
-
 impl Near {
     pub(super) fn new(maker: Maker, home: Id) -> Near {
         Near {
             maker,
-            home,
-            conns: Mutex::default(),
+            links: crate::near::Near::new(home),
         }
-    }
-
-    fn conns(&self) -> MutexGuard<'_, foldhash::HashMap<Id, NearState>> {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The current runtime's near connection, when it has one ready. The
     /// first call from a runtime starts making it there and gets `None`.
     pub(super) fn here(shared: &Arc<Shared>) -> Option<(Id, Link)> {
         let near = shared.near.as_ref()?;
-        let runtime = Handle::try_current().ok()?;
-        let id = runtime.id();
-        if id == near.home {
-            return None;
-        }
-        let mut conns = near.conns();
-        match conns.get(&id) {
-            Some(NearState::Ready(link)) => return Some((id, link.clone())),
-            Some(NearState::Connecting) => return None,
-            Some(NearState::Failed(at)) if at.elapsed() < NEAR_RETRY => return None,
-            Some(NearState::Failed(_)) | None => {}
-        }
-        // Runtimes that shut down leave their entries behind (their ids are
-        // never asked for again): past a bound, start over. A live runtime
-        // whose entry goes makes a new connection at its next call; calls in
-        // flight keep the old one until they finish.
-        if conns.len() >= NEAR_MAX {
-            conns.clear();
-        }
-        conns.insert(id, NearState::Connecting);
-        drop(conns);
-        let shared = Arc::downgrade(shared);
-        runtime.spawn(async move {
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            let Some(near) = shared.near.as_ref() else {
-                return;
-            };
-            let made = match &near.maker {
-                Maker::Standalone { client, config } => client
-                    .get_multiplexed_async_connection_with_config(config)
-                    .await
-                    .map(Link::Plain),
-                Maker::Cluster(client) => client.get_async_connection().await.map(Link::Cluster),
-            };
-            let state = match made {
-                Ok(link) => NearState::Ready(link),
-                Err(e) => {
-                    tracing::debug!(error = %e, "no near connection; using the client's own");
-                    NearState::Failed(Instant::now())
+        near.links.here(|| {
+            let maker = near.maker.clone();
+            async move {
+                match maker {
+                    Maker::Standalone { client, config } => client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                        .map(Link::Plain),
+                    Maker::Cluster(client) => {
+                        client.get_async_connection().await.map(Link::Cluster)
+                    }
                 }
-            };
-            near.conns().insert(id, state);
-        });
-        None
+            }
+        })
     }
 
     /// Forgets the near connection of runtime `id` after it failed: the next
     /// call from that runtime makes a new one.
     pub(super) fn forget(&self, id: Id) {
-        self.conns().remove(&id);
+        self.links.forget(id);
     }
 }
