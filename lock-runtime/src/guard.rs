@@ -252,31 +252,48 @@ impl LockGuard {
     /// Releases the lock. `Err(LockError::Lost)` when the lease was lost
     /// before (the lock was not ours any more, and another holder's lock is
     /// never touched).
-    pub async fn release(mut self) -> Result<(), LockError> {
+    pub fn release(mut self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+        // Not an `async fn`: its future keeps the holds and the tolerance,
+        // not the guard twice (an async fn's argument and its moved copy).
         let mut holds = std::mem::take(&mut self.holds);
+        let tolerated = self.tolerated;
+        drop(self);
         // One hold (most guards): released without the joining machinery's
         // allocations and copies. Boxed, as the joining would: a caller's
         // task carries this future's size while it waits for a lock.
-        if holds.len() == 1
-            && let Some(held) = holds.pop()
-        {
-            return self.within_tolerance([Box::pin(held.release()).await]);
+        let one = match holds.len() {
+            1 => holds.pop().map(|held| Box::pin(held.release())),
+            _ => None,
+        };
+        async move {
+            if let Some(one) = one {
+                return within_tolerance(tolerated, [one.await]);
+            }
+            let results =
+                futures_util::future::join_all(holds.into_iter().map(Held::release)).await;
+            within_tolerance(tolerated, results)
         }
-        let results = futures_util::future::join_all(holds.into_iter().map(Held::release)).await;
-        self.within_tolerance(results)
     }
 
-    /// The first error of the holds' `results` when more of them failed
-    /// than the guard tolerates (a quorum lock's minority), else `Ok`.
+    /// [`within_tolerance`] of this guard.
     fn within_tolerance(
         &self,
         results: impl IntoIterator<Item = Result<(), LockError>>,
     ) -> Result<(), LockError> {
-        let mut errors = results.into_iter().filter_map(Result::err);
-        match errors.next() {
-            Some(e) if 1 + errors.count() > self.tolerated => Err(e),
-            _ => Ok(()),
-        }
+        within_tolerance(self.tolerated, results)
+    }
+}
+
+/// The first error of the holds' `results` when more of them failed than
+/// `tolerated` (a quorum lock's minority), else `Ok`.
+fn within_tolerance(
+    tolerated: usize,
+    results: impl IntoIterator<Item = Result<(), LockError>>,
+) -> Result<(), LockError> {
+    let mut errors = results.into_iter().filter_map(Result::err);
+    match errors.next() {
+        Some(e) if 1 + errors.count() > tolerated => Err(e),
+        _ => Ok(()),
     }
 }
 

@@ -123,8 +123,13 @@ pub(crate) fn acquire_hold(
     let acquiring = match client.engine() {
         Engine::Redis(core) => {
             let redis = crate::engine::redis::acquire(core.clone(), alive, target, options);
+            // Boxed beside another engine: an etcd waiter's future does not
+            // carry room for Redis's state either (the same bytes for a
+            // Redis waiter, one allocation more per acquisition).
             #[cfg(feature = "etcd")]
-            let redis = futures_util::future::Either::Left(redis.map(|held| held.map(Held::Redis)));
+            let redis = futures_util::future::Either::Left(
+                Box::pin(redis).map(|held| held.map(Held::Redis)),
+            );
             #[cfg(not(feature = "etcd"))]
             let redis = redis.map(|held| held.map(Held::Redis));
             redis

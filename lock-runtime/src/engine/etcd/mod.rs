@@ -44,10 +44,11 @@ mod take;
 mod watches;
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Client, ConnectOptions, KvClient};
 use tokio::runtime::Handle;
 
 pub(crate) use hold::EtcdHold;
@@ -67,11 +68,11 @@ pub(crate) struct Etcd {
     pub(crate) id: String,
     pub(crate) config: Config,
     pub(crate) runtime: Handle,
-    client: Client,
+    client: Arc<Client>,
     /// How a near client is made: the endpoints and options of `client`.
     connect: (Vec<String>, ConnectOptions),
     /// Per caller runtime, a client of its own (see `crate::near`).
-    near: crate::near::Near<Client>,
+    near: crate::near::Near<Arc<Client>>,
     sessions: session::Sessions,
     watches: watches::Watches,
     /// Per name, the process queue its acquisitions wait in (FIFO).
@@ -123,7 +124,7 @@ impl Etcd {
             let etcd = Arc::new(Etcd {
                 id: uuid::Uuid::new_v4().to_string(),
                 watches: watches::Watches::start(client.clone()),
-                client,
+                client: Arc::new(client),
                 connect: (target.endpoints.clone(), options),
                 near: crate::near::Near::new(handle.id()),
                 sessions,
@@ -146,9 +147,9 @@ impl Etcd {
         .await?
     }
 
-    /// A client of the etcd API (cheap to clone: it shares the channel).
-    pub(crate) fn client(&self) -> Client {
-        self.client.clone()
+    /// The engine's own client of the etcd API.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
     }
 
     /// The client for a call made in a caller's task: its runtime's near
@@ -165,7 +166,7 @@ impl Etcd {
                 )
                 .await
                 {
-                    Ok(made) => made.map_err(|e| e.to_string()),
+                    Ok(made) => made.map(Arc::new).map_err(|e| e.to_string()),
                     Err(_) => Err("no answer in time".to_owned()),
                 }
             }
@@ -173,7 +174,7 @@ impl Etcd {
         match near {
             Some((_, client)) => Here { client, near: true },
             None => Here {
-                client: self.client(),
+                client: self.client.clone(),
                 near: false,
             },
         }
@@ -199,21 +200,41 @@ impl Etcd {
         queue
     }
 
-    /// Runs one etcd call within the response timeout.
-    async fn call<T>(
+    /// Runs one etcd call within the response timeout. Boxed, with its
+    /// timer: the client's request futures are large (a few hundred bytes
+    /// to kilobytes each), and a future that awaits several would carry
+    /// the largest for as long as it lives, a waiter's included.
+    fn call<'a, T: 'a>(
         &self,
-        call: impl Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T, LockError> {
-        match tokio::time::timeout(self.config.response_timeout, call).await {
-            Ok(answer) => answer.map_err(store_error),
-            Err(_) => Err(timeout_error()),
-        }
+        call: impl Future<Output = Result<T, etcd_client::Error>> + 'a,
+    ) -> Pin<Box<impl Future<Output = Result<T, LockError>> + 'a>> {
+        let timeout = self.config.response_timeout;
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, call).await {
+                Ok(answer) => answer.map_err(store_error),
+                Err(_) => Err(timeout_error()),
+            }
+        })
+    }
+
+    /// [`Etcd::call`] of `request`, made with a KV client of the caller's
+    /// runtime ([`Etcd::here`]) that the boxed call owns.
+    fn kv<'a, T: 'a, R>(
+        &self,
+        request: impl FnOnce(KvClient) -> R,
+    ) -> Pin<Box<impl Future<Output = Result<T, LockError>> + 'a>>
+    where
+        R: Future<Output = Result<T, etcd_client::Error>> + 'a,
+    {
+        self.call(request(self.here().client.kv_client()))
     }
 }
 
 /// A client for one call (see [`Etcd::here`]).
 pub(crate) struct Here {
-    pub(crate) client: Client,
+    /// Shared: a client of the etcd API is a few kilobytes, and a
+    /// waiter's future would carry it.
+    pub(crate) client: Arc<Client>,
     /// A near client: a call on it that is finished for a caller who left
     /// fails at once (see [`Here::unless_left`]).
     pub(crate) near: bool,

@@ -24,33 +24,74 @@ use crate::request::{Options, Target, backoff, check_options, pause_within, time
 /// Takes a hold of `target` on etcd (see the module docs of [`super`]):
 /// a re-entry when the caller runs in the scope of this client's hold of
 /// it, else a new holder that queues in the process, then in etcd.
-pub(crate) async fn acquire(
+///
+/// While it queues in the process (most waiters, when many wait on a few
+/// names) it carries this future and the queue's only: the rest is boxed
+/// once it has its turn.
+pub(crate) fn acquire(
     alive: Arc<Background>,
     etcd: Arc<Etcd>,
     target: Target,
     options: Options,
-) -> Result<EtcdHold, LockError> {
-    check_options(&target, &options)?;
-    let started = Instant::now();
-    let result = take_hold(alive, etcd, &target, options, started).await;
-    let kind = options.metric.is_none().then(|| target.kind());
-    crate::telemetry::record_acquired(kind, started, &result);
-    result
+) -> impl Future<Output = Result<EtcdHold, LockError>> + Send {
+    // An async block, not an async fn: what it takes is kept once, not
+    // twice (its arguments and their moved copies).
+    async move {
+        check_options(&target, &options)?;
+        let started = Instant::now();
+        let deadline = options.wait.and_then(|w| started.checked_add(w));
+        let reentry = holder::in_scope(&etcd.id, target.name());
+        // A mutex key is one per client and name: this client's turn first.
+        let mutex = reentry.is_none() && matches!(Side::of(&target), Ok(Side::Mutex));
+        let queued = if mutex {
+            turn(&etcd, &target, &options, deadline).await.map(Some)
+        } else {
+            Ok(None)
+        };
+        let result = match queued {
+            Ok(turn) => {
+                let queued = Queued {
+                    reentry,
+                    turn,
+                    deadline,
+                };
+                Box::pin(take_hold(alive, etcd, &target, options, queued)).await
+            }
+            Err(e) => Err(e),
+        };
+        let kind = options.metric.is_none().then(|| target.kind());
+        crate::telemetry::record_acquired(kind, started, &result);
+        result
+    }
 }
 
-/// [`acquire`] once the options are checked.
+/// What [`acquire`] knows when it stops queueing in the process.
+struct Queued {
+    /// The holder id and chain of this client's hold, when the caller runs
+    /// in its scope.
+    reentry: Option<(String, holder::Chain)>,
+    /// The turn at a mutex key, when it is one.
+    turn: Option<OwnedMutexGuard<()>>,
+    deadline: Option<Instant>,
+}
+
+/// [`acquire`] once the options are checked and its turn is in.
 async fn take_hold(
     alive: Arc<Background>,
     etcd: Arc<Etcd>,
     target: &Target,
     options: Options,
-    started: Instant,
+    queued: Queued,
 ) -> Result<EtcdHold, LockError> {
+    let Queued {
+        reentry,
+        turn,
+        deadline,
+    } = queued;
     let side = Side::of(target)?;
     let name = target.name();
-    let deadline = options.wait.and_then(|w| started.checked_add(w));
     let metric = options.metric.unwrap_or(target.kind());
-    if let Some((holder, chain)) = holder::in_scope(&etcd.id, name) {
+    if let Some((holder, chain)) = reentry {
         let record = etcd
             .records
             .lock()
@@ -62,16 +103,10 @@ async fn take_hold(
         let Some(record) = record.and_then(|r| r.upgrade()) else {
             return Err(lost(name));
         };
-        // Boxed, as `take` below: a waiter's future does not carry it.
-        return Box::pin(reenter(alive, record, side, chain, &options, metric)).await;
+        return reenter(alive, record, side, chain, &options, metric).await;
     }
     let number = options.number.unwrap_or_else(holder::fresh_number);
     let holder = holder::id(&etcd.id, number);
-    // A mutex key is one per client and name: this client's turn first.
-    let turn = match side {
-        Side::Mutex => Some(turn(&etcd, target, &options, deadline).await?),
-        Side::Read | Side::Write => None,
-    };
     let _waiting = crate::telemetry::WaiterMetric::start(metric);
     let mut pending = Pending {
         etcd: etcd.clone(),
@@ -91,9 +126,7 @@ async fn take_hold(
             number,
             deadline,
         };
-        // Boxed: the waiters queued in the process (in `turn` above) do not
-        // carry the state of a call to etcd.
-        match Box::pin(take(&etcd, target, &options, &how, &mut pending)).await {
+        match take(&etcd, target, &options, &how, &mut pending).await {
             Ok(taken) => break taken,
             Err(e) if transient(&e) && deadline.is_none_or(|d| Instant::now() < d) => {
                 if tries == 1 && deadline.is_none() {
@@ -176,11 +209,14 @@ async fn turn(
             .try_lock_owned()
             .map_err(|_| timed_out(target, options));
     }
-    match deadline {
-        Some(d) => tokio::time::timeout_at(d.into(), queue.lock_owned())
-            .await
-            .map_err(|_| timed_out(target, options)),
-        None => Ok(queue.lock_owned().await),
+    let Some(deadline) = deadline else {
+        return Ok(queue.lock_owned().await);
+    };
+    // Boxed: a waiter without a deadline carries no room for a timer.
+    let expired = Box::pin(tokio::time::sleep_until(deadline.into()));
+    tokio::select! {
+        turn = queue.lock_owned() => Ok(turn),
+        () = expired => Err(timed_out(target, options)),
     }
 }
 
@@ -388,32 +424,45 @@ async fn take(
                 .chain(firsts())
                 .collect::<Vec<_>>(),
         );
-    let here = etcd.here();
-    let mut kv = here.client.kv_client();
     let mut sent = Instant::now();
     // If the caller leaves with the create in flight, its answer is still
     // awaited (on the client's runtime) before anything is undone.
     let (answer_in, answered) = oneshot::channel::<()>();
     pending.answered = Some(answered);
     let ours_before = std::mem::replace(&mut pending.sent, true);
+    // Made in a block of its own: a future keeps room for a local that is
+    // in scope across an await, moved out or not.
     let call = {
-        let mut kv = kv.clone();
-        async move {
+        let here = etcd.here();
+        let mut kv = here.client.kv_client();
+        let call = async move {
             let answer = Here::unless_left(here.near, kv.txn(create)).await;
             drop(answer_in);
             answer
-        }
+        };
+        etcd.call(crate::background::finish_on_drop(
+            &etcd.runtime,
+            call,
+            |_| async {},
+        ))
     };
-    let call = crate::background::finish_on_drop(&etcd.runtime, call, |_| async {});
-    let answer = etcd.call(call).await?;
-    let mut token = revision(answer.header());
-    let mut reads = reads(&answer);
-    let create_revision = if answer.succeeded() {
-        i64::try_from(token).unwrap_or(i64::MAX)
-    } else {
-        let mine = reads.remove(0);
-        let found = mine.first().map_or(0, KeyValue::create_revision);
-        if !ours_before {
+    // Only what is needed is kept of the answer: a waiter carries what is
+    // in scope while it waits.
+    let (mut token, found, first) = {
+        let answer = call.await?;
+        let mut reads = reads(&answer);
+        let found = (!answer.succeeded())
+            .then(|| reads.remove(0).first().map_or(0, KeyValue::create_revision));
+        let first = reads
+            .iter()
+            .filter_map(|kvs| kvs.first())
+            .map(KeyValue::create_revision)
+            .min();
+        (revision(answer.header()), found, first)
+    };
+    let create_revision = match found {
+        None => i64::try_from(token).unwrap_or(i64::MAX),
+        Some(found) if !ours_before => {
             // Not made by this acquisition: this client's earlier hold,
             // kept until its `hold_at_least` minimum or still being given
             // back. Wait for it to go, then try again.
@@ -427,12 +476,9 @@ async fn take(
             });
         }
         // Made by an earlier try whose answer was lost.
-        found
+        Some(found) => found,
     };
-    let blocked = reads
-        .iter()
-        .filter_map(|kvs| kvs.first())
-        .any(|kv| kv.create_revision() < create_revision);
+    let blocked = first.is_some_and(|first| first < create_revision);
     if blocked {
         if options.wait == Some(Duration::ZERO) {
             return Err(timed_out(target, options));
@@ -461,7 +507,7 @@ async fn take(
                         how.holder,
                         Some(PutOptions::new().with_ignore_lease()),
                     )]);
-                let bumped = etcd.call(kv.txn(bump)).await?;
+                let bumped = etcd.kv(|mut kv| async move { kv.txn(bump).await }).await?;
                 if !bumped.succeeded() {
                     return Err(lost(name));
                 }
@@ -485,9 +531,14 @@ async fn take(
         }
     }
     if let Some(lease) = options.lease {
-        let mut leases = etcd.here().client.lease_client();
         sent = Instant::now();
-        let granted = etcd.call(leases.grant(ttl_secs(lease), None)).await?;
+        let ttl = ttl_secs(lease);
+        let granted = etcd
+            .call({
+                let mut leases = etcd.here().client.lease_client();
+                async move { leases.grant(ttl, None).await }
+            })
+            .await?;
         let ttl = Duration::from_secs(granted.ttl().max(1) as u64);
         pending.fixed = Some((granted.id(), valid_until(sent, ttl)));
         let moved = Txn::new()
@@ -501,7 +552,11 @@ async fn take(
                 how.holder,
                 Some(PutOptions::new().with_lease(granted.id())),
             )]);
-        if !etcd.call(kv.txn(moved)).await?.succeeded() {
+        if !etcd
+            .kv(|mut kv| async move { kv.txn(moved).await })
+            .await?
+            .succeeded()
+        {
             return Err(lost(name));
         }
     }
@@ -552,36 +607,42 @@ async fn wait_for_turn(
             })
             .collect();
         let ours = Compare::create_revision(turn.key, CompareOp::Equal, turn.create_revision);
-        let mut kv = etcd.here().client.kv_client();
-        let found = etcd
-            .call(kv.txn(Txn::new().when([ours]).and_then(lasts)))
-            .await?;
-        if !found.succeeded() {
+        let read = Txn::new().when([ours]).and_then(lasts);
+        // Per range, the last key before ours (its name and create
+        // revision), and whether there are more; only these are kept while
+        // it waits.
+        let (found, at, lasts) = {
+            let found = etcd.kv(|mut kv| async move { kv.txn(read).await }).await?;
+            let lasts: Vec<(Vec<u8>, i64, bool)> = found
+                .op_responses()
+                .into_iter()
+                .filter_map(|op| match op {
+                    TxnOpResponse::Get(mut got) => {
+                        let more = got.more();
+                        let mut kvs = got.take_kvs().into_iter();
+                        kvs.next()
+                            .map(|kv| (kv.key().to_vec(), kv.create_revision(), more))
+                    }
+                    _ => None,
+                })
+                .collect();
+            (found.succeeded(), revision(found.header()), lasts)
+        };
+        if !found {
             return Ok(None);
         }
-        // Per range, the last key before ours, and whether there are more.
-        let lasts: Vec<(KeyValue, bool)> = found
-            .op_responses()
-            .into_iter()
-            .filter_map(|op| match op {
-                TxnOpResponse::Get(mut got) => {
-                    let more = got.more();
-                    got.take_kvs().into_iter().next().map(|kv| (kv, more))
-                }
-                _ => None,
-            })
-            .collect();
-        let alone = matches!(lasts.as_slice(), [(_, false)]);
-        let Some((predecessor, _)) = lasts.into_iter().max_by_key(|(kv, _)| kv.create_revision())
+        let alone = matches!(lasts.as_slice(), [(_, _, false)]);
+        let Some((predecessor, predecessor_created, _)) =
+            lasts.into_iter().max_by_key(|(_, created, _)| *created)
         else {
-            return Ok(Some(revision(found.header())));
+            return Ok(Some(at));
         };
         let gone_at = wait_gone(
             etcd,
             target,
             options,
-            predecessor.key(),
-            predecessor.create_revision(),
+            &predecessor,
+            predecessor_created,
             turn.deadline,
         )
         .await?;
@@ -609,8 +670,10 @@ async fn wait_gone(
         let mut watch = etcd.watches.watch(key, 0);
         let mut note = next_within(&mut watch, deadline, target, options).await?;
         if note == Note::Created {
-            let mut kv = etcd.here().client.kv_client();
-            let found = etcd.call(kv.get(key, None)).await?;
+            let key = key.to_vec();
+            let found = etcd
+                .kv(|mut kv| async move { kv.get(key, None).await })
+                .await?;
             let there = found
                 .kvs()
                 .first()

@@ -9,9 +9,10 @@
 //! watch opens a new stream.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use etcd_client::{Client, EventType, WatchFilterType, WatchOptions, WatchResponse};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 /// What a watcher hears.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +31,7 @@ enum Command {
         id: u64,
         key: Vec<u8>,
         from: i64,
-        sink: mpsc::UnboundedSender<Note>,
+        sink: Arc<Notes>,
     },
     Cancel {
         id: u64,
@@ -46,14 +47,73 @@ pub(crate) struct Watches {
 /// One watch on one key's deletion; cancelled when dropped.
 pub(crate) struct Watch {
     id: u64,
-    notes: mpsc::UnboundedReceiver<Note>,
+    notes: Arc<Notes>,
     commands: mpsc::UnboundedSender<Command>,
+}
+
+/// What a watch has heard so far, told to its one watcher. Not a channel:
+/// a waiter at the head of a name's line keeps a watch for as long as it
+/// waits, and a channel costs a kilobyte (its first block); this is a few
+/// words.
+pub(crate) struct Notes {
+    heard: Mutex<Heard>,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct Heard {
+    created: bool,
+    /// `Created` was returned by [`Watch::next`].
+    told_created: bool,
+    deleted: Option<i64>,
+    broken: bool,
+}
+
+impl Notes {
+    fn new() -> Arc<Notes> {
+        Arc::new(Notes {
+            heard: Mutex::default(),
+            wake: Notify::new(),
+        })
+    }
+
+    /// Hears `note` (the watcher takes it at its next look).
+    fn tell(&self, note: Note) {
+        {
+            let mut heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
+            match note {
+                Note::Created => heard.created = true,
+                Note::Deleted(revision) => heard.deleted = heard.deleted.or(Some(revision)),
+                Note::Broken => heard.broken = true,
+            }
+        }
+        // One watcher: a wake-up with nobody waiting is kept for it.
+        self.wake.notify_one();
+    }
+
+    /// The next note, in the order heard; a deletion outranks a break.
+    fn take(&self) -> Option<Note> {
+        let mut heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
+        if heard.created && !heard.told_created {
+            heard.told_created = true;
+            return Some(Note::Created);
+        }
+        if let Some(revision) = heard.deleted {
+            return Some(Note::Deleted(revision));
+        }
+        heard.broken.then_some(Note::Broken)
+    }
 }
 
 impl Watch {
     /// The next thing heard: the key's deletion, or that the watch broke.
     pub(crate) async fn next(&mut self) -> Note {
-        self.notes.recv().await.unwrap_or(Note::Broken)
+        loop {
+            if let Some(note) = self.notes.take() {
+                return note;
+            }
+            self.notes.wake.notified().await;
+        }
     }
 }
 
@@ -79,15 +139,18 @@ impl Watches {
     /// past revision catches up in etcd's next sync round).
     pub(crate) fn watch(&self, key: &[u8], from: i64) -> Watch {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (sink, notes) = mpsc::unbounded_channel();
+        let notes = Notes::new();
         // The task is gone only with the client's runtime: then the
         // watcher hears `Broken` at once.
-        let _ = self.commands.send(Command::Watch {
+        let sent = self.commands.send(Command::Watch {
             id,
             key: key.to_owned(),
             from,
-            sink,
+            sink: notes.clone(),
         });
+        if sent.is_err() {
+            notes.tell(Note::Broken);
+        }
         Watch {
             id,
             notes,
@@ -104,15 +167,25 @@ struct Table {
     /// etcd's watch id to ours.
     ids: HashMap<i64, u64>,
     /// Our watches: where their notes go, and etcd's id once created.
-    sinks: HashMap<u64, (mpsc::UnboundedSender<Note>, Option<i64>)>,
+    sinks: HashMap<u64, (Arc<Notes>, Option<i64>)>,
+}
+
+impl Drop for Table {
+    /// The task is gone (its runtime shut down): every watcher looks again.
+    fn drop(&mut self) {
+        for (sink, _) in self.sinks.values() {
+            sink.tell(Note::Broken);
+        }
+    }
 }
 
 impl Table {
     /// The stream broke: every watcher looks again.
     fn broken(&mut self) {
         for (sink, _) in self.sinks.values() {
-            let _ = sink.send(Note::Broken);
+            sink.tell(Note::Broken);
         }
+        self.sinks.clear();
         *self = Table::default();
     }
 
@@ -125,7 +198,7 @@ impl Table {
             match self.sinks.get_mut(&ours) {
                 Some((sink, id)) => {
                     *id = Some(etcd_id);
-                    let _ = sink.send(Note::Created);
+                    sink.tell(Note::Created);
                     self.ids.insert(etcd_id, ours);
                 }
                 None => return Some(etcd_id),
@@ -135,7 +208,7 @@ impl Table {
         if answer.canceled() {
             self.ids.remove(&etcd_id);
             if let Some((sink, _)) = self.sinks.remove(&ours) {
-                let _ = sink.send(Note::Broken);
+                sink.tell(Note::Broken);
             }
             return None;
         }
@@ -147,7 +220,7 @@ impl Table {
         if let Some(revision) = deleted
             && let Some((sink, _)) = self.sinks.get(&ours)
         {
-            let _ = sink.send(Note::Deleted(revision));
+            sink.tell(Note::Deleted(revision));
         }
         None
     }
@@ -202,7 +275,7 @@ async fn run(client: Client, mut inbox: mpsc::UnboundedReceiver<Command>) {
                     table.pending.push_back(id);
                     table.sinks.insert(id, (sink, None));
                 } else {
-                    let _ = sink.send(Note::Broken);
+                    sink.tell(Note::Broken);
                     table.broken();
                     stream = None;
                 }
