@@ -28,6 +28,10 @@ use crate::request::{Options, Target, backoff, check_options, pause_within, time
 /// While it queues in the process (most waiters, when many wait on a few
 /// names) it carries this future and the queue's only: the rest is boxed
 /// once it has its turn.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice (see the comment inside)"
+)]
 pub(crate) fn acquire(
     alive: Arc<Background>,
     etcd: Arc<Etcd>,
