@@ -162,7 +162,9 @@
 //!
 //! # Features
 //!
-//! - `tls`: `rediss://` URLs (rustls with the ring provider).
+//! - `tls`: `rediss://` URLs (rustls with the ring provider), and with
+//!   `etcd`, `etcds://` URLs (trusting the system's certificate store, where
+//!   a cluster's private CA goes; `SSL_CERT_FILE` is honoured).
 //! - `cli`: the `lockctl` binary (`cargo install --path lock-runtime
 //!   --features cli`) and its module `cli`.
 //! - `metrics`: metrics through the `metrics` 0.24 facade. Off, nothing of

@@ -52,14 +52,33 @@ impl Etcd {
     /// `etcdctl endpoint health`. Panics (failing the test) with the tail of
     /// its log when no server will start within 20 s.
     pub fn start() -> Etcd {
+        Etcd::start_with(false)
+    }
+
+    /// [`start`](Self::start), serving clients over TLS only, with a
+    /// throwaway self-signed certificate for `127.0.0.1` ([`ca`](Self::ca)).
+    /// [`url`](Self::url) is then `etcds://…`.
+    pub fn start_tls() -> Etcd {
+        Etcd::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Etcd {
         for attempt in 1..=ATTEMPTS {
             let dir = fresh_dir();
             let ports = free_ports(2);
             let mut member = Member::new("n0", ports[0], ports[1], &dir);
+            if tls {
+                member.tls = Some(crate::certificates(&dir));
+            }
             let cluster = Cluster::of(std::slice::from_ref(&member));
             member.spawn(&cluster, "new");
             let endpoint = member.endpoint();
-            let outcome = wait_for(READY_WITHIN, || member.exited(), || healthy(&endpoint));
+            let ca = member.tls.as_ref().map(|tls| tls.ca.clone());
+            let outcome = wait_for(
+                READY_WITHIN,
+                || member.exited(),
+                || healthy(&endpoint, ca.as_deref()),
+            );
             match outcome {
                 Outcome::Ready => {
                     return Etcd {
@@ -89,9 +108,20 @@ impl Etcd {
         self.member.endpoint()
     }
 
-    /// The URL a lock client is configured with: `etcd://127.0.0.1:<port>`.
+    /// The URL a lock client is configured with: `etcd://127.0.0.1:<port>`
+    /// (`etcds://` when it serves TLS).
     pub fn url(&self) -> String {
-        format!("etcd://127.0.0.1:{}", self.member.client_port)
+        let scheme = if self.member.tls.is_some() {
+            "etcds"
+        } else {
+            "etcd"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.member.client_port)
+    }
+
+    /// The certificate of the authority that signed a TLS server's, in PEM.
+    pub fn ca(&self) -> Option<&Path> {
+        self.member.tls.as_ref().map(|tls| tls.ca.as_path())
     }
 
     /// The loopback port clients connect to.
@@ -161,7 +191,7 @@ impl EtcdCluster {
             let outcome = wait_for(
                 READY_WITHIN,
                 || members.iter_mut().any(Member::exited),
-                || healthy(&all.join(",")) && leader_endpoint(&all).is_some(),
+                || healthy(&all.join(","), None) && leader_endpoint(&all).is_some(),
             );
             let started = EtcdCluster {
                 members,
@@ -446,6 +476,8 @@ struct Member {
     data: PathBuf,
     log: PathBuf,
     keeper: Option<Child>,
+    /// Its certificates when it serves clients over TLS.
+    tls: Option<crate::Certificates>,
 }
 
 /// What every member of one cluster is started with.
@@ -482,11 +514,13 @@ impl Member {
             data: dir.join(format!("{name}.data")),
             log: dir.join(format!("{name}.log")),
             keeper: None,
+            tls: None,
         }
     }
 
     fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// Starts `etcd` under a keeper; `state` is `new` or `existing`.
@@ -510,6 +544,14 @@ impl Member {
             .args(["--initial-cluster-state", state])
             .args(["--logger", "zap", "--log-outputs", "stderr"])
             .args(["--log-level", "error"])
+            .args(self.tls.iter().flat_map(|tls| {
+                [
+                    "--cert-file".into(),
+                    tls.cert.as_os_str().to_owned(),
+                    "--key-file".into(),
+                    tls.key.as_os_str().to_owned(),
+                ]
+            }))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -539,6 +581,7 @@ impl Member {
     /// answers `endpoint health`, else only until it has run for a moment.
     fn restart(&mut self, cluster: &Cluster, serve: bool) {
         let endpoint = self.endpoint();
+        let ca = self.tls.as_ref().map(|tls| tls.ca.clone());
         let deadline = Instant::now() + READY_WITHIN;
         loop {
             self.spawn(cluster, "existing");
@@ -546,7 +589,7 @@ impl Member {
                 wait_for(
                     deadline.saturating_duration_since(Instant::now()),
                     || self.exited(),
-                    || healthy(&endpoint),
+                    || healthy(&endpoint, ca.as_deref()),
                 )
             } else {
                 // It cannot answer before a quorum runs: it only has to stay
@@ -616,10 +659,13 @@ fn etcdctl_command(endpoint: &str) -> Command {
 }
 
 /// Whether every endpoint listed commits a proposal (`endpoint health`).
-fn healthy(endpoints: &str) -> bool {
+/// Whether `endpoints` answer `etcdctl endpoint health`; `ca`: the
+/// certificate a TLS server's is signed with.
+fn healthy(endpoints: &str, ca: Option<&Path>) -> bool {
     Command::new("etcdctl")
         .env("ETCDCTL_API", "3")
         .arg(format!("--endpoints={endpoints}"))
+        .args(ca.map(|ca| format!("--cacert={}", ca.display())))
         .args([
             "--dial-timeout=1s",
             "--command-timeout=2s",

@@ -516,3 +516,86 @@ impl Kind {
         }
     }
 }
+
+/// A throwaway certificate authority and a server certificate it signed
+/// for `127.0.0.1` (PEM files in a test's directory, made by `openssl`), for
+/// TLS test servers.
+pub struct Certificates {
+    /// The authority's certificate: what a client trusts.
+    pub ca: std::path::PathBuf,
+    /// The server's certificate.
+    pub cert: std::path::PathBuf,
+    /// The server's key.
+    pub key: std::path::PathBuf,
+}
+
+/// Makes [`Certificates`] in `dir`.
+pub fn certificates(dir: &std::path::Path) -> Certificates {
+    let file = |name: &str| dir.join(name);
+    let openssl = |args: &[&str]| {
+        let made = Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            made.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+    };
+    std::fs::write(
+        file("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("the test directory is writable");
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "server.csr",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "cert.pem",
+    ]);
+    Certificates {
+        ca: file("ca.pem"),
+        cert: file("cert.pem"),
+        key: file("key.pem"),
+    }
+}

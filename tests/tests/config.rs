@@ -1,7 +1,6 @@
 //! Connection settings against real servers: ACL users, passwords, database
 //! numbers, TLS; and the errors that say where and why a connection failed.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{Config, LockClient, LockError};
@@ -73,7 +72,7 @@ struct TlsServer {
 }
 
 impl TlsServer {
-    /// The server's directory: `cert.pem` and `key.pem` are in it.
+    /// The server's directory: `ca.pem`, `cert.pem` and `key.pem` are in it.
     fn dir(&self) -> &std::path::Path {
         &self.dir.0
     }
@@ -102,30 +101,7 @@ fn tls_server() -> TlsServer {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let dir = TempDir(dir);
-    let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl is installed");
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let tests::Certificates { ca, cert, key } = tests::certificates(&dir.0);
     let port = tests::free_port();
     let args: Vec<String> = vec![
         "--port".into(),
@@ -139,7 +115,7 @@ fn tls_server() -> TlsServer {
         "--tls-key-file".into(),
         key.display().to_string(),
         "--tls-ca-cert-file".into(),
-        cert.display().to_string(),
+        ca.display().to_string(),
         "--tls-auth-clients".into(),
         "no".into(),
         "--save".into(),
@@ -178,7 +154,11 @@ async fn rediss_urls_connect_over_tls() {
 #[tokio::test]
 async fn rediss_sentinel_urls_reach_the_master_over_tls() {
     let master = tls_server();
-    let (cert, key) = (master.dir().join("cert.pem"), master.dir().join("key.pem"));
+    let (ca, cert, key) = (
+        master.dir().join("ca.pem"),
+        master.dir().join("cert.pem"),
+        master.dir().join("key.pem"),
+    );
     // One sentinel, speaking TLS to its clients (on `tls_port`) and to the
     // TLS-only master; its plain port is for this test's checks.
     let (plain, tls_port) = (tests::free_port(), tests::free_port());
@@ -187,10 +167,11 @@ async fn rediss_sentinel_urls_reach_the_master_over_tls() {
         &conf,
         format!(
             "port {plain}\ntls-port {tls_port}\nbind 127.0.0.1\ndir {dir}\n\
-             tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {cert}\n\
+             tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n\
              tls-auth-clients no\ntls-replication yes\n\
              sentinel monitor tlsmaster 127.0.0.1 {port} 1\n",
             dir = master.dir().display(),
+            ca = ca.display(),
             cert = cert.display(),
             key = key.display(),
             port = master.port,

@@ -18,10 +18,11 @@
 //!   `lease(d)`, a hold has a lease of its own with TTL `d` (rounded up to
 //!   whole seconds, raised by the server to its minimum) that is not kept
 //!   alive: the server deletes the key when it runs out.
-//! - **Fencing token.** A revision at which the hold was confirmed its
-//!   holder's (the create revision when the lock was free): holds of one
-//!   name follow each other in revision order, so tokens strictly increase
-//!   per name, and a re-entry bumps its key (a put) for a token of its own.
+//! - **Fencing token.** A revision from which the hold is its holder's
+//!   (the create revision when the lock was free, the deletion that let it
+//!   in, or the read that found it first): holds of one name follow each
+//!   other in revision order, so tokens strictly increase per name, and a
+//!   re-entry bumps its key (a put) for a token of its own.
 //! - **One record per client and name.** A client's acquisitions of one
 //!   name queue in the process (FIFO) and only the head has a key in etcd;
 //!   a re-entry writes no second key (it is counted in the process).
@@ -29,9 +30,29 @@
 //!   time plus the TTL (less the safety margin), or the fixed lease's end;
 //!   and at once when the key is deleted (`force_unlock`, an operator's
 //!   `etcdctl del`), which the hold watches for.
+//! - **Handoff.** A waiter reads the last key before its own and watches
+//!   its deletion. When that key was the only one before it, the deletion
+//!   event is its turn, with no read after it (keys are only ever made
+//!   after ours): the token is the deletion's revision. Otherwise it reads
+//!   again and watches the next. A waiter's key deleted by hand meanwhile
+//!   is found by the session's next round (the hold reports the loss).
+//! - **Release.** A mutex key on the session's lease is given back with a
+//!   plain delete, as etcd's recipe does (a compare-and-delete txn costs
+//!   etcd about a third more), while the record holds the client's turn
+//!   at the name: no other acquisition of the client can make the key
+//!   `<name>/<lease>` again until the delete's answer is in. A delete
+//!   whose answer is not seen retires the session first: the client's next
+//!   keys are on a new lease, out of reach of a late copy of the delete.
+//!   Other releases compare the key's create revision.
+//! - **Near clients.** Acquire and release calls go through a client of
+//!   the caller's runtime (`crate::near`), so a call wakes no other
+//!   thread; watches, the session and undoing stay on the client's own.
 //! - **Cancellation.** A create whose answer was lost is found again by its
 //!   key (the lease id names it) and deleted; a dropped waiter's key is
-//!   deleted before its turn in the process queue passes on.
+//!   deleted before its turn in the process queue passes on. A create that
+//!   lands after its acquisition gave up (its answer lost on the way) is a
+//!   key on the session's lease that no hold or acquisition of the client
+//!   knows: the session's next round deletes it.
 //!
 //! Quorum locks and replica sync are [`LockError::Unsupported`]: etcd is a
 //! quorum already, and its writes are linearizable.
@@ -110,9 +131,11 @@ impl Etcd {
             if let Some((user, password)) = &target.user {
                 options = options.with_user(user.clone(), password.clone());
             }
+            // The system's certificate store: where an operator puts the
+            // cluster's CA (`SSL_CERT_FILE` and `SSL_CERT_DIR` are honoured).
             #[cfg(feature = "tls")]
             if target.tls {
-                options = options.with_tls(etcd_client::TlsOptions::new());
+                options = options.with_tls(etcd_client::TlsOptions::new().with_native_roots());
             }
             let connect = Client::connect(target.endpoints.clone(), Some(options.clone()));
             let client = match tokio::time::timeout(config.connect_timeout, connect).await {
