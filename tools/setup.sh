@@ -6,6 +6,7 @@
 #   etcd-server, etcd-client        the etcd engine's servers, and etcdctl for
 #                                   the interop tests
 #   protobuf-compiler               protoc, which the etcd client needs to build
+#   openssl                         the TLS tests' throwaway certificates
 # The tests start their own servers on free loopback ports; a system service
 # (6379, 2379) is never used.
 set -euo pipefail
@@ -16,6 +17,7 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-server)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 
 if [ "${#missing[@]}" -gt 0 ]; then
     # One name each.
