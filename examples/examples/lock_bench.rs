@@ -22,7 +22,10 @@
 //!    least / the most sections any one task got;
 //! 6. 10,000 waiters on 1,000 names: release all → all done, and the memory
 //!    each waiter holds while waiting (this process's live heap, counted by a
-//!    counting allocator), and how many connections the waiting client uses.
+//!    counting allocator), and how many connections the waiting client uses;
+//! 7. to 10. the etcd engine against its floor on the same etcd
+//!    (`examples::etcd_rows`: uncontended, 64 tasks, handoff, 10,000
+//!    waiters), unless `--no-etcd`; `etcd_bench` runs them alone.
 //!
 //! ```text
 //! cargo run --release -p examples --example lock_bench
@@ -30,7 +33,8 @@
 //! ```
 //!
 //! Uses `REDIS_URL` when set; otherwise starts a throwaway `redis-server` on a
-//! free loopback port. `BENCH_COUNTS=1` also prints row 5's sections per
+//! free loopback port; the etcd rows use `LOCK_URL` when it names an etcd,
+//! otherwise a throwaway `etcd`. `BENCH_COUNTS=1` also prints row 5's sections per
 //! task. BENCHMARKS.md explains the figures.
 
 use std::alloc::System;
@@ -73,6 +77,8 @@ struct Args {
     /// Waiters, and the names they wait on, of the drain row.
     waiters: usize,
     names: usize,
+    /// Whether rows 7-10 (etcd) run.
+    etcd: bool,
 }
 
 #[derive(Debug)]
@@ -691,8 +697,9 @@ const USAGE: &str =
   --ops N       acquire + release pairs per variant per round (default 1000)
   --handoffs N  measured handoffs of ours; rslock gets a tenth (default 1000)
   --hot-ms N    length of each one-hot-name run in ms (default 3000)
-  --waiters N   waiters of the drain row (default 10000)
-  --names N     names they wait on (default 1000)";
+  --waiters N   waiters of the drain rows (default 10000)
+  --names N     names they wait on (default 1000)
+  --no-etcd     skip the etcd rows (7-10)";
 
 fn parse_args() -> Result<Args, String> {
     let mut parsed = Args {
@@ -702,6 +709,7 @@ fn parse_args() -> Result<Args, String> {
         hot: Duration::from_secs(3),
         waiters: 10_000,
         names: 1000,
+        etcd: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -713,6 +721,7 @@ fn parse_args() -> Result<Args, String> {
             "--hot-ms" => parsed.hot = Duration::from_millis(value("--hot-ms")? as u64),
             "--waiters" => parsed.waiters = value("--waiters")?,
             "--names" => parsed.names = value("--names")?,
+            "--no-etcd" => parsed.etcd = false,
             "-h" | "--help" => return Err(String::new()),
             // `cargo bench` style flags, harmless here.
             "--bench" => {}
@@ -866,7 +875,29 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
     for (goal, value, met) in rows {
         println!("  {goal:<62} {value:<44} {}", verdict(met));
     }
+    if args.etcd {
+        println!();
+        etcd_rows(args)?;
+    }
     Ok(())
+}
+
+/// Rows 7-10: the etcd engine against its floor (`examples::etcd_rows`),
+/// sized as `etcd_bench`'s defaults but for the waiters.
+fn etcd_rows(args: Args) -> Result<(), BenchError> {
+    let etcd = examples::Etcd::from_env_or_start()
+        .map_err(|e| BenchError::Broken(format!("the etcd rows (--no-etcd skips them): {e}")))?;
+    let sizes = examples::etcd_rows::Args {
+        waiters: args.waiters,
+        names: args.names,
+        ..Default::default()
+    };
+    let multi = runtime(true)?;
+    on(&multi, async move {
+        examples::etcd_rows::run(&etcd, sizes, 7)
+            .await
+            .map_err(|e| BenchError::Broken(e.to_string()))
+    })
 }
 
 fn main() -> ExitCode {

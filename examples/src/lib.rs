@@ -1,6 +1,9 @@
 //! Shared helpers of the examples: finding a Redis server to run against
-//! (`REDIS_URL`, or a throwaway local `redis-server`), and small statistics
-//! for the reports.
+//! (`REDIS_URL`, or a throwaway local `redis-server`) or an etcd
+//! (`LOCK_URL`, or a throwaway `etcd`), small statistics for the reports,
+//! and the etcd rows the benchmarks share ([`etcd_rows`]).
+
+pub mod etcd_rows;
 
 use std::fmt;
 use std::process::{Child, Command, ExitCode, Stdio};
