@@ -255,20 +255,27 @@ impl LockGuard {
     pub fn release(mut self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
         // Not an `async fn`: its future keeps the holds and the tolerance,
         // not the guard twice (an async fn's argument and its moved copy).
-        let mut holds = std::mem::take(&mut self.holds);
+        // The holds stay armed until the future first runs: a release
+        // dropped before that gives them back in the background, as a
+        // dropped guard does.
+        let mut unstarted = Unstarted(std::mem::take(&mut self.holds));
         let tolerated = self.tolerated;
         drop(self);
-        // One hold (most guards): released without the joining machinery's
-        // allocations and copies. Boxed, as the joining would: a caller's
-        // task carries this future's size while it waits for a lock.
-        let one = match holds.len() {
-            1 => holds.pop().map(|held| Box::pin(held.release())),
-            _ => None,
-        };
         async move {
+            // One hold (most guards): released without the joining
+            // machinery's allocations and copies. Boxed, as the joining
+            // would: a caller's task carries this future's size while it
+            // waits for a lock (and made before the await, so that no hold
+            // is kept in scope across it).
+            let one = match unstarted.0.len() {
+                1 => unstarted.0.pop().map(|held| Box::pin(held.release())),
+                _ => None,
+            };
             if let Some(one) = one {
-                return within_tolerance(tolerated, [one.await]);
+                let released = one.await;
+                return within_tolerance(tolerated, [released]);
             }
+            let holds = std::mem::take(&mut unstarted.0);
             let results =
                 futures_util::future::join_all(holds.into_iter().map(Held::release)).await;
             within_tolerance(tolerated, results)
@@ -299,15 +306,30 @@ fn within_tolerance(
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        for held in self.holds.drain(..) {
-            let runtime = held.runtime();
-            let name = held.name().to_owned();
-            runtime.spawn(async move {
-                if let Err(e) = held.release().await {
-                    tracing::warn!(lock = %name, error = %e, "release of a dropped guard failed");
-                }
-            });
-        }
+        release_in_background(self.holds.drain(..));
+    }
+}
+
+/// The holds of a [`LockGuard::release`] that has not run yet: given back
+/// in the background if it is dropped so.
+struct Unstarted(Vec<Held>);
+
+impl Drop for Unstarted {
+    fn drop(&mut self) {
+        release_in_background(self.0.drain(..));
+    }
+}
+
+/// Gives `holds` back on their clients' runtimes (the guard is gone).
+fn release_in_background(holds: impl Iterator<Item = Held>) {
+    for held in holds {
+        let runtime = held.runtime();
+        let name = held.name().to_owned();
+        runtime.spawn(async move {
+            if let Err(e) = held.release().await {
+                tracing::warn!(lock = %name, error = %e, "release of a dropped guard failed");
+            }
+        });
     }
 }
 

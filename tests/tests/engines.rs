@@ -713,6 +713,14 @@ async fn a_dropped_guard_is_released(store: &Store) {
     })
     .await;
     assert!(free(&b, Kind::Reentrant, "dropped").await);
+
+    // A release dropped before it ever ran (a `select!` whose other arm was
+    // ready, a task aborted before it started) is a dropped guard too.
+    let guard = a.lock("dropped").acquire().await.unwrap();
+    drop(guard.release());
+    let next = b.lock("dropped").wait(WITHIN).acquire().await.unwrap();
+    next.release().await.unwrap();
+    assert_eq!(a.renewed_locks(), 0);
 }
 
 async fn a_cancelled_waiter_leaves_nothing_behind(store: &Store) {

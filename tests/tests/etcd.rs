@@ -520,3 +520,41 @@ async fn a_waiter_whose_key_was_deleted_learns_the_loss_of_the_hold_it_is_handed
     ));
     next.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_lost_holds_release_leaves_alone_the_key_its_client_made_again() {
+    let etcd = Etcd::start();
+    let endpoint = etcd.endpoint();
+    // Rounds every second.
+    let c = client_with(&etcd, |c| c.watchdog_timeout(Duration::from_secs(3))).await;
+    let other = client(&etcd).await;
+    let old = c.lock("rebound").acquire().await.unwrap();
+    assert!(other.force_unlock("rebound").await.unwrap());
+    tokio::time::timeout(LONG, old.lost())
+        .await
+        .expect("the old hold learns the loss");
+    // The same client takes the name again while the lost guard lives: the
+    // same key, on the same session.
+    let new = c.lock("rebound").wait(LONG).acquire().await.unwrap();
+    let key = keys(&endpoint, "rebound");
+    assert_eq!(key.len(), 1);
+    assert!(matches!(old.release().await, Err(LockError::Lost { .. })));
+    // A round runs after that release (it sweeps a stray key of the
+    // session), and the new hold's key is still there, its hold not lost.
+    let lease = lease_of(&key[0]).to_owned();
+    let put = etcdctl(
+        &endpoint,
+        &[
+            "put",
+            &format!("marker/{lease}"),
+            "",
+            &format!("--lease={lease}"),
+        ],
+    );
+    assert!(put.status.success(), "etcdctl put: {put:?}");
+    until_keys(&etcd, "marker", 0).await;
+    assert_eq!(keys(&endpoint, "rebound"), key);
+    assert!(!new.is_lost());
+    new.release().await.unwrap();
+    until_keys(&etcd, "rebound", 0).await;
+}

@@ -519,11 +519,14 @@ impl Drop for Resume {
 /// its turn in the process queue) kept until then: a key on the session's
 /// lease would otherwise be kept alive for good.
 async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
-    if let Some(released) = give_back_plain(&record, keep).await {
-        return released;
-    }
+    // A plain delete that was sent counts as the first try: a later try
+    // that finds the key gone finds what it most likely deleted.
+    let mut tries = match give_back_plain(&record, keep).await {
+        Plain::Released(released) => return released,
+        Plain::Unanswered => 1,
+        Plain::Careful => 0,
+    };
     let etcd = record.etcd.clone();
-    let mut tries = 0;
     loop {
         tries += 1;
         match give_back_once(&etcd, &record, keep).await {
@@ -559,35 +562,39 @@ async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, L
 /// only once the delete's answer is in. A delete whose answer is not seen
 /// (an error, a timeout, a caller who left) retires the session before the
 /// turn passes on: the client's next keys are on a new lease, so a late
-/// copy of the delete can only find a key of the old one. `None`: not
-/// such a release, or its delete failed (the careful path takes over).
-async fn give_back_plain(
-    record: &Record,
-    keep: Option<Instant>,
-) -> Option<Result<bool, LockError>> {
+/// copy of the delete can only find a key of the old one. When its delete
+/// fails, the careful path takes over.
+async fn give_back_plain(record: &Record, keep: Option<Instant>) -> Plain {
     if record.side != Side::Mutex || keep.is_some_and(|k| k > Instant::now()) {
-        return None;
+        return Plain::Careful;
     }
     let Lease::Session { session, .. } = &record.lease else {
-        return None;
+        return Plain::Careful;
     };
-    // `None` when the key is known gone (its turn passed on already).
-    let turn = record
-        .turn
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()?;
+    // None when the key is known gone (its turn passed on already).
+    let Some(turn) = record.turn.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        return Plain::Careful;
+    };
     let unanswered = Unanswered(Some((session.clone(), turn)));
     let etcd = &record.etcd;
     let mut kv = etcd.here().client.kv_client();
-    let deleted = etcd.call(kv.delete(record.key.as_str(), None)).await;
-    match deleted {
+    match etcd.call(kv.delete(record.key.as_str(), None)).await {
         Ok(answer) => {
             unanswered.answered();
-            Some(Ok(answer.deleted() > 0))
+            Plain::Released(Ok(answer.deleted() > 0))
         }
-        Err(_) => None,
+        Err(_) => Plain::Unanswered,
     }
+}
+
+/// What [`give_back_plain`] did.
+enum Plain {
+    /// Not such a release: the careful path gives it back.
+    Careful,
+    /// Given back (whether the key was still there), or not.
+    Released(Result<bool, LockError>),
+    /// The delete was sent, its answer not seen (the session is retired).
+    Unanswered,
 }
 
 /// The session and turn of a plain delete whose answer is not in yet:

@@ -141,11 +141,12 @@ impl Session {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .bound
-            .insert(key.to_owned(), (Instant::now(), hold));
+            .insert(key.to_owned(), (Instant::now(), hold.clone()));
         Bound {
             holds: self.holds.clone(),
             keys: self.keys.clone(),
             key: key.to_owned(),
+            hold,
         }
     }
 }
@@ -155,16 +156,23 @@ pub(crate) struct Bound {
     holds: Arc<AtomicUsize>,
     keys: Arc<Keys>,
     key: String,
+    /// Its hold: the key's entry is removed only while it is this hold's
+    /// (a hold whose key was deleted lets the next acquisition of its name
+    /// make and bind the key again while it lives on, lost).
+    hold: Weak<dyn Gone>,
 }
 
 impl Drop for Bound {
     fn drop(&mut self) {
         self.holds.fetch_sub(1, Ordering::Relaxed);
-        self.keys
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let mut known = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if known
             .bound
-            .remove(&self.key);
+            .get(&self.key)
+            .is_some_and(|(_, hold)| Weak::ptr_eq(hold, &self.hold))
+        {
+            known.bound.remove(&self.key);
+        }
     }
 }
 

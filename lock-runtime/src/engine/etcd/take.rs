@@ -120,6 +120,7 @@ async fn take_hold(
         fixed: None,
         answered: None,
         sent: false,
+        holder: holder.clone(),
     };
     let mut tries = 0;
     let taken = loop {
@@ -219,6 +220,8 @@ async fn turn(
     // Boxed: a waiter without a deadline carries no room for a timer.
     let expired = Box::pin(tokio::time::sleep_until(deadline.into()));
     tokio::select! {
+        // The turn first: one that is free is taken, however late.
+        biased;
         turn = queue.lock_owned() => Ok(turn),
         () = expired => Err(timed_out(target, options)),
     }
@@ -251,8 +254,11 @@ struct Pending {
     /// caller left cannot outlive the delete.
     answered: Option<oneshot::Receiver<()>>,
     /// A create of the key was sent by this acquisition: a key found under
-    /// its name is its own (an earlier try's whose answer was lost).
+    /// its name with its holder id is its own (an earlier try's whose answer
+    /// was lost).
     sent: bool,
+    /// The holder id, the value of the key it makes.
+    holder: String,
 }
 
 /// What an undo undoes (see [`Pending`]).
@@ -262,6 +268,7 @@ struct Made {
     fixed: Option<(i64, Instant)>,
     turn: Option<OwnedMutexGuard<()>>,
     answered: Option<oneshot::Receiver<()>>,
+    holder: String,
 }
 
 impl Pending {
@@ -273,6 +280,7 @@ impl Pending {
             fixed: self.fixed.take(),
             turn: self.turn.take(),
             answered: self.answered.take(),
+            holder: self.holder.clone(),
         }
     }
 
@@ -304,20 +312,22 @@ impl Drop for Pending {
 }
 
 /// Deletes the key and revokes the fixed lease once the last create sent
-/// has its answer (at most twice the response timeout). The process
-/// queue's turn passes on after the first try (`passed` is told): if that
-/// failed, the key may still be there, or the delete land late, so the
-/// session is retired first: the client's next acquisition of the name
-/// makes its key on a new lease (out of a late delete's reach) and waits
-/// for this one like any earlier key, while this keeps trying, as long as
-/// the session lives.
+/// has its answer (at most twice the response timeout). The delete names
+/// the holder id (the key's value), so it never takes a key made by
+/// another acquisition: a later one of this client (the turn passes on
+/// after the first try), or an earlier hold kept by `hold_at_least`. If the
+/// first try failed, the key may still be there, and the client's next
+/// acquisition of the name waits for it like any earlier key, while this
+/// keeps trying, as long as the session lives; a create that lands later
+/// still is swept by the session (see `Session::claim`).
 async fn undo(etcd: &Etcd, made: Made, passed: Option<oneshot::Sender<()>>) {
     let Made {
         session,
-        key,
-        fixed,
+        mut key,
+        mut fixed,
         turn,
         answered,
+        holder,
     } = made;
     if let Some(answered) = answered {
         let _ = tokio::time::timeout(etcd.config.response_timeout * 2, answered).await;
@@ -326,11 +336,24 @@ async fn undo(etcd: &Etcd, made: Made, passed: Option<oneshot::Sender<()>>) {
     // would be kept alive for good.
     let (mut turn, mut passed) = (turn, passed);
     for tries in 1.. {
-        let mut kv = etcd.client().kv_client();
         let deleted = match &key {
-            Some(key) => etcd.call(kv.delete(key.key(), None)).await.map(drop),
+            Some(claim) => {
+                let delete = Txn::new()
+                    .when([Compare::value(
+                        claim.key(),
+                        CompareOp::Equal,
+                        holder.as_str(),
+                    )])
+                    .and_then([TxnOp::delete(claim.key(), None)]);
+                let mut kv = etcd.client().kv_client();
+                etcd.call(kv.txn(delete)).await.map(drop)
+            }
             None => Ok(()),
         };
+        if deleted.is_ok() {
+            // Done: the claim goes with it.
+            key = None;
+        }
         let revoked = match fixed {
             Some((id, _)) => {
                 let mut leases = etcd.client().lease_client();
@@ -338,13 +361,8 @@ async fn undo(etcd: &Etcd, made: Made, passed: Option<oneshot::Sender<()>>) {
             }
             None => Ok(()),
         };
-        if deleted.is_err()
-            && turn.is_some()
-            && let Some(session) = &session
-        {
-            // The delete may still land: the next key of this name must be
-            // on another lease (see `Session::retire`).
-            session.retire();
+        if revoked.is_ok() {
+            fixed = None;
         }
         drop(turn.take());
         if let Some(passed) = passed.take() {
@@ -455,8 +473,13 @@ async fn take(
     let (mut token, found, first) = {
         let answer = call.await?;
         let mut reads = reads(&answer);
-        let found = (!answer.succeeded())
-            .then(|| reads.remove(0).first().map_or(0, KeyValue::create_revision));
+        // The key found under its name: its create revision, and whether it
+        // holds our holder id.
+        let found = (!answer.succeeded()).then(|| {
+            reads.remove(0).first().map_or((0, false), |kv| {
+                (kv.create_revision(), kv.value() == how.holder.as_bytes())
+            })
+        });
         let first = reads
             .iter()
             .filter_map(|kvs| kvs.first())
@@ -466,10 +489,11 @@ async fn take(
     };
     let create_revision = match found {
         None => i64::try_from(token).unwrap_or(i64::MAX),
-        Some(found) if !ours_before => {
+        Some((found, mine)) if !ours_before || !mine => {
             // Not made by this acquisition: this client's earlier hold,
             // kept until its `hold_at_least` minimum or still being given
-            // back. Wait for it to go, then try again.
+            // back, or a stray the session sweeps. Wait for it to go, then
+            // try again.
             pending.sent = false;
             pending.key = None;
             wait_gone(etcd, target, options, key.as_bytes(), found, how.deadline).await?;
@@ -480,7 +504,7 @@ async fn take(
             });
         }
         // Made by an earlier try whose answer was lost.
-        Some(found) => found,
+        Some((found, _)) => found,
     };
     let blocked = first.is_some_and(|first| first < create_revision);
     if blocked {
