@@ -44,9 +44,10 @@ pub(crate) fn acquire(
         check_options(&target, &options)?;
         let started = Instant::now();
         let deadline = options.wait.and_then(|w| started.checked_add(w));
-        let reentry = holder::in_scope(&etcd.id, target.name());
-        // A mutex key is one per client and name: this client's turn first.
-        let mutex = reentry.is_none() && matches!(Side::of(&target), Ok(Side::Mutex));
+        // A mutex key is one per client and name: this client's turn first
+        // (a re-entry has the turn already: its scope's hold keeps it).
+        let mutex = holder::in_scope(&etcd.id, target.name()).is_none()
+            && matches!(Side::of(&target), Ok(Side::Mutex));
         let queued = if mutex {
             turn(&etcd, &target, &options, deadline).await.map(Some)
         } else {
@@ -54,6 +55,12 @@ pub(crate) fn acquire(
         };
         let result = match queued {
             Ok(turn) => {
+                // Looked up again, not kept while queued (the same task's
+                // scope: the same answer).
+                let reentry = match mutex {
+                    true => None,
+                    false => holder::in_scope(&etcd.id, target.name()),
+                };
                 let queued = Queued {
                     reentry,
                     turn,
@@ -80,124 +87,132 @@ struct Queued {
 }
 
 /// [`acquire`] once the options are checked and its turn is in.
-async fn take_hold(
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice (see the comment inside)"
+)]
+fn take_hold(
     alive: Arc<Background>,
     etcd: Arc<Etcd>,
     target: &Target,
     options: Options,
     queued: Queued,
-) -> Result<EtcdHold, LockError> {
-    let Queued {
-        reentry,
-        turn,
-        deadline,
-    } = queued;
-    let side = Side::of(target)?;
-    let name = target.name();
-    let metric = options.metric.unwrap_or(target.kind());
-    if let Some((holder, chain)) = reentry {
-        let record = etcd
-            .records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&(name.to_owned(), holder))
-            .cloned();
-        // Upgraded with the map unlocked: dropping a last `Arc<Record>`
-        // locks the map.
-        let Some(record) = record.and_then(|r| r.upgrade()) else {
+) -> impl Future<Output = Result<EtcdHold, LockError>> + Send + '_ {
+    // An async block, not an async fn: a head waits in it, and an async
+    // fn keeps its arguments twice (as they came and as moved).
+    async move {
+        let Queued {
+            reentry,
+            turn,
+            deadline,
+        } = queued;
+        let side = Side::of(target)?;
+        let name = target.name();
+        let metric = options.metric.unwrap_or(target.kind());
+        if let Some((holder, chain)) = reentry {
+            let record = etcd
+                .records
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&(name.to_owned(), holder))
+                .cloned();
+            // Upgraded with the map unlocked: dropping a last `Arc<Record>`
+            // locks the map.
+            let Some(record) = record.and_then(|r| r.upgrade()) else {
+                return Err(lost(name));
+            };
+            return reenter(alive, record, side, chain, &options, metric).await;
+        }
+        let number = options.number.unwrap_or_else(holder::fresh_number);
+        let holder = holder::id(&etcd.id, number);
+        let _waiting = crate::telemetry::WaiterMetric::start(metric);
+        let mut pending = Pending {
+            etcd: etcd.clone(),
+            turn,
+            session: None,
+            key: None,
+            fixed: None,
+            answered: None,
+            sent: false,
+            holder: holder.clone(),
+        };
+        let mut tries = 0;
+        let taken = loop {
+            tries += 1;
+            let how = How {
+                side,
+                holder: &holder,
+                number,
+                deadline,
+            };
+            match take(&etcd, target, &options, &how, &mut pending).await {
+                Ok(taken) => break taken,
+                Err(e) if transient(&e) && deadline.is_none_or(|d| Instant::now() < d) => {
+                    if tries == 1 && deadline.is_none() {
+                        tracing::warn!(lock = name, error = %e, "an attempt failed; waiting without a deadline, so trying again with backoff until etcd answers");
+                    }
+                    let pause = backoff(tries);
+                    pause_within(deadline, pause).await;
+                }
+                Err(e) => {
+                    pending.give_up().await;
+                    // One attempt reports its fault as it is; a wait that ran
+                    // out on faults that may heal was a wait that ran out.
+                    let waited = options.wait != Some(Duration::ZERO);
+                    return Err(if transient(&e) && waited {
+                        timed_out(target, &options)
+                    } else {
+                        e
+                    });
+                }
+            }
+        };
+        let turn = pending.turn.take();
+        // The claim on the key is kept until the hold is bound to the session.
+        let (Some(session), Some(claim)) = (pending.session.take(), pending.key.take()) else {
             return Err(lost(name));
         };
-        return reenter(alive, record, side, chain, &options, metric).await;
-    }
-    let number = options.number.unwrap_or_else(holder::fresh_number);
-    let holder = holder::id(&etcd.id, number);
-    let _waiting = crate::telemetry::WaiterMetric::start(metric);
-    let mut pending = Pending {
-        etcd: etcd.clone(),
-        turn,
-        session: None,
-        key: None,
-        fixed: None,
-        answered: None,
-        sent: false,
-        holder: holder.clone(),
-    };
-    let mut tries = 0;
-    let taken = loop {
-        tries += 1;
-        let how = How {
-            side,
-            holder: &holder,
-            number,
-            deadline,
+        let lease = match pending.fixed.take() {
+            Some((id, until)) => Lease::Fixed {
+                id: AtomicI64::new(id),
+                until: Mutex::new(until),
+            },
+            None => Lease::Session {
+                session,
+                bound: OnceLock::new(),
+            },
         };
-        match take(&etcd, target, &options, &how, &mut pending).await {
-            Ok(taken) => break taken,
-            Err(e) if transient(&e) && deadline.is_none_or(|d| Instant::now() < d) => {
-                if tries == 1 && deadline.is_none() {
-                    tracing::warn!(lock = name, error = %e, "an attempt failed; waiting without a deadline, so trying again with backoff until etcd answers");
-                }
-                let pause = backoff(tries);
-                pause_within(deadline, pause).await;
-            }
-            Err(e) => {
-                pending.give_up().await;
-                // One attempt reports its fault as it is; a wait that ran
-                // out on faults that may heal was a wait that ran out.
-                let waited = options.wait != Some(Duration::ZERO);
-                return Err(if transient(&e) && waited {
-                    timed_out(target, &options)
-                } else {
-                    e
-                });
-            }
+        let record = Arc::new(Record {
+            etcd: etcd.clone(),
+            name: name.to_owned(),
+            side,
+            key: claim.key().to_owned(),
+            holder: holder.clone(),
+            create_revision: taken.create_revision,
+            lease,
+            holds: AtomicUsize::new(1),
+            deleted: watch::channel(false).0,
+            watcher: OnceLock::new(),
+            turn: Mutex::new(turn),
+        });
+        etcd.records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((name.to_owned(), holder), Arc::downgrade(&record));
+        match record.lease {
+            Lease::Fixed { .. } => record.watch_deletion(),
+            Lease::Session { .. } => record.bind(),
         }
-    };
-    let turn = pending.turn.take();
-    // The claim on the key is kept until the hold is bound to the session.
-    let (Some(session), Some(claim)) = (pending.session.take(), pending.key.take()) else {
-        return Err(lost(name));
-    };
-    let lease = match pending.fixed.take() {
-        Some((id, until)) => Lease::Fixed {
-            id: AtomicI64::new(id),
-            until: Mutex::new(until),
-        },
-        None => Lease::Session {
-            session,
-            bound: OnceLock::new(),
-        },
-    };
-    let record = Arc::new(Record {
-        etcd: etcd.clone(),
-        name: name.to_owned(),
-        side,
-        key: claim.key().to_owned(),
-        holder: holder.clone(),
-        create_revision: taken.create_revision,
-        lease,
-        holds: AtomicUsize::new(1),
-        deleted: watch::channel(false).0,
-        watcher: OnceLock::new(),
-        turn: Mutex::new(turn),
-    });
-    etcd.records
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert((name.to_owned(), holder), Arc::downgrade(&record));
-    match record.lease {
-        Lease::Fixed { .. } => record.watch_deletion(),
-        Lease::Session { .. } => record.bind(),
+        drop(claim);
+        Ok(EtcdHold::new(
+            alive,
+            record,
+            taken.token,
+            taken.sent,
+            &options,
+            metric,
+        ))
     }
-    drop(claim);
-    Ok(EtcdHold::new(
-        alive,
-        record,
-        taken.token,
-        taken.sent,
-        &options,
-        metric,
-    ))
 }
 
 /// Waits, within the wait, for this client's turn at a mutex key of
@@ -729,11 +744,16 @@ async fn next_within(
     target: &Target,
     options: &Options,
 ) -> Result<Note, LockError> {
-    match deadline {
-        Some(d) => tokio::time::timeout_at(d.into(), watch.next())
-            .await
-            .map_err(|_| timed_out(target, options)),
-        None => Ok(watch.next().await),
+    let Some(deadline) = deadline else {
+        return Ok(watch.next().await);
+    };
+    // Boxed: a waiter without a deadline carries no room for a timer.
+    let expired = Box::pin(tokio::time::sleep_until(deadline.into()));
+    tokio::select! {
+        // What was heard first: a note that is in is taken, however late.
+        biased;
+        note = watch.next() => Ok(note),
+        () = expired => Err(timed_out(target, options)),
     }
 }
 
