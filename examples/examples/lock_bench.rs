@@ -630,15 +630,7 @@ async fn drain(url: &str, args: Args, rslock: bool) -> Result<Drain, BenchError>
         }
     } else {
         let client = LockClient::connect(Config::new(url)).await?;
-        for w in 0..args.waiters {
-            let name = names[w % names.len()].clone();
-            let (client, started) = (client.clone(), started.clone());
-            tasks.push(tokio::spawn(async move {
-                started.fetch_add(1, Ordering::Relaxed);
-                client.lock(name).acquire().await?.release().await?;
-                Ok::<_, BenchError>(())
-            }));
-        }
+        tasks = examples::spawn_waiters(&client, &names, args.waiters, &started);
     }
     // Everyone waiting: every task started, (ours) every name's channel has
     // its subscriber, then a little time for the last retries to settle.

@@ -244,16 +244,7 @@ async fn drain(url: &str, endpoint: &str, args: Args) -> Result<Drain, BenchErro
     let streams_before = watch_streams(endpoint)?;
     let before = live_heap();
     let started = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::with_capacity(args.waiters);
-    for w in 0..args.waiters {
-        let name = names[w % names.len()].clone();
-        let (client, started) = (client.clone(), started.clone());
-        tasks.push(tokio::spawn(async move {
-            started.fetch_add(1, Ordering::Relaxed);
-            client.lock(name).acquire().await?.release().await?;
-            Ok::<_, BenchError>(())
-        }));
-    }
+    let tasks = crate::spawn_waiters::<BenchError>(&client, &names, args.waiters, &started);
     while started.load(Ordering::Relaxed) < args.waiters {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

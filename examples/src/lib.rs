@@ -390,6 +390,31 @@ impl Drop for Etcd {
     }
 }
 
+/// Spawns `n` tasks on the current runtime that each take and give back
+/// lock `names[i % names.len()]` on `client` (the drain rows' waiters),
+/// counting in `started` those that began.
+pub fn spawn_waiters<E>(
+    client: &lock_runtime::LockClient,
+    names: &[String],
+    n: usize,
+    started: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> Vec<tokio::task::JoinHandle<Result<(), E>>>
+where
+    E: From<lock_runtime::LockError> + Send + 'static,
+{
+    (0..n)
+        .map(|w| {
+            let name = names[w % names.len()].clone();
+            let (client, started) = (client.clone(), started.clone());
+            tokio::spawn(async move {
+                started.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                client.lock(name).acquire().await?.release().await?;
+                Ok(())
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

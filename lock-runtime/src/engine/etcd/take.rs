@@ -21,6 +21,27 @@ use crate::error::LockError;
 use crate::holder;
 use crate::request::{Options, Target, backoff, check_options, pause_within, timed_out};
 
+/// `$wait` (a future's expression), or the error of a wait that ran out at
+/// `$deadline`. What is ready is taken first, however late; a waiter
+/// without a deadline carries no room for a timer (it is boxed). A macro,
+/// not a fn: a future passed to a fn is kept twice in its caller's state
+/// (as passed, and as polled), and a waiter carries that state.
+macro_rules! within {
+    ($wait:expr, $deadline:expr, $target:expr, $options:expr) => {
+        match $deadline {
+            None => Ok($wait.await),
+            Some(deadline) => {
+                let expired = Box::pin(tokio::time::sleep_until(deadline.into()));
+                tokio::select! {
+                    biased;
+                    ready = $wait => Ok(ready),
+                    () = expired => Err(timed_out($target, $options)),
+                }
+            }
+        }
+    };
+}
+
 /// Takes a hold of `target` on etcd (see the module docs of [`super`]):
 /// a re-entry when the caller runs in the scope of this client's hold of
 /// it, else a new holder that queues in the process, then in etcd.
@@ -229,17 +250,7 @@ async fn turn(
             .try_lock_owned()
             .map_err(|_| timed_out(target, options));
     }
-    let Some(deadline) = deadline else {
-        return Ok(queue.lock_owned().await);
-    };
-    // Boxed: a waiter without a deadline carries no room for a timer.
-    let expired = Box::pin(tokio::time::sleep_until(deadline.into()));
-    tokio::select! {
-        // The turn first: one that is free is taken, however late.
-        biased;
-        turn = queue.lock_owned() => Ok(turn),
-        () = expired => Err(timed_out(target, options)),
-    }
+    within!(queue.lock_owned(), deadline, target, options)
 }
 
 /// Who takes the hold, and on which side.
@@ -744,17 +755,7 @@ async fn next_within(
     target: &Target,
     options: &Options,
 ) -> Result<Note, LockError> {
-    let Some(deadline) = deadline else {
-        return Ok(watch.next().await);
-    };
-    // Boxed: a waiter without a deadline carries no room for a timer.
-    let expired = Box::pin(tokio::time::sleep_until(deadline.into()));
-    tokio::select! {
-        // What was heard first: a note that is in is taken, however late.
-        biased;
-        note = watch.next() => Ok(note),
-        () = expired => Err(timed_out(target, options)),
-    }
+    within!(watch.next(), deadline, target, options)
 }
 
 /// The answers of a txn's operations that read keys, in order.
