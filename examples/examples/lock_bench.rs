@@ -665,13 +665,7 @@ async fn drain(url: &str, args: Args, rslock: bool) -> Result<Drain, BenchError>
             Ok(())
         }));
     }
-    for task in tasks {
-        task.await??;
-    }
-    let drained = released.elapsed();
-    for release in releases {
-        release.await??;
-    }
+    let drained = examples::drained(released, tasks, releases).await?;
     Ok(Drain {
         drained,
         bytes_per_waiter: bytes as f64 / args.waiters as f64,

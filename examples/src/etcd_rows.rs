@@ -280,13 +280,7 @@ async fn drain(url: &str, endpoint: &str, args: Args) -> Result<Drain, BenchErro
     for guard in held {
         releases.push(tokio::spawn(guard.release()));
     }
-    for task in tasks {
-        task.await??;
-    }
-    let drained = released.elapsed();
-    for release in releases {
-        release.await??;
-    }
+    let drained = crate::drained(released, tasks, releases).await?;
     Ok(Drain {
         drained,
         bytes_per_waiter: bytes as f64 / args.waiters as f64,

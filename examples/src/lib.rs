@@ -390,6 +390,26 @@ impl Drop for Etcd {
     }
 }
 
+/// The end of a drain row: awaits the `waiters`, then the `releases` that
+/// let them in; how long the waiters took from `released`.
+pub async fn drained<E, F>(
+    released: Instant,
+    waiters: Vec<tokio::task::JoinHandle<Result<(), E>>>,
+    releases: Vec<tokio::task::JoinHandle<Result<(), F>>>,
+) -> Result<Duration, E>
+where
+    E: From<F> + From<tokio::task::JoinError>,
+{
+    for waiter in waiters {
+        waiter.await??;
+    }
+    let drained = released.elapsed();
+    for release in releases {
+        release.await??;
+    }
+    Ok(drained)
+}
+
 /// Spawns `n` tasks on the current runtime that each take and give back
 /// lock `names[i % names.len()]` on `client` (the drain rows' waiters),
 /// counting in `started` those that began.

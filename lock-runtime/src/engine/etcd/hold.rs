@@ -274,7 +274,18 @@ pub(super) async fn reenter(
     if counted.is_err() {
         return Err(lost(&record.name));
     }
-    let uncount = |record: &Record| record.holds.fetch_sub(1, Ordering::AcqRel);
+    // Counted down again when the re-entry fails; if the chain's other
+    // holds were given back meanwhile, this was the last: it gives the key
+    // back (in the background: the caller has its error).
+    let uncount = |record: &Arc<Record>| {
+        if record.holds.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let record = record.clone();
+            let runtime = record.etcd.runtime.clone();
+            runtime.spawn(async move {
+                let _ = give_back(record, None).await;
+            });
+        }
+    };
     let etcd = record.etcd.clone();
     let sent = Instant::now();
     let bump = Txn::new().when([record.ours()]).and_then([TxnOp::put(
@@ -282,8 +293,7 @@ pub(super) async fn reenter(
         record.holder.as_str(),
         Some(PutOptions::new().with_ignore_lease()),
     )]);
-    let mut kv = etcd.here().client.kv_client();
-    let answer = match etcd.call(kv.txn(bump)).await {
+    let answer = match etcd.kv(|mut kv| async move { kv.txn(bump).await }).await {
         Ok(answer) => answer,
         Err(e) => {
             uncount(&record);
