@@ -119,31 +119,21 @@ pub(crate) fn acquire_hold(
     );
     let alive = client.alive();
     // Each engine's future is polled where it stands (no async block that
-    // would keep what it moves in twice): every waiting task carries it.
+    // would keep what it moves in twice, no box): every waiting task
+    // carries it, and the two are about the same size (a Redis waiter's is
+    // kept small for it: see `engine::redis::acquire`).
     let acquiring = match client.engine() {
         Engine::Redis(core) => {
-            let redis = crate::engine::redis::acquire(core.clone(), alive, target, options);
-            // Boxed beside another engine: an etcd waiter's future does not
-            // carry room for Redis's state either (the same bytes for a
-            // Redis waiter, one allocation more per acquisition).
+            let redis = crate::engine::redis::acquire(core.clone(), alive, target, options)
+                .map(|held| held.map(Held::Redis));
             #[cfg(feature = "etcd")]
-            let redis = futures_util::future::Either::Left(
-                Box::pin(redis).map(|held| held.map(Held::Redis)),
-            );
-            #[cfg(not(feature = "etcd"))]
-            let redis = redis.map(|held| held.map(Held::Redis));
+            let redis = futures_util::future::Either::Left(redis);
             redis
         }
-        // Boxed: a Redis waiter's future does not carry etcd's state.
         #[cfg(feature = "etcd")]
         Engine::Etcd(etcd) => futures_util::future::Either::Right(
-            Box::pin(crate::engine::etcd::acquire(
-                alive,
-                etcd.clone(),
-                target,
-                options,
-            ))
-            .map(|held| held.map(Held::Etcd)),
+            crate::engine::etcd::acquire(alive, etcd.clone(), target, options)
+                .map(|held| held.map(Held::Etcd)),
         ),
     };
     acquiring.instrument(span)

@@ -221,24 +221,56 @@ impl Acquisition {
 
     /// Takes the hold: one attempt, else waiting.
     // `self.` throughout, not references in locals: the locals of an
-    // `async fn` that live across an `.await` are kept in its future.
-    async fn take(&self) -> Result<RedisHold, LockError> {
-        let how = self.how();
-        tracing::Span::current().record("reenter", how.reenter);
-        let mut give_up = GiveUpOnDrop {
-            acquisition: self,
-            how: Some(&how),
-        };
-        // No local `Handed` lives on across the wait: every waiting task
-        // would carry its room.
-        let mut tries = 0;
-        while !self.behind_others(&how) {
-            tries += 1;
-            match self.attempt(&how).await {
-                Ok(Tried::Taken(taken)) => {
+    // `async fn` that live across an `.await` are kept in its future. Not
+    // an `async fn`: one keeps its arguments twice, and every waiting task
+    // carries this future.
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps its arguments twice"
+    )]
+    fn take(&self) -> impl Future<Output = Result<RedisHold, LockError>> + Send + '_ {
+        async move {
+            let how = self.how();
+            tracing::Span::current().record("reenter", how.reenter);
+            let mut give_up = GiveUpOnDrop {
+                acquisition: self,
+                how: Some(&how),
+            };
+            match self.first_tries(&how).await {
+                Ok(Some(taken)) => {
                     give_up.how = None;
                     return Ok(self.held(taken, how.reenter));
                 }
+                Ok(None) => {}
+                Err(e) => return Err(e),
+            }
+            // The failure out of the `match` before the give-up's await: a
+            // scrutinee kept across it would keep a place in every waiter's
+            // future.
+            let failure = match self.wait(&how).await {
+                Ok(taken) => {
+                    give_up.how = None;
+                    return Ok(self.held(taken, how.reenter));
+                }
+                Err(e) => e,
+            };
+            Err(give_up.left(failure).await)
+        }
+    }
+
+    /// The tries before waiting: the hold taken, `None` to wait for it (the
+    /// lock is busy, or this client has waiters for it already), or an
+    /// error that ends the acquisition. A future of its own, not part of
+    /// [`take`](Self::take)'s: its count of tries would otherwise keep a
+    /// place in every waiter's future.
+    // No local `Handed` lives on across an await: every waiting task would
+    // carry its room.
+    async fn first_tries(&self, how: &Try) -> Result<Option<Handed>, LockError> {
+        let mut tries = 0;
+        while !self.behind_others(how) {
+            tries += 1;
+            match self.attempt(how).await {
+                Ok(Tried::Taken(taken)) => return Ok(Some(taken)),
                 Ok(Tried::Busy(_)) => break,
                 Err(e) if !self.rides_out(&e, tries) => return Err(e),
                 // Tried again while waiting.
@@ -252,13 +284,7 @@ impl Acquisition {
             // future is in every waiter's.
             Box::pin(self.pause(backoff(tries))).await;
         }
-        match self.wait(&how).await {
-            Ok(taken) => {
-                give_up.how = None;
-                Ok(self.held(taken, how.reenter))
-            }
-            Err(e) => Err(give_up.left(e).await),
-        }
+        Ok(None)
     }
 
     /// The guard's hold for what was `taken`; when it re-entered, it joins
@@ -288,63 +314,72 @@ impl Acquisition {
     /// Waits in the client's local queue for the lock until it is handed
     /// over or this waiter reaches the head, which then contends in Redis.
     /// Returns the hold (one taken by its own script counts as a handoff
-    /// at streak 0).
-    async fn wait(&self, how: &Try) -> Result<Handed, LockError> {
-        if self.deadline().is_some_and(|d| Instant::now() >= d) {
-            return Err(timed_out(&self.target, &self.options));
-        }
-        let _waiting = crate::telemetry::WaiterMetric::start(
-            self.options.metric.unwrap_or(self.target.kind()),
-        );
-        let handoffs = self.takes_handoffs(how);
-        let queue = self.target.local_queue(&how.holder);
-        let mut ticket = self.core.local.ticket(queue);
-        let offers = ticket.offers();
-        let mut offer = if handoffs {
-            offers.offer(self.options.lease)
-        } else {
-            None
-        };
-        // Boxed, and only with a deadline: most waiters have none, and each
-        // queued waiter's task carries this future.
-        let mut expiry = self
-            .deadline()
-            .map(|d| Box::pin(tokio::time::sleep_until(d.into())));
-        // One `turn` future throughout: the queue is FIFO. One `poll_fn`
-        // rather than `select!`: each queued waiter's task carries it.
-        let mut turn = std::pin::pin!(ticket.seat_free());
-        loop {
-            let woken = std::future::poll_fn(|cx| {
-                // A handoff first: it is a hold already taken.
-                if let Some(offer) = offer.as_mut()
-                    && let Poll::Ready(handed) = offer.poll_handed(cx)
-                {
-                    return Poll::Ready(Woken::Handed(handed));
-                }
-                if let Poll::Ready(seat) = turn.as_mut().poll(cx) {
-                    return Poll::Ready(Woken::Head(seat));
-                }
-                match expiry.as_mut().map(|expiry| expiry.as_mut().poll(cx)) {
-                    Some(Poll::Ready(())) => Poll::Ready(Woken::Expired),
-                    _ => Poll::Pending,
-                }
-            })
-            .await;
-            match woken {
-                Woken::Handed(Some(handed)) => return Ok(handed),
-                // Taken but not handed over: offer again (only a waiter
-                // that takes handoffs has an offer).
-                Woken::Handed(None) => offer = offers.offer(self.options.lease),
-                Woken::Head(seat) => {
-                    ticket.sit(seat);
-                    break;
-                }
-                Woken::Expired => return Err(timed_out(&self.target, &self.options)),
+    /// at streak 0). Not an `async fn`, as [`take`](Self::take) is not.
+    #[expect(
+        clippy::manual_async_fn,
+        reason = "an async fn keeps its arguments twice"
+    )]
+    fn wait<'a>(
+        &'a self,
+        how: &'a Try,
+    ) -> impl Future<Output = Result<Handed, LockError>> + Send + 'a {
+        async move {
+            if self.deadline().is_some_and(|d| Instant::now() >= d) {
+                return Err(timed_out(&self.target, &self.options));
             }
+            let _waiting = crate::telemetry::WaiterMetric::start(
+                self.options.metric.unwrap_or(self.target.kind()),
+            );
+            let handoffs = self.takes_handoffs(how);
+            let queue = self.target.local_queue(&how.holder);
+            let mut ticket = self.core.local.ticket(queue);
+            let offers = ticket.offers();
+            let mut offer = if handoffs {
+                offers.offer(self.options.lease)
+            } else {
+                None
+            };
+            // Boxed, and only with a deadline: most waiters have none, and each
+            // queued waiter's task carries this future.
+            let mut expiry = self
+                .deadline()
+                .map(|d| Box::pin(tokio::time::sleep_until(d.into())));
+            // One `turn` future throughout: the queue is FIFO. One `poll_fn`
+            // rather than `select!`: each queued waiter's task carries it.
+            let mut turn = std::pin::pin!(ticket.seat_free());
+            loop {
+                let woken = std::future::poll_fn(|cx| {
+                    // A handoff first: it is a hold already taken.
+                    if let Some(offer) = offer.as_mut()
+                        && let Poll::Ready(handed) = offer.poll_handed(cx)
+                    {
+                        return Poll::Ready(Woken::Handed(handed));
+                    }
+                    if let Poll::Ready(seat) = turn.as_mut().poll(cx) {
+                        return Poll::Ready(Woken::Head(seat));
+                    }
+                    match expiry.as_mut().map(|expiry| expiry.as_mut().poll(cx)) {
+                        Some(Poll::Ready(())) => Poll::Ready(Woken::Expired),
+                        _ => Poll::Pending,
+                    }
+                })
+                .await;
+                match woken {
+                    Woken::Handed(Some(handed)) => return Ok(handed),
+                    // Taken but not handed over: offer again (only a waiter
+                    // that takes handoffs has an offer).
+                    Woken::Handed(None) => offer = offers.offer(self.options.lease),
+                    Woken::Head(seat) => {
+                        ticket.sit(seat);
+                        break;
+                    }
+                    Woken::Expired => return Err(timed_out(&self.target, &self.options)),
+                }
+            }
+            // Boxed: the many waiters still queued (in `turn` above) do not carry
+            // the head's larger state.
+            Box::pin(self.contend(how, &mut ticket, &offers, offer)).await
         }
-        // Boxed: the many waiters still queued (in `turn` above) do not carry
-        // the head's larger state.
-        Box::pin(self.contend(how, &mut ticket, &offers, offer)).await
     }
 
     /// The head of a local queue contends in Redis: subscribe (or take over
