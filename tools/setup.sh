@@ -7,8 +7,15 @@
 #                                   the interop tests
 #   protobuf-compiler               protoc, which the etcd client needs to build
 #   openssl                         the TLS tests' throwaway certificates
+#   zookeeper                       the ZooKeeper engine's servers: the tests
+#                                   run its jars (/usr/share/java) with java,
+#                                   not the system service
+#   libcurator-recipes-java         Apache Curator 5.4's jars, for the Java
+#                                   client the ZooKeeper interop tests drive
+#   default-jdk-headless            javac (and java), which compiles and runs
+#                                   that client; only when javac is missing
 # The tests start their own servers on free loopback ports; a system service
-# (6379, 2379) is never used.
+# (6379, 2379, 2181) is never used.
 set -euo pipefail
 
 missing=()
@@ -18,6 +25,10 @@ command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# ZooKeeper and Curator are jars, not commands: look for the jars.
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+[ -f /usr/share/java/curator-recipes.jar ] || missing+=(libcurator-recipes-java)
+command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 
 if [ "${#missing[@]}" -gt 0 ]; then
     # One name each.
@@ -29,7 +40,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
         $SUDO apt-get update -qq
         DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-        echo "setup: please install ${missing[*]} (Redis 6 or newer, etcd 3.4 or newer, protoc) and re-run" >&2
+        echo "setup: please install ${missing[*]} (Redis 6 or newer, etcd 3.4 or newer, protoc, ZooKeeper 3.8 and Curator 5 jars, a JDK) and re-run" >&2
         exit 1
     fi
 fi
