@@ -8,6 +8,7 @@ pub mod lockctl;
 pub mod proxy;
 pub mod recorded;
 pub mod topology;
+pub mod zookeeper;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -1,0 +1,1172 @@
+//! Real ZooKeeper servers on loopback, started and stopped by the tests: a
+//! standalone server ([`ZooKeeper`]) and a three-member ensemble
+//! ([`ZkEnsemble`]), plus two clients independent of the engine under test:
+//! Apache Curator, the Java recipes the engine interoperates with, driven as
+//! a child process ([`Curator`]), and a Rust reader of a lock's nodes
+//! ([`zk_children`]). Never the machine's 2181: every port is a free one.
+//!
+//! The servers are the jars of Debian's `zookeeper` package (ZooKeeper 3.8),
+//! run with `java ... org.apache.zookeeper.server.quorum.QuorumPeerMain
+//! <cfg>`; Curator is `libcurator-recipes-java` (5.4). `tools/setup.sh`
+//! installs both. The class path is the jars in `/usr/share/java` (see
+//! [`SERVER_JARS`] and [`CURATOR_JARS`]): Debian's jars name their own
+//! dependencies in their manifests' `Class-Path`, so these few are enough.
+//!
+//! Every server runs under a small `sh` keeper (like [`crate::Server`] and
+//! [`crate::etcd`]) that kills it with `SIGKILL` as soon as the test
+//! process's end of the keeper's stdin closes: when the harness stops it, and
+//! also when the test process dies without dropping it. Each server's
+//! configuration, data and log live in a fresh directory under the system's
+//! temp dir, removed on drop. The Curator driver exits by itself when its
+//! stdin closes.
+//!
+//! Every server has `tickTime` 500 ms and allows sessions of 1 s to 60 s
+//! (`minSessionTimeout`, `maxSessionTimeout`), so that tests can let short
+//! sessions expire. ZooKeeper checks expiry once a tick: a session ends up
+//! to one tick after its timeout.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+
+/// How long a start, a restart or a return to service may take before the
+/// harness gives up (generous: a JVM starting on a loaded two-core machine
+/// is slow; it bounds a wait, it asserts no speed).
+const READY_WITHIN: Duration = Duration::from_secs(60);
+
+/// Start-up attempts on fresh ports when a server exits at once (most likely
+/// because a port picked as free was taken meanwhile).
+const ATTEMPTS: usize = 5;
+
+/// How often a wait for a server probes it again.
+const PROBE_EVERY: Duration = Duration::from_millis(50);
+
+/// The jars a server runs from: ZooKeeper (its manifest names its other
+/// dependencies: jute, netty, metrics, jackson, commons-*) and slf4j-simple,
+/// so that it logs (to its stderr, which the keeper appends to its log file).
+pub const SERVER_JARS: &[&str] = &[
+    "/usr/share/java/zookeeper.jar",
+    "/usr/share/java/zookeeper-jute.jar",
+    "/usr/share/java/slf4j-api.jar",
+    "/usr/share/java/slf4j-simple.jar",
+];
+
+/// The jars the Curator driver is compiled against and runs with: Curator's
+/// recipes, framework and client, the ZooKeeper client, and their guava and
+/// slf4j (slf4j-simple logs to the driver's stderr, kept in its log file).
+pub const CURATOR_JARS: &[&str] = &[
+    "/usr/share/java/curator-recipes.jar",
+    "/usr/share/java/curator-framework.jar",
+    "/usr/share/java/curator-client.jar",
+    "/usr/share/java/zookeeper.jar",
+    "/usr/share/java/zookeeper-jute.jar",
+    "/usr/share/java/guava.jar",
+    "/usr/share/java/slf4j-api.jar",
+    "/usr/share/java/slf4j-simple.jar",
+];
+
+/// JVM options of every server and driver: small heaps, a quick start, no
+/// `hsperfdata` files, and slf4j-simple's format with a clock.
+const JVM_OPTIONS: &[&str] = &[
+    "-Xms16m",
+    "-Xmx256m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:-UsePerfData",
+    "-Djava.net.preferIPv4Stack=true",
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+    "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+];
+
+/// Runs `java "$@"` (after the log file, `$1`) in the background, prints its
+/// pid (for `SIGSTOP`/`SIGCONT`), and `SIGKILL`s it when its stdin reaches
+/// end of file. The keeper itself ends when `java` does, so its exit tells
+/// that the server is gone. (A background job of a non-interactive shell
+/// reads `/dev/null`, hence the stdin copy on fd 3.)
+const KEEPER: &str = r#"log=$1; shift
+exec 3<&0
+java "$@" >>"$log" 2>&1 3<&- &
+pid=$!
+echo $pid
+{ read _ignored <&3; kill -9 $pid; } >/dev/null 2>&1 &
+exec 3<&-
+wait $pid"#;
+
+/// A standalone ZooKeeper server owned by a test, on a free loopback port.
+/// Killed, and its directory removed, when dropped.
+pub struct ZooKeeper {
+    node: Node,
+    dir: PathBuf,
+}
+
+impl ZooKeeper {
+    /// Starts a fresh server and waits until it serves (it answers the
+    /// `srvr` four-letter word with `Mode: standalone`). Panics (failing the
+    /// test) with the tail of its log when no server will start within 60 s.
+    pub fn start() -> ZooKeeper {
+        ZooKeeper::start_with(&[])
+    }
+
+    /// [`start`](Self::start) with extra JVM options for the server, e.g.
+    /// ZooKeeper's system properties. `-Dznode.container.checkIntervalMs=200`
+    /// makes the server delete empty container nodes within 200 ms instead
+    /// of 60 s: Curator creates a lock's node (`/locks/<name>`) and its
+    /// missing parents (`/locks`) as containers, so a lock root vanishes
+    /// once its last lock is released and the check runs.
+    pub fn start_with(jvm_options: &[&str]) -> ZooKeeper {
+        for attempt in 1..=ATTEMPTS {
+            let dir = fresh_dir("zk");
+            let ports = free_ports(1);
+            let mut node = Node::new(0, ports[0], 0, 0, &dir);
+            node.jvm_options = jvm_options.iter().map(|o| o.to_string()).collect();
+            node.configure(&[]);
+            node.spawn();
+            let port = node.client_port;
+            let outcome = wait_for(READY_WITHIN, || node.exited(), || serves(port));
+            match outcome {
+                Outcome::Ready => return ZooKeeper { node, dir },
+                Outcome::Exited if attempt < ATTEMPTS => {
+                    drop(node);
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+                outcome => {
+                    let log = log_tail(&node.log);
+                    drop(node);
+                    let _ = std::fs::remove_dir_all(&dir);
+                    panic!("ZooKeeper did not start ({outcome:?}); its log ends with:\n{log}");
+                }
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// The connect string of ZooKeeper clients: `127.0.0.1:<port>`.
+    pub fn connect_string(&self) -> String {
+        format!("127.0.0.1:{}", self.node.client_port)
+    }
+
+    /// The URL a lock client is configured with:
+    /// `zk://127.0.0.1:<port>/locks`.
+    pub fn url(&self) -> String {
+        format!("zk://{}/locks", self.connect_string())
+    }
+
+    /// The loopback port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.node.client_port
+    }
+
+    /// Whether the server process runs (it was not stopped; it may be
+    /// paused).
+    pub fn is_running(&self) -> bool {
+        self.node.keeper.is_some()
+    }
+
+    /// Whether the server serves right now: it answers `srvr` with a mode
+    /// within a second. False while it is stopped or paused.
+    pub fn is_serving(&self) -> bool {
+        serves(self.node.client_port)
+    }
+
+    /// Kills the server with `SIGKILL` (also when paused) and waits until it
+    /// is gone. Its data stays: [`restart`](Self::restart) brings it back,
+    /// sessions and their ephemeral nodes included (ZooKeeper keeps them in
+    /// its snapshot and log), as long as they do not expire meanwhile.
+    pub fn stop(&mut self) {
+        self.node.kill();
+    }
+
+    /// Starts the stopped server again, on the same port, with its data, and
+    /// waits (without blocking the runtime) until it serves. Does nothing
+    /// when it runs. Panics with its log's tail when it will not serve within
+    /// 60 s.
+    pub async fn restart(&mut self) {
+        if !self.is_running() {
+            let port = self.node.client_port;
+            self.node.restart(move || serves(port)).await;
+        }
+    }
+
+    /// Freezes the server (`SIGSTOP` to its JVM): connections stay open but
+    /// nothing is answered, and no session expires on it. A fault for
+    /// [`resume`](Self::resume) to heal.
+    pub fn pause(&self) {
+        self.node.signal("STOP");
+    }
+
+    /// Lets a [`pause`](Self::pause)d server go on (`SIGCONT`). Sessions whose
+    /// clients stayed silent longer than their timeout meanwhile expire on
+    /// its next tick.
+    pub fn resume(&self) {
+        self.node.signal("CONT");
+    }
+
+    /// The server's log file (ZooKeeper's own log at INFO).
+    pub fn log(&self) -> &Path {
+        &self.node.log
+    }
+
+    /// The last 30 lines of the server's log, for assertion messages.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.node.log)
+    }
+
+    /// The directory holding the server's configuration (`zk0.cfg`), data
+    /// (`zk0.data`) and log (`zk0.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        self.node.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A three-member ZooKeeper ensemble (members 0, 1 and 2, whose `myid` is
+/// 1, 2 and 3) owned by a test, on free loopback ports (a client, a quorum
+/// and an election port each). Members can be crashed and restarted with
+/// their data. All are killed, and their files removed, when dropped.
+pub struct ZkEnsemble {
+    nodes: Vec<Node>,
+    dir: PathBuf,
+}
+
+impl ZkEnsemble {
+    /// Starts three members together and waits until the ensemble serves:
+    /// every member answers `srvr` with `Mode: leader` or `Mode: follower`,
+    /// and exactly one leads. Panics (failing the test) with the tail of
+    /// their logs when no ensemble will form within 60 s.
+    pub fn start() -> ZkEnsemble {
+        for attempt in 1..=ATTEMPTS {
+            let dir = fresh_dir("zk-ensemble");
+            let ports = free_ports(9);
+            let mut nodes: Vec<Node> = (0..3)
+                .map(|i| {
+                    Node::new(
+                        i + 1,
+                        ports[3 * i],
+                        ports[3 * i + 1],
+                        ports[3 * i + 2],
+                        &dir,
+                    )
+                })
+                .collect();
+            let peers: Vec<Peer> = nodes.iter().map(Node::peer).collect();
+            for node in &mut nodes {
+                node.configure(&peers);
+                node.spawn();
+            }
+            let all: Vec<u16> = nodes.iter().map(|n| n.client_port).collect();
+            let outcome = wait_for(
+                READY_WITHIN,
+                || nodes.iter_mut().any(Node::exited),
+                || leader_among(&all).is_some(),
+            );
+            let started = ZkEnsemble { nodes, dir };
+            match outcome {
+                Outcome::Ready => return started,
+                Outcome::Exited if attempt < ATTEMPTS => drop(started),
+                outcome => {
+                    let logs = started.logs();
+                    drop(started);
+                    panic!(
+                        "the ZooKeeper ensemble did not form ({outcome:?}); its logs end with:\n{logs}"
+                    );
+                }
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// The connect string of ZooKeeper clients, every member (running or
+    /// not): `127.0.0.1:<p0>,127.0.0.1:<p1>,127.0.0.1:<p2>`.
+    pub fn connect_string(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.client_port))
+            .collect();
+        hosts.join(",")
+    }
+
+    /// The URL a lock client is configured with:
+    /// `zk://127.0.0.1:<p0>,127.0.0.1:<p1>,127.0.0.1:<p2>/locks`.
+    pub fn url(&self) -> String {
+        format!("zk://{}/locks", self.connect_string())
+    }
+
+    /// Member `i`'s client port (for a client pinned to one member:
+    /// `127.0.0.1:<port>`).
+    pub fn port(&self, i: usize) -> u16 {
+        self.nodes[i].client_port
+    }
+
+    /// Whether member `i`'s process runs (it was not stopped; it may be
+    /// paused).
+    pub fn is_running(&self, i: usize) -> bool {
+        self.nodes[i].keeper.is_some()
+    }
+
+    /// Member `i`'s role right now, as `srvr` says it (`"leader"`,
+    /// `"follower"`), or `None` when it does not serve (stopped, paused, or
+    /// looking for a leader).
+    pub fn mode(&self, i: usize) -> Option<String> {
+        mode(self.nodes[i].client_port)
+    }
+
+    /// The index of the current leader: the running member that answers
+    /// `srvr` with `Mode: leader`, while every other running member answers
+    /// `follower`. Panics when there is none right now (after a fault, use
+    /// [`wait_for_leader`](Self::wait_for_leader)).
+    pub fn leader(&self) -> usize {
+        let running = self.running_ports();
+        let leader = leader_among(&running)
+            .unwrap_or_else(|| panic!("no ZooKeeper leader right now; {}", self.modes()));
+        self.index_of(leader)
+    }
+
+    /// Waits until the running members serve with one leader (see
+    /// [`leader`](Self::leader)) and returns its index. Probes every 50 ms
+    /// without blocking the runtime; panics after `within`.
+    pub async fn wait_for_leader(&self, within: Duration) -> usize {
+        let running = self.running_ports();
+        let deadline = Instant::now() + within;
+        loop {
+            let ports = running.clone();
+            let leader = tokio::task::spawn_blocking(move || leader_among(&ports))
+                .await
+                .expect("the probe does not panic");
+            if let Some(leader) = leader {
+                return self.index_of(leader);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no ZooKeeper leader within {within:?}; {}",
+                self.modes()
+            );
+            tokio::time::sleep(PROBE_EVERY).await;
+        }
+    }
+
+    /// Crashes member `i` (`SIGKILL`, also when paused) and waits until the
+    /// process is gone. When a quorum (two members) still runs, then waits
+    /// (without blocking the runtime) until it serves again: a new leader
+    /// when `i` led. Its data stays for [`start_member`](Self::start_member).
+    /// Panics with the logs' tails when the rest will not serve within 60 s.
+    pub async fn stop_member(&mut self, i: usize) {
+        self.nodes[i].kill();
+        if self.running_ports().len() >= 2 {
+            self.wait_until_serving(READY_WITHIN).await;
+        }
+    }
+
+    /// Starts the stopped member `i` again, on the same ports, with its data.
+    /// When a quorum then runs, waits (without blocking the runtime) until
+    /// the member serves (as a follower, or leader) and the running members
+    /// agree on one leader; without a quorum it cannot serve, and this only
+    /// waits until its process stays up a moment. Does nothing when it runs.
+    /// Panics with the logs' tails when it will not serve within 60 s.
+    pub async fn start_member(&mut self, i: usize) {
+        if self.is_running(i) {
+            return;
+        }
+        let quorum = self.running_ports().len() + 1 >= 2;
+        let port = self.nodes[i].client_port;
+        if quorum {
+            self.nodes[i].restart(move || mode(port).is_some()).await;
+            self.wait_until_serving(READY_WITHIN).await;
+        } else {
+            self.nodes[i].restart_unserved().await;
+        }
+    }
+
+    /// Freezes member `i` (`SIGSTOP`): it answers nobody, neither clients
+    /// nor its peers, until [`resume_member`](Self::resume_member).
+    pub fn pause_member(&self, i: usize) {
+        self.nodes[i].signal("STOP");
+    }
+
+    /// Lets a paused member `i` go on (`SIGCONT`).
+    pub fn resume_member(&self, i: usize) {
+        self.nodes[i].signal("CONT");
+    }
+
+    /// Member `i`'s log file.
+    pub fn log(&self, i: usize) -> &Path {
+        &self.nodes[i].log
+    }
+
+    /// The last 30 lines of every member's log, for assertion messages.
+    pub fn logs(&self) -> String {
+        let logs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                format!(
+                    "--- member {} (myid {}):\n{}",
+                    n.id - 1,
+                    n.id,
+                    log_tail(&n.log)
+                )
+            })
+            .collect();
+        logs.join("\n")
+    }
+
+    /// The directory holding each member's configuration (`zk<myid>.cfg`),
+    /// data (`zk<myid>.data`) and log (`zk<myid>.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Waits until the running members serve with one leader; panics with
+    /// their logs after `within`.
+    async fn wait_until_serving(&self, within: Duration) {
+        let running = self.running_ports();
+        let deadline = Instant::now() + within;
+        loop {
+            let ports = running.clone();
+            let serving = tokio::task::spawn_blocking(move || leader_among(&ports).is_some())
+                .await
+                .expect("the probe does not panic");
+            if serving {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the ZooKeeper ensemble does not serve again within {within:?}; {}\n{}",
+                self.modes(),
+                self.logs()
+            );
+            tokio::time::sleep(PROBE_EVERY).await;
+        }
+    }
+
+    /// The client ports of the running members.
+    fn running_ports(&self) -> Vec<u16> {
+        self.nodes
+            .iter()
+            .filter(|n| n.keeper.is_some())
+            .map(|n| n.client_port)
+            .collect()
+    }
+
+    fn index_of(&self, port: u16) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.client_port == port)
+            .expect("a member's port")
+    }
+
+    /// Every member's mode, for panic messages.
+    fn modes(&self) -> String {
+        let modes: Vec<String> = (0..self.nodes.len())
+            .map(|i| {
+                let state = if self.is_running(i) {
+                    self.mode(i).unwrap_or_else(|| "not serving".into())
+                } else {
+                    "stopped".into()
+                };
+                format!("member {i}: {state}")
+            })
+            .collect();
+        modes.join(", ")
+    }
+}
+
+impl Drop for ZkEnsemble {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The children of `path` (their names, not paths), sorted by their
+/// sequence numbers as Curator sorts them (see [`sequence_of`]): the holder
+/// of a lock first, then its waiters in line. Empty when `path` does not
+/// exist. Reads through its own short ZooKeeper session (the
+/// `zookeeper-client` crate), independent of the engine under test; panics
+/// when no session can be had within 30 s.
+pub async fn zk_children(connect: &str, path: &str) -> Vec<String> {
+    let client = zk_session(connect).await;
+    let mut children = match client.list_children(path).await {
+        Ok(children) => children,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(e) => panic!("listing the children of {path} on {connect}: {e}"),
+    };
+    children.sort_by(|a, b| (sequence_of(a), a).cmp(&(sequence_of(b), b)));
+    children
+}
+
+/// The stat of `path` (`czxid`, `ephemeral_owner`, `num_children`, ...), or
+/// `None` when it does not exist. A lock node's `ephemeral_owner` is its
+/// holder's session id. Its parents, which Curator creates as containers,
+/// show 0 like persistent nodes (the server hides the container mark from
+/// clients; see [`ZooKeeper::start_with`]). Reads through its own short
+/// session, like [`zk_children`].
+pub async fn zk_stat(connect: &str, path: &str) -> Option<zookeeper_client::Stat> {
+    let client = zk_session(connect).await;
+    client
+        .check_stat(path)
+        .await
+        .unwrap_or_else(|e| panic!("the stat of {path} on {connect}: {e}"))
+}
+
+/// A fresh ZooKeeper session on `connect` (closed when dropped); panics when
+/// none can be had within 30 s.
+async fn zk_session(connect: &str) -> zookeeper_client::Client {
+    let connecting = zookeeper_client::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(connect);
+    tokio::time::timeout(Duration::from_secs(30), connecting)
+        .await
+        .unwrap_or_else(|_| panic!("no ZooKeeper session on {connect} within 30 s"))
+        .unwrap_or_else(|e| panic!("no ZooKeeper session on {connect}: {e}"))
+}
+
+/// The sequence number a lock node is ordered by: the digits after the last
+/// `lock-` (`InterProcessMutex`'s `_c_<uuid>-lock-0000000007`), `__READ__`
+/// or `__WRIT__` (`InterProcessReadWriteLock`'s `_c_<uuid>-__READ__0000000007`)
+/// in its name, which Curator sorts on; else the digits its name ends with
+/// (every sequential node's name ends with ten). `u64::MAX` for a name with
+/// neither, so that it sorts last.
+pub fn sequence_of(name: &str) -> u64 {
+    let after_marker = ["lock-", "__READ__", "__WRIT__"]
+        .iter()
+        .filter_map(|marker| name.rfind(marker).map(|at| at + marker.len()))
+        .max()
+        .map(|start| &name[start..])
+        .filter(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()));
+    let digits = after_marker.unwrap_or_else(|| {
+        let start = name
+            .rfind(|c: char| !c.is_ascii_digit())
+            .map_or(0, |at| at + 1);
+        &name[start..]
+    });
+    digits.parse().unwrap_or(u64::MAX)
+}
+
+/// Apache Curator (5.4) as a child JVM the test drives: one
+/// `CuratorFramework` on the given servers, with `InterProcessMutex` and
+/// `InterProcessReadWriteLock` per path (`tests/java/CuratorLock.java`,
+/// compiled on first use). Each method writes one command line to its stdin
+/// and awaits its one answer line, never blocking the runtime.
+///
+/// Curator's locks are re-entrant: acquiring a path it holds counts up, and
+/// each hold needs its release. Dropping it closes its stdin, on which it
+/// closes its session (ZooKeeper deletes its lock nodes) and exits, a moment
+/// later; [`close`](Self::close) waits for that, [`kill`](Self::kill) crashes
+/// it instead (its nodes stay until its session expires).
+pub struct Curator {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    answers: Lines<BufReader<tokio::process::ChildStdout>>,
+    dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Curator {
+    /// Starts a Curator client on `connect` (a ZooKeeper connect string,
+    /// e.g. [`ZooKeeper::connect_string`]) with a 5 s session, and waits
+    /// until it is connected. Panics with its log's tail when it is not
+    /// within 60 s.
+    pub async fn start(connect: &str) -> Curator {
+        Curator::start_with(connect, Duration::from_secs(5)).await
+    }
+
+    /// [`start`](Self::start) with another session timeout (the server
+    /// grants 1 s to 60 s).
+    pub async fn start_with(connect: &str, session_timeout: Duration) -> Curator {
+        let classes = tokio::task::spawn_blocking(curator_classes)
+            .await
+            .expect("compiling the Curator driver does not panic");
+        let dir = fresh_dir("curator");
+        let log = dir.join("curator.log");
+        let log_file = std::fs::File::create(&log).expect("the driver's log file");
+        let classpath = format!("{}:{}", classpath(CURATOR_JARS), classes.display());
+        let mut child = tokio::process::Command::new("java")
+            .args(JVM_OPTIONS)
+            .arg("-cp")
+            .arg(classpath)
+            .arg("CuratorLock")
+            .arg(connect)
+            .arg(session_timeout.as_millis().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log_file)
+            .spawn()
+            .expect("java runs (is a JDK installed? `bash tools/setup.sh`)");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut curator = Curator {
+            child,
+            stdin,
+            answers: BufReader::new(stdout).lines(),
+            dir,
+            log,
+        };
+        let first = curator.answer(READY_WITHIN, "start").await;
+        if first != "ready" {
+            curator.fail(&format!("Curator did not connect to {connect}: {first}"));
+        }
+        curator
+    }
+
+    /// `InterProcessMutex(path).acquire(timeout_ms, MILLISECONDS)`: true when
+    /// it acquired the lock, false when it timed out. Panics on an error.
+    pub async fn acquire(&mut self, path: &str, timeout_ms: u64) -> bool {
+        self.acquire_as("acquire", path, timeout_ms).await
+    }
+
+    /// `InterProcessMutex(path).release()`. Panics on an error (e.g. it does
+    /// not hold `path`).
+    pub async fn release(&mut self, path: &str) {
+        self.release_as("release", path).await;
+    }
+
+    /// `InterProcessReadWriteLock(path).readLock().acquire(timeout_ms,
+    /// MILLISECONDS)`: true when acquired, false on timeout.
+    pub async fn read_acquire(&mut self, path: &str, timeout_ms: u64) -> bool {
+        self.acquire_as("read_acquire", path, timeout_ms).await
+    }
+
+    /// `InterProcessReadWriteLock(path).writeLock().acquire(timeout_ms,
+    /// MILLISECONDS)`: true when acquired, false on timeout.
+    pub async fn write_acquire(&mut self, path: &str, timeout_ms: u64) -> bool {
+        self.acquire_as("write_acquire", path, timeout_ms).await
+    }
+
+    /// `InterProcessReadWriteLock(path).readLock().release()`.
+    pub async fn read_release(&mut self, path: &str) {
+        self.release_as("read_release", path).await;
+    }
+
+    /// `InterProcessReadWriteLock(path).writeLock().release()`.
+    pub async fn write_release(&mut self, path: &str) {
+        self.release_as("write_release", path).await;
+    }
+
+    /// Sends one raw command line (see `tests/java/CuratorLock.java`) and
+    /// returns its answer (`ok`, `acquired`, `timeout` or `error <why>`),
+    /// waiting at most `within` for it. For tests of error answers.
+    pub async fn call(&mut self, command: &str, within: Duration) -> String {
+        let stdin = self.stdin.as_mut().expect("the driver's stdin is open");
+        let sent = async {
+            stdin.write_all(command.as_bytes()).await?;
+            stdin.write_all(b"\n").await?;
+            stdin.flush().await
+        }
+        .await;
+        if let Err(e) = sent {
+            self.fail(&format!("the Curator driver takes no command ({e})"));
+        }
+        self.answer(within, command).await
+    }
+
+    /// Ends the driver in order: closes its stdin, on which it closes its
+    /// session (ZooKeeper deletes its lock nodes at once), and waits until it
+    /// has exited (`SIGKILL` after 30 s).
+    pub async fn close(mut self) {
+        drop(self.stdin.take());
+        if tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+
+    /// Crashes the driver (`SIGKILL`) and waits until it is gone: its session
+    /// is not closed, so its lock nodes stay until the session expires on the
+    /// server (its session timeout after its last heartbeat).
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// The driver's log (Curator's and the ZooKeeper client's, at INFO).
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    async fn acquire_as(&mut self, command: &str, path: &str, timeout_ms: u64) -> bool {
+        let line = format!("{command} {path} {timeout_ms}");
+        let within = Duration::from_millis(timeout_ms) + Duration::from_secs(30);
+        match self.call(&line, within).await.as_str() {
+            "acquired" => true,
+            "timeout" => false,
+            other => self.fail(&format!("`{line}` answered `{other}`")),
+        }
+    }
+
+    async fn release_as(&mut self, command: &str, path: &str) {
+        let line = format!("{command} {path}");
+        let answer = self.call(&line, Duration::from_secs(30)).await;
+        if answer != "ok" {
+            self.fail(&format!("`{line}` answered `{answer}`"));
+        }
+    }
+
+    /// The next answer line, within `within`; panics with the log's tail
+    /// when there is none (the driver ended, or hangs).
+    async fn answer(&mut self, within: Duration, what: &str) -> String {
+        match tokio::time::timeout(within, self.answers.next_line()).await {
+            Ok(Ok(Some(line))) => line,
+            Ok(Ok(None)) | Ok(Err(_)) => {
+                let status = self.child.wait().await;
+                self.fail(&format!(
+                    "the Curator driver ended ({status:?}) before answering `{what}`"
+                ))
+            }
+            Err(_elapsed) => self.fail(&format!(
+                "the Curator driver did not answer `{what}` within {within:?}"
+            )),
+        }
+    }
+
+    fn fail(&mut self, what: &str) -> ! {
+        let _ = self.child.start_kill();
+        panic!("{what}; its log ends with:\n{}", log_tail(&self.log));
+    }
+}
+
+impl Drop for Curator {
+    fn drop(&mut self) {
+        // Its stdin closing ends it (it closes its session first); tokio
+        // reaps it. The log may still be written to after its directory is
+        // gone: harmless.
+        drop(self.stdin.take());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The directory holding the compiled `CuratorLock.class`, compiled from
+/// `tests/java/CuratorLock.java` the first time a test process asks for it.
+/// It lives in the Cargo target dir (next to `deps/`), named after a hash of
+/// the source and class path, so other test processes and later runs reuse
+/// it; a compile goes to a private directory that is then renamed into
+/// place, so concurrent processes never see half of one. Panics with
+/// `javac`'s errors when it will not compile.
+fn curator_classes() -> &'static Path {
+    static CLASSES: OnceLock<PathBuf> = OnceLock::new();
+    CLASSES.get_or_init(|| {
+        const SOURCE: &str = include_str!("../java/CuratorLock.java");
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let classpath = classpath(CURATOR_JARS);
+        let mut hasher = DefaultHasher::new();
+        (SOURCE, &classpath).hash(&mut hasher);
+        let base = std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.parent()?.join("curator-lock")))
+            .unwrap_or_else(|| std::env::temp_dir().join("lock-tests-curator-lock"));
+        let dir = base.join(format!("{:016x}", hasher.finish()));
+        if dir.join("CuratorLock.class").is_file() {
+            return dir;
+        }
+        let work = base.join(format!("tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&work);
+        std::fs::create_dir_all(&work).expect("a directory to compile the Curator driver in");
+        let source = work.join("CuratorLock.java");
+        std::fs::write(&source, SOURCE).expect("the driver's source written out");
+        let compiled = Command::new("javac")
+            .args(["-nowarn", "-encoding", "UTF-8", "-cp", &classpath, "-d"])
+            .arg(&work)
+            .arg(&source)
+            .stdin(Stdio::null())
+            .output()
+            .expect("javac runs (is a JDK installed? `bash tools/setup.sh`)");
+        assert!(
+            compiled.status.success(),
+            "javac CuratorLock.java failed:\n{}{}",
+            String::from_utf8_lossy(&compiled.stdout),
+            String::from_utf8_lossy(&compiled.stderr)
+        );
+        // Another process may have won the race: its classes are the same.
+        if std::fs::rename(&work, &dir).is_err() {
+            let _ = std::fs::remove_dir_all(&work);
+        }
+        assert!(
+            dir.join("CuratorLock.class").is_file(),
+            "the compiled Curator driver is missing from {}",
+            dir.display()
+        );
+        dir
+    })
+}
+
+/// `jars` joined with `:`; panics, saying what to install, when one is
+/// missing.
+fn classpath(jars: &[&str]) -> String {
+    for jar in jars {
+        assert!(
+            Path::new(jar).is_file(),
+            "{jar} is missing: install ZooKeeper and Curator (`bash tools/setup.sh`)"
+        );
+    }
+    jars.join(":")
+}
+
+/// One ZooKeeper server process of a test (standalone or a member), and its
+/// files.
+struct Node {
+    /// `myid`: 1, 2, 3 in an ensemble; 0 when standalone.
+    id: usize,
+    client_port: u16,
+    quorum_port: u16,
+    election_port: u16,
+    cfg: PathBuf,
+    data: PathBuf,
+    log: PathBuf,
+    keeper: Option<Child>,
+    /// The JVM's pid while it runs.
+    pid: Option<u32>,
+    /// The test's extra JVM options.
+    jvm_options: Vec<String>,
+}
+
+/// What a member's configuration says of each member.
+struct Peer {
+    id: usize,
+    quorum_port: u16,
+    election_port: u16,
+}
+
+impl Node {
+    fn new(id: usize, client_port: u16, quorum_port: u16, election_port: u16, dir: &Path) -> Node {
+        Node {
+            id,
+            client_port,
+            quorum_port,
+            election_port,
+            cfg: dir.join(format!("zk{id}.cfg")),
+            data: dir.join(format!("zk{id}.data")),
+            log: dir.join(format!("zk{id}.log")),
+            keeper: None,
+            pid: None,
+            jvm_options: Vec::new(),
+        }
+    }
+
+    fn peer(&self) -> Peer {
+        Peer {
+            id: self.id,
+            quorum_port: self.quorum_port,
+            election_port: self.election_port,
+        }
+    }
+
+    /// Writes its configuration (an ensemble's when `peers` are given, else
+    /// a standalone server's) and its data directory with `myid`.
+    fn configure(&self, peers: &[Peer]) {
+        std::fs::create_dir_all(&self.data).expect("a data directory for ZooKeeper");
+        let mut cfg = format!(
+            "tickTime=500\n\
+             initLimit=20\n\
+             syncLimit=10\n\
+             dataDir={data}\n\
+             clientPort={port}\n\
+             clientPortAddress=127.0.0.1\n\
+             minSessionTimeout=1000\n\
+             maxSessionTimeout=60000\n\
+             maxClientCnxns=0\n\
+             admin.enableServer=false\n\
+             4lw.commands.whitelist=*\n\
+             forceSync=no\n",
+            data = self.data.display(),
+            port = self.client_port,
+        );
+        for peer in peers {
+            cfg.push_str(&format!(
+                "server.{}=127.0.0.1:{}:{}\n",
+                peer.id, peer.quorum_port, peer.election_port
+            ));
+        }
+        if !peers.is_empty() {
+            std::fs::write(self.data.join("myid"), format!("{}\n", self.id))
+                .expect("ZooKeeper's myid written");
+        }
+        std::fs::write(&self.cfg, cfg).expect("ZooKeeper's configuration written");
+    }
+
+    /// Starts the server under a keeper and reads the JVM's pid.
+    fn spawn(&mut self) {
+        let mut keeper = Command::new("sh")
+            .arg("-c")
+            .arg(KEEPER)
+            .arg("sh")
+            .arg(&self.log)
+            .args(JVM_OPTIONS)
+            .arg("-Dzookeeper.admin.enableServer=false")
+            .args(&self.jvm_options)
+            .arg("-cp")
+            .arg(classpath(SERVER_JARS))
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(&self.cfg)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sh runs");
+        let mut pid = String::new();
+        if let Some(mut out) = keeper.stdout.take() {
+            // One short line, written at once; the keeper holds the pipe
+            // open until it ends, so read only up to the newline.
+            let mut byte = [0u8; 1];
+            while out.read(&mut byte).is_ok_and(|n| n == 1) && byte[0] != b'\n' {
+                pid.push(char::from(byte[0]));
+            }
+        }
+        self.pid = pid.trim().parse().ok();
+        self.keeper = Some(keeper);
+    }
+
+    /// Whether the process has ended by itself (false when it was never
+    /// started or was killed).
+    fn exited(&mut self) -> bool {
+        self.keeper
+            .as_mut()
+            .is_some_and(|keeper| !matches!(keeper.try_wait(), Ok(None)))
+    }
+
+    /// `SIGKILL`s the server (through its keeper) and waits until it is gone.
+    fn kill(&mut self) {
+        if let Some(mut keeper) = self.keeper.take() {
+            drop(keeper.stdin.take());
+            let _ = keeper.wait();
+        }
+        self.pid = None;
+    }
+
+    /// Sends `SIGSTOP` or `SIGCONT` to the running JVM.
+    fn signal(&self, signal: &str) {
+        let pid = self.pid.expect("the ZooKeeper server runs");
+        let sent = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(sent, "kill -{signal} {pid} failed");
+    }
+
+    /// Starts the server again with its data and waits until `ready`;
+    /// retries while it exits at once (a port still or again taken). Panics
+    /// with its log's tail after 60 s.
+    async fn restart(&mut self, ready: impl Fn() -> bool + Clone + Send + 'static) {
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            self.spawn();
+            let outcome = loop {
+                if self.exited() {
+                    break Outcome::Exited;
+                }
+                let probe = ready.clone();
+                if tokio::task::spawn_blocking(probe)
+                    .await
+                    .expect("the probe does not panic")
+                {
+                    break Outcome::Ready;
+                }
+                if Instant::now() >= deadline {
+                    break Outcome::TimedOut;
+                }
+                tokio::time::sleep(PROBE_EVERY).await;
+            };
+            match outcome {
+                Outcome::Ready => return,
+                Outcome::Exited if Instant::now() < deadline => {
+                    self.kill();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                outcome => {
+                    self.kill();
+                    panic!(
+                        "ZooKeeper (myid {}) did not restart ({outcome:?}); its log ends with:\n{}",
+                        self.id,
+                        log_tail(&self.log)
+                    );
+                }
+            }
+        }
+    }
+
+    /// Starts a member that cannot serve (no quorum) again: waits only
+    /// until its process has stayed up for a moment.
+    async fn restart_unserved(&mut self) {
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            self.spawn();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if !self.exited() {
+                return;
+            }
+            self.kill();
+            assert!(
+                Instant::now() < deadline,
+                "ZooKeeper (myid {}) did not restart; its log ends with:\n{}",
+                self.id,
+                log_tail(&self.log)
+            );
+        }
+    }
+}
+
+/// How a wait for a starting server ended.
+#[derive(Debug)]
+enum Outcome {
+    Ready,
+    /// A process ended by itself.
+    Exited,
+    TimedOut,
+}
+
+/// Checks `ready` every 50 ms for at most `within`, giving up as soon as
+/// `exited` holds. Blocks the thread: for start-up, before clients exist.
+fn wait_for(
+    within: Duration,
+    mut exited: impl FnMut() -> bool,
+    mut ready: impl FnMut() -> bool,
+) -> Outcome {
+    let deadline = Instant::now() + within;
+    loop {
+        if exited() {
+            return Outcome::Exited;
+        }
+        if ready() {
+            return Outcome::Ready;
+        }
+        if Instant::now() >= deadline {
+            return Outcome::TimedOut;
+        }
+        std::thread::sleep(PROBE_EVERY);
+    }
+}
+
+/// Sends a four-letter word (`srvr`, `ruok`, `stat`, ...) to the server on
+/// `port` and returns its whole answer; `None` when it does not answer
+/// within a second or two (it is down, paused, or refuses).
+pub fn four_letter(port: u16, word: &str) -> Option<String> {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    stream
+        .set_write_timeout(Some(Duration::from_secs(1)))
+        .ok()?;
+    stream.write_all(word.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
+}
+
+/// The server's `Mode:` as `srvr` says it (`standalone`, `leader`,
+/// `follower`), or `None` when it does not serve (it answers "This ZooKeeper
+/// instance is not currently serving requests" while looking for a leader).
+fn mode(port: u16) -> Option<String> {
+    parse_mode(&four_letter(port, "srvr")?)
+}
+
+fn parse_mode(srvr: &str) -> Option<String> {
+    srvr.lines()
+        .find_map(|line| line.strip_prefix("Mode: "))
+        .map(|mode| mode.trim().to_owned())
+}
+
+/// Whether the server on `port` serves (answers `srvr` with any mode).
+fn serves(port: u16) -> bool {
+    mode(port).is_some()
+}
+
+/// The port among `running` whose server leads, when every one of them
+/// serves and exactly one leads and at least two run (a quorum of three).
+fn leader_among(running: &[u16]) -> Option<u16> {
+    if running.len() < 2 {
+        return None;
+    }
+    let mut leader = None;
+    for &port in running {
+        match mode(port)?.as_str() {
+            "leader" if leader.is_none() => leader = Some(port),
+            "follower" => {}
+            _ => return None,
+        }
+    }
+    leader
+}
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// `n` distinct free loopback ports, none of them ZooKeeper's defaults
+/// (2181 clients, 2888 quorum, 3888 election, 8080 admin).
+fn free_ports(n: usize) -> Vec<u16> {
+    let mut ports = Vec::with_capacity(n);
+    while ports.len() < n {
+        let port = free_port();
+        if !ports.contains(&port) && ![2181, 2888, 3888, 8080].contains(&port) {
+            ports.push(port);
+        }
+    }
+    ports
+}
+
+/// A fresh, empty directory under the system's temp dir, unique to this
+/// process and call.
+fn fresh_dir(tag: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "lock-tests-{tag}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary directory for ZooKeeper");
+    dir
+}
+
+/// The last lines of a log file, for panic messages.
+fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_lock_nodes_by_their_sequence() {
+        assert_eq!(sequence_of("_c_1b2c-lock-0000000012"), 12);
+        assert_eq!(sequence_of("_c_1b2c-__READ__0000000003"), 3);
+        assert_eq!(sequence_of("_c_1b2c-__WRIT__0000000004"), 4);
+        // The uuid's own digits never count.
+        assert_eq!(sequence_of("_c_1234-lock-0000000001"), 1);
+        assert_eq!(sequence_of("node0000000009"), 9);
+        assert_eq!(sequence_of("leases"), u64::MAX);
+    }
+
+    #[test]
+    fn reads_the_mode_of_srvr() {
+        let srvr = "Zookeeper version: 3.8.0\nLatency min/avg/max: 0/0.0/0\nMode: follower\nNode count: 5\n";
+        assert_eq!(parse_mode(srvr).as_deref(), Some("follower"));
+        assert_eq!(
+            parse_mode("This ZooKeeper instance is not currently serving requests\n"),
+            None
+        );
+    }
+}
