@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::engine::Store;
 use crate::error::LockError;
 
-/// A connection to the lock store (Redis, or etcd) that hands out locks. One per process is the norm;
+/// A connection to the lock store (Redis, etcd or ZooKeeper) that hands out locks. One per process is the norm;
 /// cloning is cheap and shares everything.
 ///
 /// Dropping the last clone (and the last guard) stops the client's
@@ -34,6 +34,9 @@ pub(crate) enum Engine {
     /// etcd.
     #[cfg(feature = "etcd")]
     Etcd(Arc<crate::engine::etcd::Etcd>),
+    /// ZooKeeper.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(Arc<crate::engine::zookeeper::Zk>),
 }
 
 impl LockClient {
@@ -55,6 +58,10 @@ impl LockClient {
             Store::Redis => Engine::Redis(crate::engine::redis::connect(config, runtime).await?),
             #[cfg(feature = "etcd")]
             Store::Etcd => Engine::Etcd(crate::engine::etcd::Etcd::connect(config, runtime).await?),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper => {
+                Engine::ZooKeeper(crate::engine::zookeeper::Zk::connect(config, runtime).await?)
+            }
         };
         Ok(LockClient {
             inner: Arc::new(Inner {
@@ -77,12 +84,17 @@ impl LockClient {
 
     /// The Redis engine's shared state, or [`LockError::Unsupported`]
     /// naming `what` on another engine.
-    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    #[cfg_attr(
+        not(any(feature = "etcd", feature = "zookeeper")),
+        allow(unused_variables)
+    )]
     pub(crate) fn redis(&self, what: &str) -> Result<&Arc<crate::engine::redis::Core>, LockError> {
         match &self.inner.engine {
             Engine::Redis(core) => Ok(core),
             #[cfg(feature = "etcd")]
             Engine::Etcd(_) => Err(crate::engine::unsupported("etcd", what)),
+            #[cfg(feature = "zookeeper")]
+            Engine::ZooKeeper(_) => Err(crate::engine::unsupported("zookeeper", what)),
         }
     }
 
@@ -92,6 +104,8 @@ impl LockClient {
             Engine::Redis(_) => "redis",
             #[cfg(feature = "etcd")]
             Engine::Etcd(_) => "etcd",
+            #[cfg(feature = "zookeeper")]
+            Engine::ZooKeeper(_) => "zookeeper",
         }
     }
 
@@ -101,6 +115,8 @@ impl LockClient {
             Engine::Redis(core) => &core.runtime,
             #[cfg(feature = "etcd")]
             Engine::Etcd(etcd) => &etcd.runtime,
+            #[cfg(feature = "zookeeper")]
+            Engine::ZooKeeper(zk) => &zk.runtime,
         }
     }
 
@@ -124,6 +140,8 @@ impl LockClient {
             Engine::Redis(core) => &core.id,
             #[cfg(feature = "etcd")]
             Engine::Etcd(etcd) => &etcd.id,
+            #[cfg(feature = "zookeeper")]
+            Engine::ZooKeeper(zk) => &zk.id,
         }
     }
 
@@ -133,6 +151,8 @@ impl LockClient {
             Engine::Redis(core) => &core.config,
             #[cfg(feature = "etcd")]
             Engine::Etcd(etcd) => &etcd.config,
+            #[cfg(feature = "zookeeper")]
+            Engine::ZooKeeper(zk) => &zk.config,
         }
     }
 
@@ -142,6 +162,8 @@ impl LockClient {
             Engine::Redis(core) => core.watchdog.len(),
             #[cfg(feature = "etcd")]
             Engine::Etcd(etcd) => etcd.renewed(),
+            #[cfg(feature = "zookeeper")]
+            Engine::ZooKeeper(zk) => zk.renewed(),
         }
     }
 }

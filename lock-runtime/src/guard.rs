@@ -16,6 +16,9 @@ pub(crate) enum Held {
     /// On etcd (see `engine::etcd`).
     #[cfg(feature = "etcd")]
     Etcd(crate::engine::etcd::EtcdHold),
+    /// On ZooKeeper (see `engine::zookeeper`).
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(crate::engine::zookeeper::ZkHold),
 }
 
 /// Calls `$call` on whichever engine's hold `$held` is.
@@ -25,6 +28,8 @@ macro_rules! on_engine {
             Held::Redis($h) => $call,
             #[cfg(feature = "etcd")]
             Held::Etcd($h) => $call,
+            #[cfg(feature = "zookeeper")]
+            Held::ZooKeeper($h) => $call,
         }
     };
 }

@@ -5,6 +5,8 @@ use crate::client::Engine;
 #[cfg(feature = "etcd")]
 use crate::engine::etcd;
 use crate::engine::redis::inspect::{force_unlock, inspect, locks};
+#[cfg(feature = "zookeeper")]
+use crate::engine::zookeeper;
 use crate::error::LockError;
 use crate::info::LockInfo;
 
@@ -33,6 +35,12 @@ impl crate::client::LockClient {
                 self.on_background(async move { etcd::inspect(&etcd, &name).await })
                     .await?
             }
+            #[cfg(feature = "zookeeper")]
+            Engine::ZooKeeper(zk) => {
+                let zk = zk.clone();
+                self.on_background(async move { zookeeper::inspect(&zk, &name).await })
+                    .await?
+            }
         }
     }
 
@@ -56,6 +64,12 @@ impl crate::client::LockClient {
             Engine::Etcd(etcd) => {
                 let etcd = etcd.clone();
                 self.on_background(async move { etcd::locks(&etcd, &pattern).await })
+                    .await?
+            }
+            #[cfg(feature = "zookeeper")]
+            Engine::ZooKeeper(zk) => {
+                let zk = zk.clone();
+                self.on_background(async move { zookeeper::locks(&zk, &pattern).await })
                     .await?
             }
         }
@@ -84,6 +98,12 @@ impl crate::client::LockClient {
             Engine::Etcd(etcd) => {
                 let etcd = etcd.clone();
                 self.on_background(async move { etcd::force_unlock(&etcd, &name).await })
+                    .await?
+            }
+            #[cfg(feature = "zookeeper")]
+            Engine::ZooKeeper(zk) => {
+                let zk = zk.clone();
+                self.on_background(async move { zookeeper::force_unlock(&zk, &name).await })
                     .await?
             }
         }

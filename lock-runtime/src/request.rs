@@ -81,6 +81,50 @@ pub(crate) fn timed_out(target: &Target, options: &Options) -> LockError {
     }
 }
 
+/// `$wait` (a future's expression), or the error of a wait that ran out at
+/// `$deadline`. What is ready is taken first, however late; a waiter
+/// without a deadline carries no room for a timer (it is boxed). A macro,
+/// not a fn: a future passed to a fn is kept twice in its caller's state
+/// (as passed, and as polled), and a waiter carries that state.
+#[cfg_attr(
+    not(any(feature = "etcd", feature = "zookeeper")),
+    allow(unused_macros)
+)]
+macro_rules! within {
+    ($wait:expr, $deadline:expr, $target:expr, $options:expr) => {
+        match $deadline {
+            None => Ok($wait.await),
+            Some(deadline) => {
+                let expired = Box::pin(tokio::time::sleep_until(deadline.into()));
+                tokio::select! {
+                    biased;
+                    ready = $wait => Ok(ready),
+                    () = expired => Err($crate::request::timed_out($target, $options)),
+                }
+            }
+        }
+    };
+}
+#[cfg_attr(
+    not(any(feature = "etcd", feature = "zookeeper")),
+    allow(unused_imports)
+)]
+pub(crate) use within;
+
+/// Whether `text` matches `pattern` (`*`: any run, `?`: any one byte).
+#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+pub(crate) fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    match (pattern.split_first(), text.split_first()) {
+        (None, None) => true,
+        (Some((b'*', rest)), _) => {
+            glob(rest, text) || text.split_first().is_some_and(|(_, t)| glob(pattern, t))
+        }
+        (Some((b'?', rest)), Some((_, t))) => glob(rest, t),
+        (Some((p, rest)), Some((c, t))) if p == c => glob(rest, t),
+        _ => false,
+    }
+}
+
 /// What an acquisition's options are checked for before anything is sent.
 pub(crate) fn check_options(target: &Target, options: &Options) -> Result<(), LockError> {
     check_name(target.name())?;

@@ -1,6 +1,6 @@
-//! One store of either engine, for the contract tests that run on both
-//! (`tests/tests/engines.rs`): a [`Store`] starts a Redis [`Server`] or an
-//! [`Etcd`] server, hands out lock clients for it, and tells, the way
+//! One store of any engine, for the contract tests that run on every one
+//! (`tests/tests/engines.rs`): a [`Store`] starts a Redis [`Server`], an
+//! [`Etcd`] server or a [`ZooKeeper`] server, hands out lock clients for it, and tells, the way
 //! another program would see it in the store, how many callers wait for a
 //! lock (an event a test awaits instead of sleeping).
 
@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::{Config, LockClient};
 
 use crate::etcd::Etcd;
+use crate::zookeeper::{ZooKeeper, zk_children};
 use crate::{Kind, Server, numsub};
 
 /// A test's store: a fresh server of one engine, stopped when dropped.
@@ -17,6 +18,8 @@ pub enum Store {
     Redis(Server),
     /// A single-member `etcd` (engine `etcd`).
     Etcd(Etcd),
+    /// A standalone ZooKeeper server (engine `zookeeper`).
+    ZooKeeper(ZooKeeper),
 }
 
 impl Store {
@@ -30,11 +33,17 @@ impl Store {
         Store::Etcd(Etcd::start())
     }
 
+    /// A fresh standalone ZooKeeper server on a free loopback port.
+    pub fn zookeeper() -> Store {
+        Store::ZooKeeper(ZooKeeper::start())
+    }
+
     /// The engine's name, as [`LockClient::engine_name`] gives it.
     pub fn engine(&self) -> &'static str {
         match self {
             Store::Redis(_) => "redis",
             Store::Etcd(_) => "etcd",
+            Store::ZooKeeper(_) => "zookeeper",
         }
     }
 
@@ -43,6 +52,7 @@ impl Store {
         match self {
             Store::Redis(server) => server.url(),
             Store::Etcd(etcd) => etcd.url(),
+            Store::ZooKeeper(zk) => zk.url(),
         }
     }
 
@@ -52,6 +62,7 @@ impl Store {
         match self {
             Store::Redis(server) => server.stop(),
             Store::Etcd(etcd) => etcd.stop(),
+            Store::ZooKeeper(zk) => zk.stop(),
         }
     }
 
@@ -84,7 +95,10 @@ impl Store {
     /// - etcd: the contender keys under `<name>/` that do not hold (one per
     ///   client and name for a mutex, one per waiting reader or writer):
     ///   in create order, the holders are the first key, or the readers'
-    ///   keys before the first key that is not a reader's.
+    ///   keys before the first key that is not a reader's;
+    /// - ZooKeeper: the contender nodes under `/locks/<name>` that do not
+    ///   hold (one per client and name for a mutex, one per waiting reader
+    ///   or writer), counted as for etcd in sequence order.
     ///
     /// A waiter that gave up or was dropped leaves this count.
     pub async fn waiting(&self, kind: Kind, name: &str) -> usize {
@@ -115,6 +129,16 @@ impl Store {
                     Some(_) => 1,
                 };
                 keys.len() - holders
+            }
+            Store::ZooKeeper(zk) => {
+                let children = zk_children(&zk.connect_string(), &format!("/locks/{name}")).await;
+                let read = |child: &String| child.contains("__READ__");
+                let holders = match children.first() {
+                    None => 0,
+                    Some(first) if read(first) => children.iter().take_while(|c| read(c)).count(),
+                    Some(_) => 1,
+                };
+                children.len() - holders
             }
         }
     }

@@ -28,6 +28,8 @@ pub(super) async fn watch(
         ),
         #[cfg(feature = "etcd")]
         crate::client::Engine::Etcd(_) => (None, None),
+        #[cfg(feature = "zookeeper")]
+        crate::client::Engine::ZooKeeper(_) => (None, None),
     };
     let mut state = client.inspect(name).await?;
     let started = Instant::now();

@@ -10,6 +10,8 @@
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod redis;
+#[cfg(feature = "zookeeper")]
+pub(crate) mod zookeeper;
 
 use crate::config::Config;
 use crate::error::LockError;
@@ -23,6 +25,9 @@ pub(crate) enum Store {
     /// `etcd://`, `etcds://`.
     #[cfg(feature = "etcd")]
     Etcd,
+    /// `zk://`.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper,
 }
 
 impl Store {
@@ -38,9 +43,11 @@ impl Store {
             Some("etcd" | "etcds") => Err(LockError::Config(
                 "etcd:// URLs need lock-runtime's `etcd` feature; enable it in Cargo.toml".into(),
             )),
+            #[cfg(feature = "zookeeper")]
+            Some("zk") => Ok(Store::ZooKeeper),
+            #[cfg(not(feature = "zookeeper"))]
             Some("zk") => Err(LockError::Config(
-                "zk:// URLs need lock-runtime's `zookeeper` engine, which this version does not \
-                 have yet; use redis:// or etcd://"
+                "zk:// URLs need lock-runtime's `zookeeper` feature; enable it in Cargo.toml"
                     .into(),
             )),
             _ => Ok(Store::Redis),
@@ -49,7 +56,7 @@ impl Store {
 }
 
 /// `what` cannot be done on `engine`.
-#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
 pub(crate) fn unsupported(engine: &'static str, what: impl Into<String>) -> LockError {
     LockError::Unsupported {
         engine,

@@ -14,6 +14,8 @@ pub(crate) mod segmented;
 use std::time::Duration;
 
 use futures_util::FutureExt;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+use futures_util::future::Either;
 use tracing::Instrument;
 
 use crate::client::Engine;
@@ -126,15 +128,32 @@ pub(crate) fn acquire_hold(
         Engine::Redis(core) => {
             let redis = crate::engine::redis::acquire(core.clone(), alive, target, options)
                 .map(|held| held.map(Held::Redis));
-            #[cfg(feature = "etcd")]
-            let redis = futures_util::future::Either::Left(redis);
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            let redis = Either::Left(redis);
             redis
         }
         #[cfg(feature = "etcd")]
-        Engine::Etcd(etcd) => futures_util::future::Either::Right(
-            crate::engine::etcd::acquire(alive, etcd.clone(), target, options)
-                .map(|held| held.map(Held::Etcd)),
-        ),
+        Engine::Etcd(etcd) => {
+            let etcd = crate::engine::etcd::acquire(alive, etcd.clone(), target, options)
+                .map(|held| held.map(Held::Etcd));
+            #[cfg(feature = "zookeeper")]
+            let etcd = Either::Left(etcd);
+            Either::Right(etcd)
+        }
+        // Boxed: the others' waiters do not carry its state.
+        #[cfg(feature = "zookeeper")]
+        Engine::ZooKeeper(zk) => {
+            let zk = Box::pin(crate::engine::zookeeper::acquire(
+                alive,
+                zk.clone(),
+                target,
+                options,
+            ))
+            .map(|held| held.map(Held::ZooKeeper));
+            #[cfg(feature = "etcd")]
+            let zk = Either::Right(zk);
+            Either::Right(zk)
+        }
     };
     acquiring.instrument(span)
 }

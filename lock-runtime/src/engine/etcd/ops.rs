@@ -140,7 +140,8 @@ pub(crate) async fn locks(etcd: &Etcd, pattern: &str) -> Result<Vec<LockInfo>, L
         .filter_map(|kv| kv.key_str().ok())
         .filter_map(|key| key.split_once('/'))
         .filter(|(name, rest)| {
-            Side::of_key(rest).is_some() && glob(pattern.as_bytes(), name.as_bytes())
+            Side::of_key(rest).is_some()
+                && crate::request::glob(pattern.as_bytes(), name.as_bytes())
         })
         .map(|(name, _)| name.to_owned())
         .collect();
@@ -153,19 +154,6 @@ pub(crate) async fn locks(etcd: &Etcd, pattern: &str) -> Result<Vec<LockInfo>, L
         }
     }
     Ok(infos)
-}
-
-/// Whether `text` matches `pattern` (`*`: any run, `?`: any one byte).
-fn glob(pattern: &[u8], text: &[u8]) -> bool {
-    match (pattern.split_first(), text.split_first()) {
-        (None, None) => true,
-        (Some((b'*', rest)), _) => {
-            glob(rest, text) || text.split_first().is_some_and(|(_, t)| glob(pattern, t))
-        }
-        (Some((b'?', rest)), Some((_, t))) => glob(rest, t),
-        (Some((p, rest)), Some((c, t))) if p == c => glob(rest, t),
-        _ => false,
-    }
 }
 
 /// Deletes the holder's key of lock `name`: the next in line becomes

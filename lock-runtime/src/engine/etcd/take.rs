@@ -19,28 +19,7 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder;
-use crate::request::{Options, Target, backoff, check_options, pause_within, timed_out};
-
-/// `$wait` (a future's expression), or the error of a wait that ran out at
-/// `$deadline`. What is ready is taken first, however late; a waiter
-/// without a deadline carries no room for a timer (it is boxed). A macro,
-/// not a fn: a future passed to a fn is kept twice in its caller's state
-/// (as passed, and as polled), and a waiter carries that state.
-macro_rules! within {
-    ($wait:expr, $deadline:expr, $target:expr, $options:expr) => {
-        match $deadline {
-            None => Ok($wait.await),
-            Some(deadline) => {
-                let expired = Box::pin(tokio::time::sleep_until(deadline.into()));
-                tokio::select! {
-                    biased;
-                    ready = $wait => Ok(ready),
-                    () = expired => Err(timed_out($target, $options)),
-                }
-            }
-        }
-    };
-}
+use crate::request::{Options, Target, backoff, check_options, pause_within, timed_out, within};
 
 /// Takes a hold of `target` on etcd (see the module docs of [`super`]):
 /// a re-entry when the caller runs in the scope of this client's hold of

@@ -1,0 +1,569 @@
+//! A hold on ZooKeeper once taken: the record a client keeps of its node
+//! (shared by a hold and its re-entries), and the guard's side of it:
+//! loss, `extend`, release. Taking one is in `take`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{OwnedMutexGuard, watch};
+use zookeeper_client as zk;
+
+use super::layout::{self, Side, Term};
+use super::session::{Kept, Session};
+use super::{Zk, store_error, transient};
+use crate::background::Background;
+use crate::clock::valid_until;
+use crate::error::LockError;
+use crate::holder::{Chain, ScopedHold};
+use crate::own::Listed;
+use crate::request::{Options, backoff};
+use crate::telemetry::HeldMetric;
+
+/// A client's one node for one name, shared by a hold and its re-entries.
+/// The process queue's turn is kept until it is dropped, after the node
+/// is gone.
+pub(crate) struct Record {
+    pub(super) zk: Arc<Zk>,
+    pub(super) name: String,
+    pub(super) side: Side,
+    /// The node's path.
+    pub(super) path: String,
+    pub(super) holder: String,
+    /// The session the node is on.
+    pub(super) session: Arc<Session>,
+    /// Counted among the holds the heartbeat keeps (none with a fixed
+    /// lease).
+    pub(super) _kept: Option<Kept>,
+    /// A fixed lease's end, by the client's clock: the node is given back
+    /// then.
+    pub(super) fixed: Option<Mutex<Instant>>,
+    /// Live holds of the chain (a hold and its re-entries).
+    pub(super) holds: AtomicUsize,
+    /// The node is gone (deleted by someone else, `force_unlock`; or given
+    /// back at the fixed lease's end).
+    pub(super) deleted: watch::Sender<bool>,
+    /// The task watching the node (and ending a fixed lease).
+    pub(super) tasks: OnceLock<tokio::task::AbortHandle>,
+    /// A mutex node's turn in the process queue: passed on when the record
+    /// goes, or as soon as its node is known gone.
+    pub(super) turn: Mutex<Option<OwnedMutexGuard<()>>>,
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        if let Some(task) = self.tasks.get() {
+            task.abort();
+        }
+        let key = (self.name.clone(), self.holder.clone());
+        let mut records = self.zk.records.lock().unwrap_or_else(|p| p.into_inner());
+        if records.get(&key).is_some_and(|r| r.strong_count() == 0) {
+            records.remove(&key);
+        }
+    }
+}
+
+impl Record {
+    /// The node is known gone: the hold is lost, and this client's next
+    /// acquisition of the name may go ahead.
+    fn gone(&self) {
+        self.deleted.send_replace(true);
+        drop(self.turn.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    /// The node's data for this record now (see [`Term`]).
+    fn data(&self) -> Vec<u8> {
+        let term = match self.fixed_until() {
+            Some(until) => Term::Until(wall(until)),
+            None => Term::Session(self.session.timeout()),
+        };
+        layout::data(&self.holder, term)
+    }
+
+    fn fixed_until(&self) -> Option<Instant> {
+        self.fixed
+            .as_ref()
+            .map(|until| *until.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn is_lost(&self) -> bool {
+        *self.deleted.borrow()
+            || self.session.is_lost()
+            || self
+                .fixed_until()
+                .is_some_and(|until| Instant::now() >= until)
+    }
+
+    fn remaining(&self) -> Duration {
+        if *self.deleted.borrow() {
+            return Duration::ZERO;
+        }
+        let session = self.session.remaining();
+        match self.fixed_until() {
+            Some(until) => session.min(until.saturating_duration_since(Instant::now())),
+            None => session,
+        }
+    }
+
+    async fn lost(&self) {
+        let mut deleted = self.deleted.subscribe();
+        let gone = async move {
+            let _ = deleted.wait_for(|d| *d).await;
+        };
+        let ended = async {
+            loop {
+                match self.fixed_until() {
+                    Some(until) => tokio::time::sleep_until(until.into()).await,
+                    None => std::future::pending().await,
+                }
+                if self.fixed_until().is_some_and(|u| Instant::now() >= u) {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            () = self.session.lost() => {}
+            () = gone => {}
+            () = ended => {}
+        }
+    }
+
+    /// Watches the node from a task of the client's runtime until it goes
+    /// (then the hold is lost), watching again after its data changed (a
+    /// re-entry) or a call failed; with a fixed lease, gives the node back
+    /// when the lease ends.
+    pub(super) fn watch(self: &Arc<Record>) {
+        let record = Arc::downgrade(self);
+        let runtime = self.zk.runtime.clone();
+        let task = runtime.spawn(async move {
+            let mut tries = 0;
+            loop {
+                let Some(alive) = record.upgrade() else {
+                    return;
+                };
+                let (zk, session, path) =
+                    (alive.zk.clone(), alive.session.clone(), alive.path.clone());
+                let until = alive.fixed_until();
+                drop(alive);
+                if session.is_lost() {
+                    return;
+                }
+                let watched = zk
+                    .call(&session, session.client.check_and_watch_stat(&path))
+                    .await;
+                let watcher = match watched {
+                    Ok((Some(_), watcher)) => watcher,
+                    Ok((None, _)) => break,
+                    Err(_) => {
+                        tries += 1;
+                        tokio::time::sleep(backoff(tries)).await;
+                        continue;
+                    }
+                };
+                tries = 0;
+                let ended = async {
+                    match until {
+                        Some(until) => tokio::time::sleep_until(until.into()).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    event = watcher.changed() => match event.event_type {
+                        zk::EventType::NodeDeleted => break,
+                        // The session's end is the session's loss.
+                        zk::EventType::Session => return,
+                        _ => {}
+                    },
+                    () = ended => {
+                        // The fixed lease ended (unless `extend` moved it).
+                        let Some(alive) = record.upgrade() else {
+                            return;
+                        };
+                        if alive.fixed_until().is_some_and(|u| Instant::now() >= u) {
+                            let _ = zk.call(&session, session.client.delete(&path, None)).await;
+                            break;
+                        }
+                    }
+                }
+            }
+            if let Some(record) = record.upgrade() {
+                record.gone();
+            }
+        });
+        let _ = self.tasks.set(task.abort_handle());
+    }
+}
+
+/// A hold on ZooKeeper: the record it shares with its chain, and its own
+/// token.
+pub(crate) struct ZkHold {
+    /// Keeps the client's runtime running until the hold is given back.
+    alive: Arc<Background>,
+    record: Arc<Record>,
+    token: u64,
+    _listed: Listed,
+    metric: &'static str,
+    _held: HeldMetric,
+    /// `hold_at_least`: until when the lock stays taken.
+    keep: Option<Instant>,
+    chain: OnceLock<Chain>,
+}
+
+/// A re-entry of `record`'s hold: a write to its node (which keeps it)
+/// for a token of its own; [`LockError::Lost`] when the node is gone.
+pub(super) async fn reenter(
+    alive: Arc<Background>,
+    record: Arc<Record>,
+    side: Side,
+    chain: Chain,
+    options: &Options,
+    metric: &'static str,
+) -> Result<ZkHold, LockError> {
+    match (record.side, side) {
+        (Side::Mutex, Side::Mutex) | (Side::Read, Side::Read) | (Side::Write, _) => {}
+        (Side::Read, Side::Write) => {
+            return Err(LockError::NotHeld {
+                name: record.name.clone(),
+                reason: "this scope holds it for reading; a reader cannot take the write lock \
+                         (release the read hold first)"
+                    .into(),
+            });
+        }
+        (held, asked) => {
+            return Err(LockError::NotHeld {
+                name: record.name.clone(),
+                reason: format!(
+                    "this scope holds it as a {held:?} lock, not as a {asked:?} lock (one name, \
+                     one kind)"
+                ),
+            });
+        }
+    }
+    if record.is_lost() {
+        return Err(lost(&record.name));
+    }
+    // Counted first, never from 0: a last release under way meanwhile has
+    // given the node back.
+    let counted = record
+        .holds
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n > 0).then_some(n + 1)
+        });
+    if counted.is_err() {
+        return Err(lost(&record.name));
+    }
+    // Counted down again when the re-entry fails; if the chain's other
+    // holds were given back meanwhile, this was the last: it gives the node
+    // back (in the background: the caller has its error).
+    let uncount = |record: &Arc<Record>| {
+        if record.holds.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let record = record.clone();
+            let runtime = record.zk.runtime.clone();
+            runtime.spawn(async move {
+                let _ = give_back(record, None).await;
+            });
+        }
+    };
+    let sent = Instant::now();
+    let session = &record.session;
+    let data = record.data();
+    let written = record
+        .zk
+        .call(session, session.client.set_data(&record.path, &data, None))
+        .await;
+    let stat = match written {
+        Ok(stat) => stat,
+        Err(zk::Error::NoNode) => {
+            uncount(&record);
+            record.gone();
+            return Err(lost(&record.name));
+        }
+        Err(e) => {
+            uncount(&record);
+            return Err(store_error(e));
+        }
+    };
+    let token = u64::try_from(stat.mzxid).unwrap_or(0);
+    let held = ZkHold::new(alive, record, token, sent, options, metric);
+    let _ = held.chain.set(chain);
+    if let (Some(chain), Some(keep)) = (held.chain.get(), held.keep) {
+        chain.keep_until(keep);
+    }
+    Ok(held)
+}
+
+/// `at` by the wall clock.
+fn wall(at: Instant) -> SystemTime {
+    let now = Instant::now();
+    match at.checked_duration_since(now) {
+        Some(ahead) => SystemTime::now() + ahead,
+        None => SystemTime::now() - now.duration_since(at),
+    }
+}
+
+pub(super) fn lost(name: &str) -> LockError {
+    LockError::Lost {
+        name: name.to_owned(),
+    }
+}
+
+impl ZkHold {
+    pub(super) fn new(
+        alive: Arc<Background>,
+        record: Arc<Record>,
+        token: u64,
+        sent: Instant,
+        options: &Options,
+        metric: &'static str,
+    ) -> ZkHold {
+        let listed = record
+            .zk
+            .own
+            .list(&record.name, &record.holder, token, sent, options.lease);
+        let keep = options
+            .hold_at_least
+            .and_then(|minimum| Instant::now().checked_add(minimum));
+        ZkHold {
+            alive,
+            record,
+            token,
+            _listed: listed,
+            metric,
+            _held: HeldMetric::start(metric),
+            keep,
+            chain: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.record.name
+    }
+
+    pub(crate) fn token(&self) -> u64 {
+        self.token
+    }
+
+    pub(crate) fn holder(&self) -> &str {
+        &self.record.holder
+    }
+
+    pub(crate) fn runtime(&self) -> tokio::runtime::Handle {
+        self.record.zk.runtime.clone()
+    }
+
+    /// What the holds of this hold's call chain share (made on first use,
+    /// holding this hold's minimum).
+    fn chain(&self) -> &Chain {
+        self.chain.get_or_init(|| Chain::keeping(self.keep))
+    }
+
+    pub(crate) fn scoped(&self) -> ScopedHold {
+        ScopedHold {
+            client: self.record.zk.id.clone(),
+            name: self.record.name.clone(),
+            holder: self.record.holder.clone(),
+            chain: self.chain().clone(),
+        }
+    }
+
+    pub(crate) fn expire_by(&mut self, at: Instant) {
+        if let Some(until) = &self.record.fixed {
+            let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
+            *until = (*until).min(at);
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.record.is_lost()
+    }
+
+    pub(crate) fn remaining(&self) -> Duration {
+        self.record.remaining()
+    }
+
+    pub(crate) async fn lost(&self) {
+        self.record.lost().await;
+    }
+
+    /// Moves a fixed lease's end to `lease` from now (the holder enforces
+    /// it: no call); one that already lasts at least that long is left as
+    /// it is (a lease never shrinks). The session still bounds it.
+    pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
+        let name = &self.record.name;
+        let Some(until) = &self.record.fixed else {
+            return Err(LockError::Config(format!(
+                "lock `{name}`: extend is for fixed leases (acquired with .lease(..)); the \
+                 session's heartbeat keeps this guard's hold until release"
+            )));
+        };
+        if self.record.is_lost() {
+            return Err(lost(name));
+        }
+        {
+            let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
+            *until = (*until).max(valid_until(Instant::now(), lease));
+        }
+        // The node says the new end, for every client's `inspect`.
+        let record = self.record.clone();
+        let runtime = record.zk.runtime.clone();
+        let written = crate::background::run(&runtime, async move {
+            let session = &record.session;
+            let data = record.data();
+            record
+                .zk
+                .call(session, session.client.set_data(&record.path, &data, None))
+                .await
+        })
+        .await?;
+        match written {
+            Ok(_) => {}
+            Err(zk::Error::NoNode) => {
+                self.record.gone();
+                return Err(lost(name));
+            }
+            Err(e) => return Err(store_error(e)),
+        }
+        crate::telemetry::renewed(1);
+        Ok(())
+    }
+
+    /// Gives the hold back: the chain's last release deletes the node (or,
+    /// before a `hold_at_least` minimum, deletes it then, from the client's
+    /// runtime); the others only count down. [`LockError::Lost`] when the
+    /// hold counted as lost or the node was gone.
+    pub(crate) async fn release(self) -> Result<(), LockError> {
+        let was_lost = self.record.is_lost();
+        let keep = self.chain.get().map_or(self.keep, Chain::kept_until);
+        let ZkHold {
+            alive,
+            record,
+            metric,
+            _listed,
+            ..
+        } = self;
+        drop(_listed);
+        let name = record.name.clone();
+        let last = record.holds.fetch_sub(1, Ordering::AcqRel) == 1;
+        let released = if last {
+            // In the caller's task: if the caller leaves before it is done,
+            // it is done again on the client's runtime (deleting a node
+            // twice is harmless: its name is this acquisition's alone).
+            let mut resume = Resume(Some((record.clone(), keep)));
+            let released = give_back(record, keep).await;
+            resume.0 = None;
+            released
+        } else {
+            Ok(true)
+        };
+        drop(alive);
+        let result = match released {
+            Ok(true) if !was_lost => Ok(()),
+            Ok(_) => Err(lost(&name)),
+            Err(e) => Err(e),
+        };
+        if matches!(result, Err(LockError::Lost { .. })) {
+            crate::telemetry::lost(metric);
+        }
+        result
+    }
+}
+
+/// A release whose caller left before it was done: done again on the
+/// client's runtime when dropped armed.
+struct Resume(Option<(Arc<Record>, Option<Instant>)>);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        if let Some((record, keep)) = self.0.take() {
+            let runtime = record.zk.runtime.clone();
+            runtime.spawn(async move {
+                if let Err(e) = give_back(record, keep).await {
+                    tracing::warn!(error = %e, "the release of a hold whose caller left failed");
+                }
+            });
+        }
+    }
+}
+
+/// Deletes `record`'s node, or keeps it until `keep` (then deletes it from
+/// the client's runtime); whether the node was still there. Retries a
+/// call whose answer was lost; a retry that finds the node gone counts as
+/// given back (the lost call most likely deleted it). When the tries run
+/// out, the error is returned and the node is given back in the
+/// background while the session lives. A session that is over took its
+/// nodes with it.
+async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
+    if let Some(keep) = keep.filter(|k| *k > Instant::now()) {
+        // Marked kept, for every client's `inspect`: a holder with no
+        // holds left, until the minimum ends.
+        let session = &record.session;
+        let data = layout::data(&record.holder, Term::Kept(wall(keep)));
+        let there = match record
+            .zk
+            .call(session, session.client.set_data(&record.path, &data, None))
+            .await
+        {
+            Ok(_) => !*record.deleted.borrow(),
+            Err(zk::Error::NoNode) => false,
+            Err(e) => return Err(store_error(e)),
+        };
+        let runtime = record.zk.runtime.clone();
+        runtime.spawn(async move {
+            tokio::time::sleep_until(keep.into()).await;
+            let _ = give_back_now(record).await;
+        });
+        return Ok(there);
+    }
+    give_back_now(record).await
+}
+
+/// [`give_back`] with no minimum to keep.
+async fn give_back_now(record: Arc<Record>) -> Result<bool, LockError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match give_back_once(&record).await {
+            Err(e) if transient(&e) && tries < crate::config::UNLOCK_TRIES => {
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(tries))).await;
+            }
+            Err(e) if transient(&e) => {
+                let runtime = record.zk.runtime.clone();
+                runtime.spawn(async move {
+                    let mut tries = 0;
+                    while !record.session.client.state().is_terminated() {
+                        tries += 1;
+                        tokio::time::sleep(backoff(tries)).await;
+                        match give_back_once(&record).await {
+                            Err(e) if transient(&e) => {}
+                            _ => return,
+                        }
+                    }
+                });
+                return Err(e);
+            }
+            Ok(false) if tries > 1 => return Ok(true),
+            result => return result,
+        }
+    }
+}
+
+/// One delete of `record`'s node: whether it was there. Then the turn
+/// passes on.
+async fn give_back_once(record: &Record) -> Result<bool, LockError> {
+    let session = &record.session;
+    if session.client.state().is_terminated() {
+        record.gone();
+        return Ok(false);
+    }
+    let deleted = record
+        .zk
+        .call(session, session.client.delete(&record.path, None))
+        .await;
+    let there = match deleted {
+        Ok(()) => true,
+        Err(zk::Error::NoNode) => false,
+        Err(e) => return Err(store_error(e)),
+    };
+    record.gone();
+    Ok(there)
+}

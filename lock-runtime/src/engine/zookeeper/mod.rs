@@ -1,0 +1,341 @@
+//! The ZooKeeper engine (DESIGN §9): locks in the layout of Curator's
+//! recipes (`InterProcessMutex`, `InterProcessReadWriteLock`), so Java
+//! services on Curator and this crate exclude each other on the same
+//! names.
+//!
+//! # Layout
+//!
+//! Lock `name` is the node `<root>/<name>` (the root is the URL's path,
+//! `/locks` by default); its contenders are `EPHEMERAL_SEQUENTIAL`
+//! children `_c_<uuid>-lock-<seq>` (read-write: `__READ__`, `__WRIT__`),
+//! whose data is the holder id (Curator writes the host's address). The
+//! holder is the lowest sequence (readers: every reader before the first
+//! writer); a waiter watches the one contender before it that keeps it
+//! out: no herd, no polling. Every lock is FIFO (`fair_lock` is the same
+//! lock). Missing parents are made as container nodes, which the server
+//! deletes once they are empty (Curator does the same).
+//!
+//! - **Session.** The client's contenders live on its session (see
+//!   `session`): the watchdog is the session's heartbeat, and a hold is
+//!   lost, by the client's own clock, at the last answered call's send
+//!   time plus the session timeout ([`Config::watchdog_timeout`], as the
+//!   server granted it), before the server can expire the session; an
+//!   expired session is lost at once.
+//! - **Fencing token.** A zxid from which the hold is its holder's: the
+//!   lock node's `pzxid` read once the hold is first in line (it is at
+//!   least the deletion that let it in), or, for a reader (readers let in
+//!   together would share it) and a re-entry, the zxid of a write to its
+//!   own node. Holds of one name follow each other in zxid order, so
+//!   tokens strictly increase per name.
+//! - **`lease(d)`** is enforced by the holder: its node is given back at
+//!   `d` (the guard counts as lost then). A holder that dies is bounded by
+//!   the session timeout instead: its node goes when the server expires
+//!   its session.
+//! - **One node per client and name.** A client's mutex acquisitions of
+//!   one name queue in the process (FIFO); only the head has a node. A
+//!   re-entry writes no second node (it is counted in the process).
+//! - **Loss.** The session's (above); a node deleted by someone else
+//!   (`force_unlock`, `zkCli.sh delete`), which each hold watches for; and
+//!   a fixed lease's end.
+//! - **Cancellation.** A dropped or failed acquisition deletes its node; a
+//!   create whose answer was lost is found again by its `_c_<uuid>` prefix
+//!   (Curator's "protected" mode) and deleted.
+//!
+//! Quorum locks and replica sync are [`LockError::Unsupported`]: ZooKeeper
+//! writes through a quorum already.
+
+mod hold;
+mod layout;
+mod ops;
+mod session;
+mod take;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
+
+use tokio::runtime::Handle;
+use zookeeper_client as zk;
+
+pub(crate) use hold::ZkHold;
+pub(crate) use ops::{force_unlock, inspect, locks};
+pub(crate) use take::acquire;
+
+use crate::config::Config;
+use crate::error::LockError;
+use crate::own::OwnHolds;
+
+/// The engine's name in errors and metrics.
+pub(crate) const ENGINE: &str = "zookeeper";
+
+/// The root under which locks live when the URL names none.
+pub(crate) const DEFAULT_ROOT: &str = "/locks";
+
+/// What the tasks of a client on ZooKeeper share.
+pub(crate) struct Zk {
+    /// Random per client: the first half of every holder id.
+    pub(crate) id: String,
+    pub(crate) config: Config,
+    pub(crate) runtime: Handle,
+    /// The node under which every lock's node is (`/locks`).
+    root: String,
+    sessions: session::Sessions,
+    /// Per name, the process queue its mutex acquisitions wait in (FIFO).
+    queues: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// Per lock name and holder id, its record (for re-entries; a multi
+    /// lock's holds share one holder id over several names).
+    records: Mutex<HashMap<(String, String), Weak<hold::Record>>>,
+    /// This client's live guards, for `inspect`.
+    pub(crate) own: OwnHolds,
+}
+
+impl Zk {
+    /// Connects to the ensemble of `config`'s URL on the client's
+    /// `runtime`: the first session (which proves it answers).
+    pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<Zk>, LockError> {
+        let target = Target::parse(&config)?;
+        if config.replica_sync == crate::config::ReplicaSync::Always {
+            return Err(crate::engine::unsupported(
+                ENGINE,
+                "replica sync (ZooKeeper writes through a quorum: a granted hold is on a quorum \
+                 already)",
+            ));
+        }
+        let handle = runtime.clone();
+        crate::background::run(&runtime, async move {
+            let sessions = session::Sessions::new(target.connect.clone(), target.auth, &config);
+            let zk = Arc::new(Zk {
+                id: uuid::Uuid::new_v4().to_string(),
+                root: target.root,
+                sessions,
+                runtime: handle,
+                queues: Mutex::default(),
+                records: Mutex::default(),
+                own: OwnHolds::default(),
+                config,
+            });
+            zk.sessions.get().await.map_err(|e| LockError::Store {
+                engine: ENGINE,
+                message: format!(
+                    "cannot connect to ZooKeeper at {} ({}): {e}",
+                    target.connect,
+                    zk.config.origin()
+                ),
+                transient: true,
+            })?;
+            Ok(zk)
+        })
+        .await?
+    }
+
+    /// The node of lock `name`.
+    pub(crate) fn lock_path(&self, name: &str) -> String {
+        format!("{}/{name}", self.root)
+    }
+
+    /// How many holds the session's heartbeat keeps.
+    pub(crate) fn renewed(&self) -> usize {
+        self.sessions.holds()
+    }
+
+    /// The process queue of `name` (made when missing).
+    fn queue(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(queue) = queues.get(name).and_then(Weak::upgrade) {
+            return queue;
+        }
+        // Forget the queues nobody waits in any more, now and then.
+        if queues.len() >= 64 && queues.len().is_power_of_two() {
+            queues.retain(|_, q| q.strong_count() > 0);
+        }
+        let queue = Arc::new(tokio::sync::Mutex::new(()));
+        queues.insert(name.to_owned(), Arc::downgrade(&queue));
+        queue
+    }
+
+    /// The live session, made when there is none (on the client's runtime,
+    /// where a session's tasks live).
+    async fn session(self: &Arc<Zk>) -> Result<Arc<session::Session>, LockError> {
+        if let Some(session) = self.sessions.live() {
+            return Ok(session);
+        }
+        let zk = self.clone();
+        self.runtime
+            .spawn(async move { zk.sessions.get().await })
+            .await
+            .map_err(|_| LockError::Shutdown)?
+    }
+
+    /// Runs one call of `session` within the response timeout (no answer
+    /// in time is [`zk::Error::Timeout`]); an answer, a refusal included,
+    /// confirms the session (its heartbeat counts from the send).
+    async fn call<T>(
+        &self,
+        session: &session::Session,
+        call: impl Future<Output = Result<T, zk::Error>>,
+    ) -> Result<T, zk::Error> {
+        let sent = Instant::now();
+        let answer = tokio::time::timeout(self.config.response_timeout, call)
+            .await
+            .unwrap_or(Err(zk::Error::Timeout));
+        if answer.is_ok() || answer.as_ref().is_err_and(is_refusal) {
+            session.confirm(sent);
+        }
+        answer
+    }
+}
+
+/// Whether `e` is the server's answer to a call (it refused it), not a
+/// call that went unanswered.
+fn is_refusal(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::NoNode
+            | zk::Error::NodeExists
+            | zk::Error::BadVersion
+            | zk::Error::NotEmpty
+            | zk::Error::NoAuth
+            | zk::Error::InvalidAcl
+            | zk::Error::NoChildrenForEphemerals
+    )
+}
+
+/// The connect string, root and credentials a `zk://` URL names.
+struct Target {
+    connect: String,
+    root: String,
+    auth: Option<(String, String)>,
+}
+
+impl Target {
+    /// `zk://[user:password@]host:port[,host:port...][/root]`; the root is
+    /// `/locks` when the URL has no path. [`Config::username`] and
+    /// [`Config::password`] override the URL's credentials (ZooKeeper's
+    /// `digest` scheme).
+    fn parse(config: &Config) -> Result<Target, LockError> {
+        let url = config.url();
+        let bad = |why: &str| {
+            LockError::Config(format!(
+                "invalid ZooKeeper URL {:?}: {why}",
+                crate::config::redact(url)
+            ))
+        };
+        let rest = url
+            .strip_prefix("zk://")
+            .ok_or_else(|| bad("the scheme must be zk://"))?;
+        if rest.contains(['?', '#']) {
+            return Err(bad("a ZooKeeper URL has no query or fragment"));
+        }
+        let (authority, root) = match rest.find('/') {
+            Some(at) => (&rest[..at], rest[at..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        let root = if root.is_empty() { DEFAULT_ROOT } else { root };
+        if root
+            .split('/')
+            .skip(1)
+            .any(|part| part.is_empty() || part == "." || part == ".." || part == "zookeeper")
+        {
+            return Err(bad(&format!(
+                "{root:?} is not a node path (no empty, `.` or `..` parts, not under /zookeeper)"
+            )));
+        }
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        let mut auth = userinfo.map(|userinfo| match userinfo.split_once(':') {
+            Some((user, password)) => (user.to_owned(), password.to_owned()),
+            None => (userinfo.to_owned(), String::new()),
+        });
+        match config.credentials() {
+            (Some(name), password) => {
+                auth = Some((name.to_owned(), password.unwrap_or_default().to_owned()));
+            }
+            (None, Some(password)) => {
+                let name = auth.as_ref().map(|(n, _)| n.clone()).unwrap_or_default();
+                auth = Some((name, password.to_owned()));
+            }
+            (None, None) => {}
+        }
+        if hosts.is_empty() {
+            return Err(bad("no host:port"));
+        }
+        for host in hosts.split(',') {
+            let port = host.rsplit_once(':').map(|(_, port)| port);
+            match port {
+                Some(port) if port.parse::<u16>().is_ok_and(|p| p != 0) => {}
+                _ => return Err(bad(&format!("{host:?} is not host:port"))),
+            }
+        }
+        Ok(Target {
+            connect: hosts.to_owned(),
+            root: root.to_owned(),
+            auth,
+        })
+    }
+}
+
+/// A ZooKeeper error as a [`LockError`], saying whether it may heal (a
+/// lost connection, an expired session: the next try makes a new one).
+pub(crate) fn store_error(e: zk::Error) -> LockError {
+    let transient = matches!(
+        e,
+        zk::Error::ConnectionLoss
+            | zk::Error::Timeout
+            | zk::Error::NoHosts
+            | zk::Error::SessionExpired
+            | zk::Error::SessionMoved
+            | zk::Error::ClientClosed
+            | zk::Error::Throttled
+    );
+    LockError::Store {
+        engine: ENGINE,
+        message: e.to_string(),
+        transient,
+    }
+}
+
+/// Whether `e` may heal by itself (retried within a wait).
+pub(crate) fn transient(e: &LockError) -> bool {
+    matches!(
+        e,
+        LockError::Store {
+            transient: true,
+            ..
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(url: &str) -> Result<Target, LockError> {
+        Target::parse(&Config::new(url))
+    }
+
+    #[test]
+    fn urls_name_hosts_root_and_credentials() {
+        let t = parse("zk://10.0.0.1:2181,10.0.0.2:2181/locks/shop").unwrap();
+        assert_eq!(t.connect, "10.0.0.1:2181,10.0.0.2:2181");
+        assert_eq!(t.root, "/locks/shop");
+        assert!(t.auth.is_none());
+        let t = parse("zk://u:p@h:1").unwrap();
+        assert_eq!(
+            (t.root.as_str(), t.auth),
+            ("/locks", Some(("u".into(), "p".into())))
+        );
+        assert_eq!(parse("zk://h:1/").unwrap().root, "/locks");
+        for bad in [
+            "zk://h/locks",
+            "zk://h:0",
+            "zk://h:1//x",
+            "zk://h:1/a/../b",
+            "zk://",
+            "zk://h:1?x",
+        ] {
+            assert!(matches!(parse(bad), Err(LockError::Config(_))), "{bad}");
+        }
+    }
+}

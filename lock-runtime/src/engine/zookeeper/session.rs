@@ -1,0 +1,251 @@
+//! The client's ZooKeeper session: what keeps its contenders' nodes
+//! (ephemeral: they go with it), its heartbeat, and the loss clock of the
+//! holds on it.
+//!
+//! The client library pings the server while the session is idle; this
+//! module adds a call of its own every third of the session timeout (a
+//! `stat` of `/`) and counts the session valid until the send time of the
+//! last answered one plus the negotiated timeout, less the safety margin:
+//! the server, which counts from later, expires the session after that.
+//! An expired or closed session is lost at once. A lost session stays
+//! lost: the client's next acquisitions make a new one, and the old one
+//! closes when its last hold lets it go.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use zookeeper_client as zk;
+
+use super::{ENGINE, store_error};
+use crate::clock::valid_until;
+use crate::config::Config;
+use crate::error::LockError;
+
+/// One ZooKeeper session of a client.
+pub(crate) struct Session {
+    pub(crate) client: zk::Client,
+    /// The timeout the server granted.
+    timeout: Duration,
+    /// When the last answered call was sent.
+    confirmed: Mutex<Instant>,
+    /// Expired, closed, or run out by the clock.
+    lost: watch::Sender<bool>,
+    /// Holds kept by this session's heartbeat.
+    holds: AtomicUsize,
+}
+
+impl Session {
+    /// Whether the session counts as lost by this client's clock.
+    pub(crate) fn is_lost(&self) -> bool {
+        if *self.lost.borrow() {
+            return true;
+        }
+        if Instant::now() >= self.until() {
+            self.lost.send_replace(true);
+            return true;
+        }
+        false
+    }
+
+    fn until(&self) -> Instant {
+        let confirmed = *self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
+        valid_until(confirmed, self.timeout)
+    }
+
+    /// The session timeout the server granted.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// How long the session counts as valid from now.
+    pub(crate) fn remaining(&self) -> Duration {
+        if self.is_lost() {
+            return Duration::ZERO;
+        }
+        self.until().saturating_duration_since(Instant::now())
+    }
+
+    /// A call sent at `sent` was answered: the session lives until then
+    /// plus its timeout at least.
+    pub(crate) fn confirm(&self, sent: Instant) {
+        let mut confirmed = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
+        if sent > *confirmed {
+            *confirmed = sent;
+        }
+    }
+
+    /// Resolves once the session is lost (see [`is_lost`](Self::is_lost)).
+    pub(crate) async fn lost(&self) {
+        let mut lost = self.lost.subscribe();
+        loop {
+            if self.is_lost() {
+                return;
+            }
+            let until = self.until();
+            tokio::select! {
+                changed = lost.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+                () = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
+    }
+
+    /// Counts a hold the heartbeat keeps, until the returned mark drops.
+    pub(crate) fn keep(self: &Arc<Session>) -> Kept {
+        self.holds.fetch_add(1, Ordering::AcqRel);
+        Kept(self.clone())
+    }
+
+    /// Marks the session lost: the client's next acquisitions make a new
+    /// one.
+    pub(crate) fn retire(&self) {
+        self.lost.send_replace(true);
+    }
+}
+
+/// A hold counted by its session (see [`Session::keep`]).
+pub(crate) struct Kept(Arc<Session>);
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        self.0.holds.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A client's sessions: the live one, made again when lost.
+pub(crate) struct Sessions {
+    connect: String,
+    auth: Option<(String, String)>,
+    config: Config,
+    current: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// The live session, readable without waiting.
+    live: Mutex<Option<Arc<Session>>>,
+}
+
+impl Sessions {
+    pub(crate) fn new(
+        connect: String,
+        auth: Option<(String, String)>,
+        config: &Config,
+    ) -> Sessions {
+        Sessions {
+            connect,
+            auth,
+            config: config.clone(),
+            current: tokio::sync::Mutex::new(None),
+            live: Mutex::new(None),
+        }
+    }
+
+    /// The live session, if there is one now.
+    pub(crate) fn live(&self) -> Option<Arc<Session>> {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        live.as_ref().filter(|s| !s.is_lost()).cloned()
+    }
+
+    /// The live session, made when there is none (on the caller's runtime:
+    /// call it on the client's, where the session's tasks then live).
+    pub(crate) async fn get(&self) -> Result<Arc<Session>, LockError> {
+        if let Some(session) = self.live() {
+            return Ok(session);
+        }
+        let mut current = self.current.lock().await;
+        if let Some(session) = current.as_ref().filter(|s| !s.is_lost()) {
+            return Ok(session.clone());
+        }
+        let session = self.open().await?;
+        *current = Some(session.clone());
+        *self.live.lock().unwrap_or_else(|p| p.into_inner()) = Some(session.clone());
+        Ok(session)
+    }
+
+    /// How many holds the live session's heartbeat keeps.
+    pub(crate) fn holds(&self) -> usize {
+        self.live()
+            .map_or(0, |session| session.holds.load(Ordering::Acquire))
+    }
+
+    /// Connects a new session, and starts its heartbeat and state watch.
+    async fn open(&self) -> Result<Arc<Session>, LockError> {
+        let mut connector = zk::Client::connector()
+            .with_session_timeout(self.config.watchdog_timeout)
+            .with_connection_timeout(self.config.connect_timeout);
+        if let Some((user, password)) = &self.auth {
+            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        }
+        let sent = Instant::now();
+        let connected = tokio::time::timeout(
+            self.config.connect_timeout,
+            connector.connect(&self.connect),
+        )
+        .await;
+        let client = match connected {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(store_error(e)),
+            Err(_) => {
+                return Err(LockError::Store {
+                    engine: ENGINE,
+                    message: format!("no session with ZooKeeper at {} in time", self.connect),
+                    transient: true,
+                });
+            }
+        };
+        let session = Arc::new(Session {
+            timeout: client.session_timeout(),
+            client,
+            confirmed: Mutex::new(sent),
+            lost: watch::channel(false).0,
+            holds: AtomicUsize::new(0),
+        });
+        tokio::spawn(heartbeat(
+            Arc::downgrade(&session),
+            self.config.response_timeout,
+        ));
+        tokio::spawn(watch_state(Arc::downgrade(&session)));
+        Ok(session)
+    }
+}
+
+/// Every third of the session timeout, a call whose answer confirms the
+/// session (see the module docs), while the session lives and is not lost.
+async fn heartbeat(session: std::sync::Weak<Session>, response_timeout: Duration) {
+    loop {
+        let (client, every) = match session.upgrade() {
+            Some(s) if !s.is_lost() => (s.client.clone(), s.timeout / 3),
+            _ => return,
+        };
+        let sent = Instant::now();
+        let answered = tokio::time::timeout(response_timeout, client.check_stat("/")).await;
+        drop(client);
+        if let Ok(Ok(_)) = answered
+            && let Some(session) = session.upgrade()
+        {
+            session.confirm(sent);
+        }
+        tokio::time::sleep_until((sent + every).into()).await;
+    }
+}
+
+/// Marks the session lost when the server expires or closes it.
+async fn watch_state(session: std::sync::Weak<Session>) {
+    let Some(mut state) = session.upgrade().map(|s| s.client.state_watcher()) else {
+        return;
+    };
+    loop {
+        let now = state.changed().await;
+        if now.is_terminated() {
+            if let Some(session) = session.upgrade() {
+                session.retire();
+            }
+            return;
+        }
+        if session.strong_count() == 0 {
+            return;
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! Taking a hold on ZooKeeper: the process queue (mutex nodes), the node
+//! made on the client's session, the wait for the contenders before it (a
+//! watch on the last one that keeps it out), and the undoing of all that
+//! when the acquisition fails or is dropped.
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{OwnedMutexGuard, oneshot, watch};
+use zookeeper_client as zk;
+
+use super::hold::{Record, ZkHold, lost, reenter};
+use super::layout::{self, Contender, Side, Term, blocker, contenders};
+use super::session::Session;
+use super::{Zk, store_error, transient};
+use crate::background::Background;
+use crate::clock::valid_until;
+use crate::error::LockError;
+use crate::holder;
+use crate::request::{Options, Target, backoff, check_options, pause_within, timed_out, within};
+
+/// Takes a hold of `target` on ZooKeeper (see the module docs of
+/// [`super`]): a re-entry when the caller runs in the scope of this
+/// client's hold of it, else a new holder that queues in the process, then
+/// in ZooKeeper. A queued waiter carries this future and the queue's only:
+/// the rest is boxed once it has its turn.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice (see the comment inside)"
+)]
+pub(crate) fn acquire(
+    alive: Arc<Background>,
+    zk: Arc<Zk>,
+    target: Target,
+    options: Options,
+) -> impl Future<Output = Result<ZkHold, LockError>> + Send {
+    // An async block, not an async fn: what it takes is kept once, not
+    // twice (its arguments and their moved copies).
+    async move {
+        check_options(&target, &options)?;
+        let started = Instant::now();
+        let deadline = options.wait.and_then(|w| started.checked_add(w));
+        // A mutex node is one per client and name: this client's turn
+        // first (a re-entry has the turn already: its scope's hold keeps it).
+        let mutex = holder::in_scope(&zk.id, target.name()).is_none()
+            && matches!(Side::of(&target), Ok(Side::Mutex));
+        let queued = if mutex {
+            turn(&zk, &target, &options, deadline).await.map(Some)
+        } else {
+            Ok(None)
+        };
+        let result = match queued {
+            Ok(turn) => {
+                // Looked up again, not kept while queued (the same task's
+                // scope: the same answer).
+                let reentry = match mutex {
+                    true => None,
+                    false => holder::in_scope(&zk.id, target.name()),
+                };
+                let queued = Queued {
+                    reentry,
+                    turn,
+                    deadline,
+                };
+                Box::pin(take_hold(alive, zk, &target, options, queued)).await
+            }
+            Err(e) => Err(e),
+        };
+        let kind = options.metric.is_none().then(|| target.kind());
+        crate::telemetry::record_acquired(kind, started, &result);
+        result
+    }
+}
+
+/// What [`acquire`] knows when it stops queueing in the process.
+struct Queued {
+    /// The holder id and chain of this client's hold, when the caller runs
+    /// in its scope.
+    reentry: Option<(String, holder::Chain)>,
+    /// The turn at a mutex node, when it is one.
+    turn: Option<OwnedMutexGuard<()>>,
+    deadline: Option<Instant>,
+}
+
+/// Waits, within the wait, for this client's turn at a mutex node of
+/// `target` (FIFO); a zero wait takes it only if free.
+async fn turn(
+    zk: &Zk,
+    target: &Target,
+    options: &Options,
+    deadline: Option<Instant>,
+) -> Result<OwnedMutexGuard<()>, LockError> {
+    let queue = zk.queue(target.name());
+    if options.wait == Some(Duration::ZERO) {
+        return queue
+            .try_lock_owned()
+            .map_err(|_| timed_out(target, options));
+    }
+    within!(queue.lock_owned(), deadline, target, options)
+}
+
+/// [`acquire`] once the options are checked and its turn is in.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice (see the comment inside)"
+)]
+fn take_hold(
+    alive: Arc<Background>,
+    zk: Arc<Zk>,
+    target: &Target,
+    options: Options,
+    queued: Queued,
+) -> impl Future<Output = Result<ZkHold, LockError>> + Send + '_ {
+    // An async block, not an async fn: a head waits in it, and an async
+    // fn keeps its arguments twice (as they came and as moved).
+    async move {
+        let Queued {
+            reentry,
+            turn,
+            deadline,
+        } = queued;
+        let side = Side::of(target)?;
+        let name = target.name();
+        let metric = options.metric.unwrap_or(target.kind());
+        if let Some((holder, chain)) = reentry {
+            let record = zk
+                .records
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&(name.to_owned(), holder))
+                .cloned();
+            // Upgraded with the map unlocked: dropping a last `Arc<Record>`
+            // locks the map.
+            let Some(record) = record.and_then(|r| r.upgrade()) else {
+                return Err(lost(name));
+            };
+            return reenter(alive, record, side, chain, &options, metric).await;
+        }
+        let number = options.number.unwrap_or_else(holder::fresh_number);
+        let holder = holder::id(&zk.id, number);
+        let _waiting = crate::telemetry::WaiterMetric::start(metric);
+        let mut pending = Pending {
+            zk: zk.clone(),
+            turn,
+            made: None,
+        };
+        let how = How {
+            side,
+            holder: &holder,
+            deadline,
+        };
+        let mut tries = 0;
+        let taken = loop {
+            tries += 1;
+            match take(&zk, target, &options, &how, &mut pending).await {
+                Ok(taken) => break taken,
+                Err(e) if transient(&e) && deadline.is_none_or(|d| Instant::now() < d) => {
+                    if tries == 1 && deadline.is_none() {
+                        tracing::warn!(lock = name, error = %e, "an attempt failed; waiting without a deadline, so trying again with backoff until ZooKeeper answers");
+                    }
+                    pause_within(deadline, backoff(tries)).await;
+                }
+                Err(e) => {
+                    pending.give_up().await;
+                    // One attempt reports its fault as it is; a wait that ran
+                    // out on faults that may heal was a wait that ran out.
+                    let waited = options.wait != Some(Duration::ZERO);
+                    return Err(if transient(&e) && waited {
+                        timed_out(target, &options)
+                    } else {
+                        e
+                    });
+                }
+            }
+        };
+        let turn = pending.turn.take();
+        let Some(Made {
+            session,
+            child: Some(child),
+            lock,
+            ..
+        }) = pending.made.take()
+        else {
+            return Err(lost(name));
+        };
+        let fixed = options
+            .lease
+            .map(|lease| Mutex::new(valid_until(taken.sent, lease)));
+        let kept = fixed.is_none().then(|| session.keep());
+        let record = Arc::new(Record {
+            zk: zk.clone(),
+            name: name.to_owned(),
+            side,
+            path: format!("{lock}/{child}"),
+            holder: holder.clone(),
+            session,
+            _kept: kept,
+            fixed,
+            holds: AtomicUsize::new(1),
+            deleted: watch::channel(false).0,
+            tasks: OnceLock::new(),
+            turn: Mutex::new(turn),
+        });
+        zk.records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((name.to_owned(), holder), Arc::downgrade(&record));
+        record.watch();
+        Ok(ZkHold::new(
+            alive,
+            record,
+            taken.token,
+            taken.sent,
+            &options,
+            metric,
+        ))
+    }
+}
+
+/// Who takes the hold, and on which side.
+struct How<'a> {
+    side: Side,
+    holder: &'a str,
+    deadline: Option<Instant>,
+}
+
+/// A node an acquisition made, or may have made (a create whose answer
+/// was lost): undone when the acquisition fails or is dropped.
+struct Made {
+    session: Arc<Session>,
+    /// The lock's node.
+    lock: String,
+    /// The create's protected id (`_c_<id>-`).
+    id: String,
+    /// The child's name, once the create's answer is in.
+    child: Option<String>,
+}
+
+/// What an acquisition has made so far, undone when it fails or is
+/// dropped (in a task of the client's runtime): its node deleted, and
+/// only then the process queue's turn passed on.
+struct Pending {
+    zk: Arc<Zk>,
+    turn: Option<OwnedMutexGuard<()>>,
+    made: Option<Made>,
+}
+
+impl Pending {
+    /// Undoes what was made, waiting until its first try is done (the
+    /// turn passed on): any later tries go on in the background.
+    async fn give_up(&mut self) {
+        let zk = self.zk.clone();
+        let (made, turn) = (self.made.take(), self.turn.take());
+        let (passed_in, passed) = oneshot::channel();
+        zk.runtime
+            .clone()
+            .spawn(async move { undo(&zk, made, turn, Some(passed_in)).await });
+        let _ = passed.await;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.turn.is_none() && self.made.is_none() {
+            return;
+        }
+        let zk = self.zk.clone();
+        let (made, turn) = (self.made.take(), self.turn.take());
+        self.zk
+            .runtime
+            .spawn(async move { undo(&zk, made, turn, None).await });
+    }
+}
+
+/// Deletes what `made` made (see [`clear`]), trying again while its
+/// session lives, then passes the turn on (after the first try).
+async fn undo(
+    zk: &Zk,
+    made: Option<Made>,
+    turn: Option<OwnedMutexGuard<()>>,
+    passed: Option<oneshot::Sender<()>>,
+) {
+    let (mut turn, mut passed) = (turn, passed);
+    if let Some(made) = made {
+        for tries in 1.. {
+            let cleared = clear(zk, &made).await;
+            drop(turn.take());
+            if let Some(passed) = passed.take() {
+                let _ = passed.send(());
+            }
+            match cleared {
+                Err(e) if transient(&e) && !made.session.is_lost() => {
+                    if tries == crate::config::UNLOCK_TRIES {
+                        tracing::warn!(lock = made.lock, error = %e, "an abandoned lock node is not deleted yet; trying on");
+                    }
+                    tokio::time::sleep(backoff(tries)).await;
+                }
+                Err(e) => {
+                    tracing::warn!(lock = made.lock, error = %e, "could not delete an abandoned lock node");
+                    break;
+                }
+                Ok(()) => break,
+            }
+        }
+    }
+    drop(turn);
+    if let Some(passed) = passed {
+        let _ = passed.send(());
+    }
+}
+
+/// Deletes the node `made` made: by its name when its create's answer is
+/// in, else every child of the lock with its protected id (none when the
+/// create never landed). Requests of one session are served in order, so
+/// a create sent before this is seen by it. Nothing to do on a session
+/// that is over (its nodes went with it).
+async fn clear(zk: &Zk, made: &Made) -> Result<(), LockError> {
+    let session = &made.session;
+    if session.client.state().is_terminated() {
+        return Ok(());
+    }
+    let children = match &made.child {
+        Some(child) => vec![child.clone()],
+        None => match zk
+            .call(session, session.client.list_children(&made.lock))
+            .await
+        {
+            Ok(children) => children
+                .into_iter()
+                .filter(|c| Contender::of(c).is_some_and(|c| c.made_by(&made.id)))
+                .collect(),
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(store_error(e)),
+        },
+    };
+    for child in children {
+        let path = format!("{}/{child}", made.lock);
+        match zk.call(session, session.client.delete(&path, None)).await {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(store_error(e)),
+        }
+    }
+    Ok(())
+}
+
+/// A hold taken in ZooKeeper.
+struct Taken {
+    token: u64,
+    /// When the call that confirmed it was sent.
+    sent: Instant,
+}
+
+/// One try at the hold: the node made on the session (its parents made
+/// first when missing), read back with the lock's children in the same
+/// round trip (requests of one session are served in order), then, if
+/// contenders before it keep it out, the wait for them to go.
+async fn take(
+    zk: &Arc<Zk>,
+    target: &Target,
+    options: &Options,
+    how: &How<'_>,
+    pending: &mut Pending,
+) -> Result<Taken, LockError> {
+    // An earlier try's node (its answer lost, or its session gone) first.
+    if let Some(made) = pending.made.take()
+        && let Err(e) = clear(zk, &made).await
+    {
+        pending.made = Some(made);
+        return Err(e);
+    }
+    let session = zk.session().await?;
+    let lock = zk.lock_path(target.name());
+    let id = uuid::Uuid::new_v4().to_string();
+    let path = how.side.create_path(&lock, &id);
+    let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let term = |session: &Session| match options.lease {
+        Some(lease) => Term::Until(SystemTime::now() + lease),
+        None => Term::Session(session.timeout()),
+    };
+    let data = layout::data(how.holder, term(&session));
+    let mut sent;
+    let (ours, listed) = loop {
+        pending.made = Some(Made {
+            session: session.clone(),
+            lock: lock.clone(),
+            id: id.clone(),
+            child: None,
+        });
+        sent = Instant::now();
+        let both = {
+            let create = session.client.create(&path, &data, &mode);
+            let list = session.client.get_children(&lock);
+            async move { Ok::<_, zk::Error>(tokio::join!(create, list)) }
+        };
+        let (created, listed) = zk.call(&session, both).await.map_err(store_error)?;
+        match created {
+            Ok((_, sequence)) => {
+                let child = format!("{}{sequence}", &path[lock.len() + 1..]);
+                if let Some(made) = pending.made.as_mut() {
+                    made.child = Some(child.clone());
+                }
+                let ours = Contender::of(&child).ok_or_else(|| LockError::Store {
+                    engine: super::ENGINE,
+                    message: format!(
+                        "lock `{}`: the server named our node {child:?}",
+                        target.name()
+                    ),
+                    transient: false,
+                })?;
+                break (ours, listed);
+            }
+            // The lock's node (or the root) is missing: made, as
+            // containers, and the create sent again.
+            Err(zk::Error::NoNode) => {
+                pending.made = None;
+                let parents = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+                zk.call(&session, session.client.mkdir(&lock, &parents))
+                    .await
+                    .map_err(store_error)?;
+            }
+            Err(e) => {
+                // Refused: nothing was made.
+                if super::is_refusal(&e) {
+                    pending.made = None;
+                }
+                return Err(store_error(e));
+            }
+        }
+    };
+    let token = match listed {
+        Ok((children, stat)) => first_in_line(&children, &ours, &stat),
+        Err(_) => None,
+    };
+    let mut waited = false;
+    let token = match token {
+        Some(token) => token,
+        None => {
+            waited = true;
+            if options.wait == Some(Duration::ZERO) {
+                return Err(timed_out(target, options));
+            }
+            match wait_for_turn(zk, &session, target, options, &lock, &ours, how.deadline).await? {
+                Some(token) => {
+                    sent = Instant::now();
+                    token
+                }
+                None => {
+                    // Our node went while we waited (the session expired,
+                    // someone deleted it): try again, at the back of the line.
+                    pending.made = None;
+                    return Err(LockError::Store {
+                        engine: super::ENGINE,
+                        message: format!("lock `{}`: the waiter's node was deleted", target.name()),
+                        transient: true,
+                    });
+                }
+            }
+        }
+    };
+    // Readers let in together would share the lock node's zxid: a write
+    // of its own gives each its token. A fixed lease counts from the turn:
+    // its node says so.
+    let token = if how.side == Side::Read || (waited && options.lease.is_some()) {
+        sent = Instant::now();
+        let node = format!("{lock}/{}", ours.child);
+        let data = layout::data(how.holder, term(&session));
+        match zk
+            .call(&session, session.client.set_data(&node, &data, None))
+            .await
+        {
+            Ok(stat) => u64::try_from(stat.mzxid).unwrap_or(0),
+            Err(zk::Error::NoNode) => return Err(lost(target.name())),
+            Err(e) => return Err(store_error(e)),
+        }
+    } else {
+        token
+    };
+    Ok(Taken { token, sent })
+}
+
+/// The token when `ours` is first in line among `children` (no contender
+/// before it keeps it out): the lock node's `pzxid`, which is at least the
+/// last child's create or deletion, so at least every earlier holder's
+/// end. `None` while it must wait, or when it is not among them.
+fn first_in_line(children: &[String], ours: &Contender, stat: &zk::Stat) -> Option<u64> {
+    let all = contenders(children);
+    if !all.iter().any(|c| c.child == ours.child) || blocker(&all, ours).is_some() {
+        return None;
+    }
+    Some(u64::try_from(stat.pzxid).unwrap_or(0))
+}
+
+/// Waits until no contender before `ours` keeps it out: each time, watches
+/// the last one that does and reads the children again once it is gone
+/// (no herd). Returns the token ([`first_in_line`]), or `None` when our
+/// node is gone.
+async fn wait_for_turn(
+    zk: &Zk,
+    session: &Session,
+    target: &Target,
+    options: &Options,
+    lock: &str,
+    ours: &Contender,
+    deadline: Option<Instant>,
+) -> Result<Option<u64>, LockError> {
+    loop {
+        let (children, stat) = zk
+            .call(session, session.client.get_children(lock))
+            .await
+            .map_err(store_error)?;
+        let all = contenders(&children);
+        if !all.iter().any(|c| c.child == ours.child) {
+            return Ok(None);
+        }
+        let Some(before) = blocker(&all, ours) else {
+            return Ok(Some(u64::try_from(stat.pzxid).unwrap_or(0)));
+        };
+        let path = format!("{lock}/{}", before.child);
+        drop(children);
+        loop {
+            let (there, watcher) = zk
+                .call(session, session.client.check_and_watch_stat(&path))
+                .await
+                .map_err(store_error)?;
+            if there.is_none() {
+                break;
+            }
+            let event = within!(watcher.changed(), deadline, target, options)?;
+            match event.event_type {
+                zk::EventType::NodeDeleted => break,
+                zk::EventType::Session => {
+                    session.retire();
+                    return Err(LockError::Store {
+                        engine: super::ENGINE,
+                        message: format!(
+                            "lock `{}`: the session ended while waiting ({:?})",
+                            target.name(),
+                            event.session_state
+                        ),
+                        transient: true,
+                    });
+                }
+                // Its data changed (a re-entry): watched again.
+                _ => {}
+            }
+        }
+    }
+}
