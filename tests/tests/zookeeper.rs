@@ -1,0 +1,305 @@
+//! The ZooKeeper engine against real ZooKeeper servers (standalone; the
+//! failover test starts a 3-member ensemble): Curator's layout and interop
+//! with Curator itself (a Java child process), session expiry, a leader
+//! failover, and cancellation that leaves no node.
+
+use std::time::{Duration, Instant};
+
+use lock_runtime::{Config, LockClient, LockError};
+use tests::eventually;
+use tests::proxy::Proxy;
+use tests::zookeeper::{Curator, ZkEnsemble, ZooKeeper, zk_children};
+
+const LONG: Duration = Duration::from_secs(20);
+
+async fn client(zk: &ZooKeeper) -> LockClient {
+    LockClient::connect(Config::new(zk.url()))
+        .await
+        .expect("connect to ZooKeeper")
+}
+
+/// The children of lock `name`'s node, in sequence order.
+async fn nodes(zk: &ZooKeeper, name: &str) -> Vec<String> {
+    zk_children(&zk.connect_string(), &format!("/locks/{name}")).await
+}
+
+async fn until_nodes(zk: &ZooKeeper, name: &str, n: usize) {
+    eventually(&format!("{n} nodes under /locks/{name}"), LONG, || async {
+        nodes(zk, name).await.len() == n
+    })
+    .await;
+}
+
+/// Whether `child` is named as Curator's protected `InterProcessMutex`
+/// names its contenders: `_c_<uuid>-lock-<ten digits>`.
+fn curator_mutex_node(child: &str) -> bool {
+    let Some(rest) = child.strip_prefix("_c_") else {
+        return false;
+    };
+    let Some((uuid, sequence)) = rest.split_once("-lock-") else {
+        return false;
+    };
+    uuid.len() == 36 && sequence.len() == 10 && sequence.bytes().all(|b| b.is_ascii_digit())
+}
+
+#[tokio::test]
+async fn we_and_curator_exclude_each_other() {
+    let zk = ZooKeeper::start();
+    let c = client(&zk).await;
+    let mut curator = Curator::start(&zk.connect_string()).await;
+
+    // Curator holds: we wait, and get it when Curator lets go.
+    assert!(curator.acquire("/locks/shared", 10_000).await);
+    assert!(c.lock("shared").try_acquire().await.unwrap().is_none());
+    let ours = tokio::spawn({
+        let c = c.clone();
+        async move { c.lock("shared").wait(LONG).acquire().await }
+    });
+    until_nodes(&zk, "shared", 2).await;
+    let info = c.inspect("shared").await.unwrap().expect("Curator holds");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert_eq!(info.queue.len(), 1, "our waiter queues behind it: {info:?}");
+    curator.release("/locks/shared").await;
+    let guard = tests::finish(LONG, ours).await;
+
+    // Our node is the one Curator's recipe expects.
+    let ours = nodes(&zk, "shared").await;
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert!(curator_mutex_node(&ours[0]), "{ours:?}");
+
+    // We hold: Curator's timed acquire fails; after our release it gets it.
+    assert!(!curator.acquire("/locks/shared", 300).await);
+    guard.release().await.unwrap();
+    assert!(curator.acquire("/locks/shared", 10_000).await);
+    curator.release("/locks/shared").await;
+    curator.close().await;
+}
+
+#[tokio::test]
+async fn read_write_locks_share_curators_layout() {
+    let zk = ZooKeeper::start();
+    let c = client(&zk).await;
+    let mut curator = Curator::start(&zk.connect_string()).await;
+    let rw = c.read_write_lock("rw");
+
+    // Curator reads: we read too, and our writer waits.
+    assert!(curator.read_acquire("/locks/rw", 10_000).await);
+    let read = rw.read().wait(LONG).acquire().await.unwrap();
+    assert!(rw.write().try_acquire().await.unwrap().is_none());
+    read.release().await.unwrap();
+    let writer = tokio::spawn({
+        let c = c.clone();
+        async move { c.read_write_lock("rw").write().wait(LONG).acquire().await }
+    });
+    until_nodes(&zk, "rw", 2).await;
+    let names = nodes(&zk, "rw").await;
+    assert!(names[1].contains("__WRIT__"), "{names:?}");
+    curator.read_release("/locks/rw").await;
+    let write = tests::finish(LONG, writer).await;
+
+    // We write: Curator can neither read nor write until we release.
+    assert!(!curator.read_acquire("/locks/rw", 300).await);
+    assert!(!curator.write_acquire("/locks/rw", 300).await);
+    write.release().await.unwrap();
+    assert!(curator.write_acquire("/locks/rw", 10_000).await);
+    assert!(rw.read().try_acquire().await.unwrap().is_none());
+    curator.write_release("/locks/rw").await;
+    curator.close().await;
+}
+
+#[tokio::test]
+async fn cancelling_an_acquisition_at_any_point_leaves_no_node() {
+    let zk = ZooKeeper::start();
+    let c = client(&zk).await;
+    let other = client(&zk).await;
+    let held = other.lock("cancel").acquire().await.unwrap();
+    // Dropped after ever longer times: before its create was sent, with it
+    // in flight, while it waits.
+    for micros in [0, 50, 200, 500, 1_000, 2_000, 5_000, 20_000, 100_000] {
+        let attempt = c.lock("cancel").acquire();
+        let _ = tokio::time::timeout(Duration::from_micros(micros), attempt).await;
+        until_nodes(&zk, "cancel", 1).await;
+    }
+    held.release().await.unwrap();
+    // Nothing of ours is left to block the next holder.
+    let g = c.lock("cancel").wait(LONG).acquire().await.unwrap();
+    g.release().await.unwrap();
+    until_nodes(&zk, "cancel", 0).await;
+    // A dropped guard is given back in the background.
+    let dropped = c.lock("cancel").acquire().await.unwrap();
+    drop(dropped);
+    until_nodes(&zk, "cancel", 0).await;
+}
+
+#[tokio::test]
+async fn names_with_a_slash_and_what_zookeeper_cannot_do_are_refused() {
+    let zk = ZooKeeper::start();
+    let c = client(&zk).await;
+    assert_eq!(c.engine_name(), "zookeeper");
+    for name in ["a/b", "zookeeper", ".."] {
+        let bad = c.lock(name).acquire().await;
+        assert!(matches!(bad, Err(LockError::BadName { .. })), "{bad:?}");
+    }
+    let bad = c.inspect("a/b").await;
+    assert!(matches!(bad, Err(LockError::BadName { .. })), "{bad:?}");
+    let quorum = lock_runtime::QuorumLock::new("q", &[c.clone(), c.clone(), c.clone()])
+        .acquire()
+        .await;
+    assert!(
+        matches!(
+            quorum,
+            Err(LockError::Unsupported {
+                engine: "zookeeper",
+                ..
+            })
+        ),
+        "{quorum:?}"
+    );
+    let always =
+        LockClient::connect(Config::new(zk.url()).replica_sync(lock_runtime::ReplicaSync::Always))
+            .await;
+    assert!(
+        matches!(
+            always,
+            Err(LockError::Unsupported {
+                engine: "zookeeper",
+                ..
+            })
+        ),
+        "{always:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_root_is_the_urls_path_and_is_made_when_missing() {
+    let zk = ZooKeeper::start();
+    let c = LockClient::connect(Config::new(format!(
+        "zk://{}/apps/shop/locks",
+        zk.connect_string()
+    )))
+    .await
+    .unwrap();
+    let guard = c.lock("stock").acquire().await.unwrap();
+    let under = zk_children(&zk.connect_string(), "/apps/shop/locks/stock").await;
+    assert_eq!(under.len(), 1, "{under:?}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn readers_let_in_together_get_tokens_of_their_own_and_force_unlock_frees_them_all() {
+    let zk = ZooKeeper::start();
+    let (a, b) = (client(&zk).await, client(&zk).await);
+    let writer = a.read_write_lock("r").write().acquire().await.unwrap();
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let b = b.clone();
+            tokio::spawn(async move { b.read_write_lock("r").read().wait(LONG).acquire().await })
+        })
+        .collect();
+    until_nodes(&zk, "r", 4).await;
+    let before = writer.token();
+    writer.release().await.unwrap();
+    let mut tokens = Vec::new();
+    let mut guards = Vec::new();
+    for reader in readers {
+        let guard = tests::finish(LONG, reader).await;
+        assert!(guard.token() > before);
+        tokens.push(guard.token());
+        guards.push(guard);
+    }
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 3, "every reader has a token of its own");
+    assert!(a.force_unlock("r").await.unwrap());
+    for guard in &guards {
+        tokio::time::timeout(LONG, guard.lost())
+            .await
+            .expect("every reader learns its loss");
+    }
+    until_nodes(&zk, "r", 0).await;
+}
+
+/// A holder cut off from ZooKeeper learns it has lost the lock, by its own
+/// clock, before the server expires its session and lets anyone else in.
+#[tokio::test]
+async fn a_holder_cut_off_past_its_session_learns_the_loss_before_another_gets_the_lock() {
+    let zk = ZooKeeper::start();
+    let proxy = Proxy::start(zk.port());
+    let timeout = Duration::from_secs(2);
+    let cut_off = LockClient::connect(
+        Config::new(format!("zk://127.0.0.1:{}/locks", proxy.port()))
+            .watchdog_timeout(timeout)
+            .response_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    let other = client(&zk).await;
+    let guard = cut_off.lock("expiry").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let guard = other.lock("expiry").wait(LONG).acquire().await;
+            (Instant::now(), guard)
+        }
+    });
+    until_nodes(&zk, "expiry", 2).await;
+    proxy.stall();
+    tokio::time::timeout(LONG, guard.lost())
+        .await
+        .expect("the cut-off holder learns the loss");
+    let lost_at = Instant::now();
+    assert!(guard.is_lost());
+    let (granted_at, next) = tokio::time::timeout(LONG, waiter)
+        .await
+        .expect("the waiter finishes")
+        .expect("the waiter's task runs");
+    let next = next.expect("the other client gets the lock once the session expired");
+    assert!(
+        lost_at <= granted_at,
+        "the holder knew of its loss before the next holder was granted"
+    );
+    assert!(next.token() > guard.token());
+    next.release().await.unwrap();
+    proxy.resume();
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+}
+
+#[tokio::test]
+async fn holds_and_waiters_survive_a_leader_failover() {
+    let mut ensemble = ZkEnsemble::start();
+    let url = ensemble.url();
+    let connect = || {
+        LockClient::connect(
+            Config::new(url.clone())
+                .watchdog_timeout(Duration::from_secs(10))
+                .response_timeout(Duration::from_secs(2)),
+        )
+    };
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+    let guard = a.lock("fo").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("fo").acquire().await }
+    });
+    let connect_string = ensemble.connect_string();
+    eventually("the waiter's node", LONG, || async {
+        zk_children(&connect_string, "/locks/fo").await.len() == 2
+    })
+    .await;
+    let leader = ensemble.leader();
+    ensemble.stop_member(leader).await;
+    let before = guard.remaining();
+    ensemble.wait_for_leader(LONG).await;
+    // The hold outlives the election: a heartbeat goes through after it,
+    // and the hold was never lost nor given to the waiter.
+    eventually("a heartbeat after the election", LONG, || async {
+        guard.remaining() > before
+    })
+    .await;
+    assert!(!guard.is_lost());
+    assert!(!waiter.is_finished());
+    guard.release().await.unwrap();
+    let next = tests::finish(LONG, waiter).await;
+    next.release().await.unwrap();
+    ensemble.start_member(leader).await;
+}
