@@ -25,7 +25,10 @@
 //!    counting allocator), and how many connections the waiting client uses;
 //! 7. to 10. the etcd engine against its floor on the same etcd
 //!    (`examples::etcd_rows`: uncontended, 64 tasks, handoff, 10,000
-//!    waiters), unless `--no-etcd`; `etcd_bench` runs them alone.
+//!    waiters), unless `--no-etcd`; `etcd_bench` runs them alone;
+//! 11. to 14. the ZooKeeper engine against its floor on the same server
+//!    (`examples::zk_rows`: the same four rows), unless `--no-zookeeper`;
+//!    `zk_bench` runs them alone.
 //!
 //! ```text
 //! cargo run --release -p examples --example lock_bench
@@ -79,6 +82,8 @@ struct Args {
     names: usize,
     /// Whether rows 7-10 (etcd) run.
     etcd: bool,
+    /// Whether rows 11-14 (ZooKeeper) run.
+    zookeeper: bool,
 }
 
 #[derive(Debug)]
@@ -685,7 +690,8 @@ const USAGE: &str =
   --hot-ms N    length of each one-hot-name run in ms (default 3000)
   --waiters N   waiters of the drain rows (default 10000)
   --names N     names they wait on (default 1000)
-  --no-etcd     skip the etcd rows (7-10)";
+  --no-etcd     skip the etcd rows (7-10)
+  --no-zookeeper  skip the ZooKeeper rows (11-14)";
 
 fn parse_args() -> Result<Args, String> {
     let mut parsed = Args {
@@ -696,6 +702,7 @@ fn parse_args() -> Result<Args, String> {
         waiters: 10_000,
         names: 1000,
         etcd: true,
+        zookeeper: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -708,6 +715,7 @@ fn parse_args() -> Result<Args, String> {
             "--waiters" => parsed.waiters = value("--waiters")?,
             "--names" => parsed.names = value("--names")?,
             "--no-etcd" => parsed.etcd = false,
+            "--no-zookeeper" => parsed.zookeeper = false,
             "-h" | "--help" => return Err(String::new()),
             // `cargo bench` style flags, harmless here.
             "--bench" => {}
@@ -865,7 +873,31 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
         println!();
         etcd_rows(args)?;
     }
+    if args.zookeeper {
+        println!();
+        zk_rows(args)?;
+    }
     Ok(())
+}
+
+/// Rows 11-14: the ZooKeeper engine against its floor
+/// (`examples::zk_rows`), sized as `zk_bench`'s defaults but for the
+/// waiters.
+fn zk_rows(args: Args) -> Result<(), BenchError> {
+    let server = examples::ZooKeeper::from_env_or_start().map_err(|e| {
+        BenchError::Broken(format!("the ZooKeeper rows (--no-zookeeper skips them): {e}"))
+    })?;
+    let sizes = examples::zk_rows::Args {
+        waiters: args.waiters,
+        names: args.names,
+        ..Default::default()
+    };
+    let multi = runtime(true)?;
+    on(&multi, async move {
+        examples::zk_rows::run(&server, sizes, 11)
+            .await
+            .map_err(|e| BenchError::Broken(e.to_string()))
+    })
 }
 
 /// Rows 7-10: the etcd engine against its floor (`examples::etcd_rows`),

@@ -4,6 +4,7 @@
 //! and the etcd rows the benchmarks share ([`etcd_rows`]).
 
 pub mod etcd_rows;
+pub mod zk_rows;
 
 use std::fmt;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -381,6 +382,138 @@ impl Etcd {
 }
 
 impl Drop for Etcd {
+    fn drop(&mut self) {
+        if let Some((mut keeper, dir)) = self.started.take() {
+            drop(keeper.stdin.take());
+            let _ = keeper.wait();
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// The ZooKeeper server an example runs against: `LOCK_URL` when it names
+/// one (`zk://...`), otherwise a throwaway standalone server (the system's
+/// `zookeeper` package, run from its jars) on a free loopback port (never
+/// 2181), stopped with the example.
+pub struct ZooKeeper {
+    url: String,
+    started: Option<(Child, std::path::PathBuf)>,
+}
+
+/// The jars a standalone server runs from (Debian's `zookeeper` package;
+/// their manifests name the rest).
+const ZOOKEEPER_JARS: &str = "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:\
+                              /usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-simple.jar";
+
+impl ZooKeeper {
+    /// `LOCK_URL` when it is a `zk://` URL; otherwise a throwaway server
+    /// (see [`ZooKeeper`]).
+    pub fn from_env_or_start() -> Result<ZooKeeper, NoRedis> {
+        match std::env::var("LOCK_URL") {
+            Ok(url) if url.starts_with("zk://") => Ok(ZooKeeper { url, started: None }),
+            _ => ZooKeeper::start_local(),
+        }
+    }
+
+    /// Starts a throwaway standalone server with its data in a fresh
+    /// temporary directory, under a keeper that stops it when our end of
+    /// its stdin closes (on drop, or however the example exits).
+    pub fn start_local() -> Result<ZooKeeper, NoRedis> {
+        const KEEPER: &str =
+            r#"java "$@" & server=$!; read _ignored; kill $server 2>/dev/null; wait $server"#;
+        if !std::path::Path::new("/usr/share/java/zookeeper.jar").exists() {
+            return Err(NoRedis("no ZooKeeper: LOCK_URL names none and the `zookeeper` package is not installed (Debian/Ubuntu: `sudo apt-get install zookeeper`; or run tools/setup.sh)".into()));
+        }
+        let jars: String = ZOOKEEPER_JARS.split_whitespace().collect();
+        for attempt in 0..5 {
+            let port = free_port()?;
+            let dir = std::env::temp_dir().join(format!(
+                "lock-example-zk-{}-{attempt}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("data"))
+                .map_err(|e| NoRedis(format!("cannot make {}: {e}", dir.display())))?;
+            let config = dir.join("zoo.cfg");
+            let settings = format!(
+                "tickTime=500\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+                 admin.enableServer=false\n4lw.commands.whitelist=ruok\nmaxClientCnxns=0\n\
+                 minSessionTimeout=1000\nmaxSessionTimeout=60000\n",
+                dir.join("data").display()
+            );
+            std::fs::write(&config, settings)
+                .map_err(|e| NoRedis(format!("cannot write {}: {e}", config.display())))?;
+            let keeper = Command::new("sh")
+                .arg("-c")
+                .arg(KEEPER)
+                .arg("sh")
+                .args(["-Xms64m", "-Xmx512m", "-cp", &jars])
+                .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+                .arg(&config)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+            let mut keeper = match keeper {
+                Ok(keeper) => keeper,
+                Err(e) => return Err(NoRedis(format!("cannot start ZooKeeper (is java installed?): {e}"))),
+            };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = keeper.try_wait() {
+                    break;
+                }
+                if ruok(port) {
+                    return Ok(ZooKeeper {
+                        url: format!("zk://127.0.0.1:{port}/locks"),
+                        started: Some((keeper, dir)),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            drop(keeper.stdin.take());
+            let _ = keeper.wait();
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        Err(NoRedis(
+            "ZooKeeper is installed but did not start on a free loopback port".into(),
+        ))
+    }
+
+    /// The server's URL (`zk://127.0.0.1:port/locks`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The connect string (`127.0.0.1:port`), as ZooKeeper's own clients
+    /// write it.
+    pub fn connect_string(&self) -> String {
+        let rest = self.url.trim_start_matches("zk://");
+        let hosts = rest.split('/').next().unwrap_or_default();
+        hosts.rsplit_once('@').map_or(hosts, |(_, h)| h).to_owned()
+    }
+
+    /// Where the server comes from, for the report.
+    pub fn describe(&self) -> String {
+        match &self.started {
+            Some(_) => format!("throwaway ZooKeeper at {}", self.url),
+            None => "the ZooKeeper at LOCK_URL".to_owned(),
+        }
+    }
+}
+
+/// Whether a ZooKeeper server on `port` answers `ruok` with `imok`.
+fn ruok(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut answer = String::new();
+    conn.write_all(b"ruok").is_ok() && conn.read_to_string(&mut answer).is_ok() && answer == "imok"
+}
+
+impl Drop for ZooKeeper {
     fn drop(&mut self) {
         if let Some((mut keeper, dir)) = self.started.take() {
             drop(keeper.stdin.take());
