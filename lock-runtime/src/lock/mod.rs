@@ -122,7 +122,7 @@ pub(crate) fn acquire_hold(
     let alive = client.alive();
     // Each engine's future is polled where it stands (no async block that
     // would keep what it moves in twice, no box): every waiting task
-    // carries it, and the two are about the same size (a Redis waiter's is
+    // carries it, and they are about the same size (a Redis waiter's is
     // kept small for it: see `engine::redis::acquire`).
     let acquiring = match client.engine() {
         Engine::Redis(core) => {
@@ -140,16 +140,10 @@ pub(crate) fn acquire_hold(
             let etcd = Either::Left(etcd);
             Either::Right(etcd)
         }
-        // Boxed: the others' waiters do not carry its state.
         #[cfg(feature = "zookeeper")]
         Engine::ZooKeeper(zk) => {
-            let zk = Box::pin(crate::engine::zookeeper::acquire(
-                alive,
-                zk.clone(),
-                target,
-                options,
-            ))
-            .map(|held| held.map(Held::ZooKeeper));
+            let zk = crate::engine::zookeeper::acquire(alive, zk.clone(), target, options)
+                .map(|held| held.map(Held::ZooKeeper));
             #[cfg(feature = "etcd")]
             let zk = Either::Right(zk);
             Either::Right(zk)

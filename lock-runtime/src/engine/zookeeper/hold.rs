@@ -10,7 +10,7 @@ use tokio::sync::{OwnedMutexGuard, watch};
 use zookeeper_client as zk;
 
 use super::layout::{self, Side, Term};
-use super::session::{Kept, Session};
+use super::session::{Bound, Gone, Session};
 use super::{Zk, store_error, transient};
 use crate::background::Background;
 use crate::clock::valid_until;
@@ -32,9 +32,8 @@ pub(crate) struct Record {
     pub(super) holder: String,
     /// The session the node is on.
     pub(super) session: Arc<Session>,
-    /// Counted among the holds the heartbeat keeps (none with a fixed
-    /// lease).
-    pub(super) _kept: Option<Kept>,
+    /// The node bound to its session, whose heartbeat finds it gone.
+    pub(super) bound: OnceLock<Bound>,
     /// A fixed lease's end, by the client's clock: the node is given back
     /// then.
     pub(super) fixed: Option<Mutex<Instant>>,
@@ -43,8 +42,8 @@ pub(crate) struct Record {
     /// The node is gone (deleted by someone else, `force_unlock`; or given
     /// back at the fixed lease's end).
     pub(super) deleted: watch::Sender<bool>,
-    /// The task watching the node (and ending a fixed lease).
-    pub(super) tasks: OnceLock<tokio::task::AbortHandle>,
+    /// The task that ends a fixed lease.
+    pub(super) timer: OnceLock<tokio::task::AbortHandle>,
     /// A mutex node's turn in the process queue: passed on when the record
     /// goes, or as soon as its node is known gone.
     pub(super) turn: Mutex<Option<OwnedMutexGuard<()>>>,
@@ -52,8 +51,8 @@ pub(crate) struct Record {
 
 impl Drop for Record {
     fn drop(&mut self) {
-        if let Some(task) = self.tasks.get() {
-            task.abort();
+        if let Some(timer) = self.timer.get() {
+            timer.abort();
         }
         let key = (self.name.clone(), self.holder.clone());
         let mut records = self.zk.records.lock().unwrap_or_else(|p| p.into_inner());
@@ -63,14 +62,16 @@ impl Drop for Record {
     }
 }
 
-impl Record {
+impl Gone for Record {
     /// The node is known gone: the hold is lost, and this client's next
     /// acquisition of the name may go ahead.
     fn gone(&self) {
         self.deleted.send_replace(true);
         drop(self.turn.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
+}
 
+impl Record {
     /// The node's data for this record now (see [`Term`]).
     fn data(&self) -> Vec<u8> {
         let term = match self.fixed_until() {
@@ -128,69 +129,39 @@ impl Record {
         }
     }
 
-    /// Watches the node from a task of the client's runtime until it goes
-    /// (then the hold is lost), watching again after its data changed (a
-    /// re-entry) or a call failed; with a fixed lease, gives the node back
-    /// when the lease ends.
-    pub(super) fn watch(self: &Arc<Record>) {
+    /// Binds the node to its session (whose heartbeat finds it gone) and,
+    /// with a fixed lease, gives it back from a task of the client's
+    /// runtime when the lease ends (unless `extend` moved the end).
+    pub(super) fn start(self: &Arc<Record>) {
+        let weak: std::sync::Weak<dyn Gone> = Arc::downgrade(self) as _;
+        let renewed = self.fixed.is_none();
+        let _ = self.bound.set(self.session.bind(&self.path, weak, renewed));
+        if self.fixed.is_none() {
+            return;
+        }
         let record = Arc::downgrade(self);
         let runtime = self.zk.runtime.clone();
-        let task = runtime.spawn(async move {
-            let mut tries = 0;
+        let timer = runtime.spawn(async move {
             loop {
+                let Some(until) = record.upgrade().and_then(|r| r.fixed_until()) else {
+                    return;
+                };
+                tokio::time::sleep_until(until.into()).await;
                 let Some(alive) = record.upgrade() else {
                     return;
                 };
-                let (zk, session, path) =
-                    (alive.zk.clone(), alive.session.clone(), alive.path.clone());
-                let until = alive.fixed_until();
-                drop(alive);
-                if session.is_lost() {
+                if alive.fixed_until().is_some_and(|u| Instant::now() >= u) {
+                    let session = &alive.session;
+                    let _ = alive
+                        .zk
+                        .call(session, session.client.delete(&alive.path, None))
+                        .await;
+                    alive.gone();
                     return;
                 }
-                let watched = zk
-                    .call(&session, session.client.check_and_watch_stat(&path))
-                    .await;
-                let watcher = match watched {
-                    Ok((Some(_), watcher)) => watcher,
-                    Ok((None, _)) => break,
-                    Err(_) => {
-                        tries += 1;
-                        tokio::time::sleep(backoff(tries)).await;
-                        continue;
-                    }
-                };
-                tries = 0;
-                let ended = async {
-                    match until {
-                        Some(until) => tokio::time::sleep_until(until.into()).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    event = watcher.changed() => match event.event_type {
-                        zk::EventType::NodeDeleted => break,
-                        // The session's end is the session's loss.
-                        zk::EventType::Session => return,
-                        _ => {}
-                    },
-                    () = ended => {
-                        // The fixed lease ended (unless `extend` moved it).
-                        let Some(alive) = record.upgrade() else {
-                            return;
-                        };
-                        if alive.fixed_until().is_some_and(|u| Instant::now() >= u) {
-                            let _ = zk.call(&session, session.client.delete(&path, None)).await;
-                            break;
-                        }
-                    }
-                }
-            }
-            if let Some(record) = record.upgrade() {
-                record.gone();
             }
         });
-        let _ = self.tasks.set(task.abort_handle());
+        let _ = self.timer.set(timer.abort_handle());
     }
 }
 

@@ -35,8 +35,9 @@
 //!   one name queue in the process (FIFO); only the head has a node. A
 //!   re-entry writes no second node (it is counted in the process).
 //! - **Loss.** The session's (above); a node deleted by someone else
-//!   (`force_unlock`, `zkCli.sh delete`), which each hold watches for; and
-//!   a fixed lease's end.
+//!   (`force_unlock`, `zkCli.sh delete`), which the session's next
+//!   heartbeat finds (it lists the session's nodes); and a fixed lease's
+//!   end.
 //! - **Cancellation.** A dropped or failed acquisition deletes its node; a
 //!   create whose answer was lost is found again by its `_c_<uuid>` prefix
 //!   (Curator's "protected" mode) and deleted.
@@ -103,7 +104,12 @@ impl Zk {
         }
         let handle = runtime.clone();
         crate::background::run(&runtime, async move {
-            let sessions = session::Sessions::new(target.connect.clone(), target.auth, &config);
+            let sessions = session::Sessions::new(
+                target.connect.clone(),
+                target.root.clone(),
+                target.auth,
+                &config,
+            );
             let zk = Arc::new(Zk {
                 id: uuid::Uuid::new_v4().to_string(),
                 root: target.root,
@@ -126,6 +132,15 @@ impl Zk {
             Ok(zk)
         })
         .await?
+    }
+
+    /// A fresh id for a create's protected prefix (`_c_<id>-`), shaped as
+    /// Curator's (a UUID): the client's random half and a number this
+    /// process never gave before, so unique without a random draw (no
+    /// system call per create).
+    fn protected_id(&self) -> String {
+        let random = uuid::Uuid::parse_str(&self.id).map_or(0, |id| id.as_u64_pair().0);
+        uuid::Uuid::from_u64_pair(random, crate::holder::fresh_number()).to_string()
     }
 
     /// The node of lock `name`.

@@ -3,16 +3,21 @@
 //! holds on it.
 //!
 //! The client library pings the server while the session is idle; this
-//! module adds a call of its own every third of the session timeout (a
-//! `stat` of `/`) and counts the session valid until the send time of the
-//! last answered one plus the negotiated timeout, less the safety margin:
-//! the server, which counts from later, expires the session after that.
-//! An expired or closed session is lost at once. A lost session stays
-//! lost: the client's next acquisitions make a new one, and the old one
-//! closes when its last hold lets it go.
+//! module adds a call of its own every third of the session timeout and
+//! counts the session valid until the send time of the last answered one
+//! plus the negotiated timeout, less the safety margin: the server, which
+//! counts from later, expires the session after that. An expired or closed
+//! session is lost at once. A lost session stays lost: the client's next
+//! acquisitions make a new one, and the old one closes when its last hold
+//! lets it go.
+//!
+//! That call lists the session's ephemeral nodes under the root (one call
+//! for all of them): a hold whose node is missing from it was deleted by
+//! someone else (`force_unlock`), and is told so, as a Redis hold learns
+//! it at its next renewal. No watch per hold: a watch costs a call each.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -32,8 +37,23 @@ pub(crate) struct Session {
     confirmed: Mutex<Instant>,
     /// Expired, closed, or run out by the clock.
     lost: watch::Sender<bool>,
-    /// Holds kept by this session's heartbeat.
-    holds: AtomicUsize,
+    /// The nodes of the holds on this session, by path: when each was
+    /// bound, and whom to tell when it is found gone.
+    bound: Mutex<HashMap<String, Binding>>,
+}
+
+/// A hold's node bound to the session.
+struct Binding {
+    /// When it was bound: a listing sent before may not show it yet.
+    at: Instant,
+    hold: Weak<dyn Gone>,
+    /// Kept by the heartbeat alone (no fixed lease): counted as renewed.
+    renewed: bool,
+}
+
+/// A hold told that its node is gone.
+pub(crate) trait Gone: Send + Sync {
+    fn gone(&self);
 }
 
 impl Session {
@@ -95,10 +115,46 @@ impl Session {
         }
     }
 
-    /// Counts a hold the heartbeat keeps, until the returned mark drops.
-    pub(crate) fn keep(self: &Arc<Session>) -> Kept {
-        self.holds.fetch_add(1, Ordering::AcqRel);
-        Kept(self.clone())
+    /// Binds a hold's node at `path` to the session, until the returned
+    /// mark drops: the heartbeat tells `hold` when the node is gone. A hold
+    /// with no fixed lease is `renewed` by the heartbeat alone.
+    pub(crate) fn bind(
+        self: &Arc<Session>,
+        path: &str,
+        hold: Weak<dyn Gone>,
+        renewed: bool,
+    ) -> Bound {
+        let mut bound = self.bound.lock().unwrap_or_else(|p| p.into_inner());
+        let at = Instant::now();
+        bound.insert(path.to_owned(), Binding { at, hold, renewed });
+        Bound {
+            session: Arc::downgrade(self),
+            path: path.to_owned(),
+        }
+    }
+
+    /// How many holds the heartbeat alone keeps.
+    fn holds(&self) -> usize {
+        let bound = self.bound.lock().unwrap_or_else(|p| p.into_inner());
+        bound.values().filter(|b| b.renewed).count()
+    }
+
+    /// Tells the holds bound before `sent` whose nodes are not among
+    /// `present` (the session's ephemeral nodes as a call sent then saw
+    /// them) that they are gone.
+    fn check(&self, sent: Instant, present: &HashSet<String>) {
+        let missing: Vec<Weak<dyn Gone>> = self
+            .bound
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(path, b)| b.at < sent && !present.contains(*path))
+            .map(|(_, b)| b.hold.clone())
+            .collect();
+        // Told with the map unlocked: a hold may unbind meanwhile.
+        for hold in missing.iter().filter_map(Weak::upgrade) {
+            hold.gone();
+        }
     }
 
     /// Marks the session lost: the client's next acquisitions make a new
@@ -108,18 +164,26 @@ impl Session {
     }
 }
 
-/// A hold counted by its session (see [`Session::keep`]).
-pub(crate) struct Kept(Arc<Session>);
+/// A hold's node bound to its session (see [`Session::bind`]).
+pub(crate) struct Bound {
+    session: Weak<Session>,
+    path: String,
+}
 
-impl Drop for Kept {
+impl Drop for Bound {
     fn drop(&mut self) {
-        self.0.holds.fetch_sub(1, Ordering::AcqRel);
+        if let Some(session) = self.session.upgrade() {
+            let mut bound = session.bound.lock().unwrap_or_else(|p| p.into_inner());
+            bound.remove(&self.path);
+        }
     }
 }
 
 /// A client's sessions: the live one, made again when lost.
 pub(crate) struct Sessions {
     connect: String,
+    /// The root under which the client's nodes are.
+    root: String,
     auth: Option<(String, String)>,
     config: Config,
     current: tokio::sync::Mutex<Option<Arc<Session>>>,
@@ -130,11 +194,13 @@ pub(crate) struct Sessions {
 impl Sessions {
     pub(crate) fn new(
         connect: String,
+        root: String,
         auth: Option<(String, String)>,
         config: &Config,
     ) -> Sessions {
         Sessions {
             connect,
+            root,
             auth,
             config: config.clone(),
             current: tokio::sync::Mutex::new(None),
@@ -166,8 +232,7 @@ impl Sessions {
 
     /// How many holds the live session's heartbeat keeps.
     pub(crate) fn holds(&self) -> usize {
-        self.live()
-            .map_or(0, |session| session.holds.load(Ordering::Acquire))
+        self.live().map_or(0, |session| session.holds())
     }
 
     /// Connects a new session, and starts its heartbeat and state watch.
@@ -200,10 +265,11 @@ impl Sessions {
             client,
             confirmed: Mutex::new(sent),
             lost: watch::channel(false).0,
-            holds: AtomicUsize::new(0),
+            bound: Mutex::default(),
         });
         tokio::spawn(heartbeat(
             Arc::downgrade(&session),
+            self.root.clone(),
             self.config.response_timeout,
         ));
         tokio::spawn(watch_state(Arc::downgrade(&session)));
@@ -212,27 +278,29 @@ impl Sessions {
 }
 
 /// Every third of the session timeout, a call whose answer confirms the
-/// session (see the module docs), while the session lives and is not lost.
-async fn heartbeat(session: std::sync::Weak<Session>, response_timeout: Duration) {
+/// session and shows which of its holds' nodes are gone (see the module
+/// docs), while the session lives and is not lost.
+async fn heartbeat(session: Weak<Session>, root: String, response_timeout: Duration) {
     loop {
         let (client, every) = match session.upgrade() {
             Some(s) if !s.is_lost() => (s.client.clone(), s.timeout / 3),
             _ => return,
         };
         let sent = Instant::now();
-        let answered = tokio::time::timeout(response_timeout, client.check_stat("/")).await;
+        let listed = tokio::time::timeout(response_timeout, client.list_ephemerals(&root)).await;
         drop(client);
-        if let Ok(Ok(_)) = answered
+        if let Ok(Ok(present)) = listed
             && let Some(session) = session.upgrade()
         {
             session.confirm(sent);
+            session.check(sent, &present.into_iter().collect());
         }
         tokio::time::sleep_until((sent + every).into()).await;
     }
 }
 
 /// Marks the session lost when the server expires or closes it.
-async fn watch_state(session: std::sync::Weak<Session>) {
+async fn watch_state(session: Weak<Session>) {
     let Some(mut state) = session.upgrade().map(|s| s.client.state_watcher()) else {
         return;
     };

@@ -187,7 +187,6 @@ fn take_hold(
         let fixed = options
             .lease
             .map(|lease| Mutex::new(valid_until(taken.sent, lease)));
-        let kept = fixed.is_none().then(|| session.keep());
         let record = Arc::new(Record {
             zk: zk.clone(),
             name: name.to_owned(),
@@ -195,18 +194,18 @@ fn take_hold(
             path: format!("{lock}/{child}"),
             holder: holder.clone(),
             session,
-            _kept: kept,
+            bound: OnceLock::new(),
             fixed,
             holds: AtomicUsize::new(1),
             deleted: watch::channel(false).0,
-            tasks: OnceLock::new(),
+            timer: OnceLock::new(),
             turn: Mutex::new(turn),
         });
         zk.records
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert((name.to_owned(), holder), Arc::downgrade(&record));
-        record.watch();
+        record.start();
         Ok(ZkHold::new(
             alive,
             record,
@@ -371,7 +370,7 @@ async fn take(
     }
     let session = zk.session().await?;
     let lock = zk.lock_path(target.name());
-    let id = uuid::Uuid::new_v4().to_string();
+    let id = zk.protected_id();
     let path = how.side.create_path(&lock, &id);
     let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
     let term = |session: &Session| match options.lease {
@@ -393,7 +392,11 @@ async fn take(
             let list = session.client.get_children(&lock);
             async move { Ok::<_, zk::Error>(tokio::join!(create, list)) }
         };
-        let (created, listed) = zk.call(&session, both).await.map_err(store_error)?;
+        // Boxed, as the mkdir below: the client's request futures are
+        // large, and a head waiting in this future would carry their room.
+        let (created, listed) = Box::pin(zk.call(&session, both))
+            .await
+            .map_err(store_error)?;
         match created {
             Ok((_, sequence)) => {
                 let child = format!("{}{sequence}", &path[lock.len() + 1..]);
@@ -415,7 +418,7 @@ async fn take(
             Err(zk::Error::NoNode) => {
                 pending.made = None;
                 let parents = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
-                zk.call(&session, session.client.mkdir(&lock, &parents))
+                Box::pin(zk.call(&session, session.client.mkdir(&lock, &parents)))
                     .await
                     .map_err(store_error)?;
             }
