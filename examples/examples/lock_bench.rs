@@ -885,7 +885,9 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
 /// waiters.
 fn zk_rows(args: Args) -> Result<(), BenchError> {
     let server = examples::ZooKeeper::from_env_or_start().map_err(|e| {
-        BenchError::Broken(format!("the ZooKeeper rows (--no-zookeeper skips them): {e}"))
+        BenchError::Broken(format!(
+            "the ZooKeeper rows (--no-zookeeper skips them): {e}"
+        ))
     })?;
     let sizes = examples::zk_rows::Args {
         waiters: args.waiters,

@@ -74,7 +74,8 @@ fn main() -> ExitCode {
         }
     };
     // Spawned, as a service's handlers run: nothing measured in block_on.
-    match runtime.block_on(async { tokio::spawn(async move { run(&server, args, 1).await }).await }) {
+    match runtime.block_on(async { tokio::spawn(async move { run(&server, args, 1).await }).await })
+    {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) => {
             eprintln!("the benchmark failed: {e}");

@@ -427,10 +427,8 @@ impl ZooKeeper {
         let jars: String = ZOOKEEPER_JARS.split_whitespace().collect();
         for attempt in 0..5 {
             let port = free_port()?;
-            let dir = std::env::temp_dir().join(format!(
-                "lock-example-zk-{}-{attempt}",
-                std::process::id()
-            ));
+            let dir = std::env::temp_dir()
+                .join(format!("lock-example-zk-{}-{attempt}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(dir.join("data"))
                 .map_err(|e| NoRedis(format!("cannot make {}: {e}", dir.display())))?;
@@ -456,7 +454,11 @@ impl ZooKeeper {
                 .spawn();
             let mut keeper = match keeper {
                 Ok(keeper) => keeper,
-                Err(e) => return Err(NoRedis(format!("cannot start ZooKeeper (is java installed?): {e}"))),
+                Err(e) => {
+                    return Err(NoRedis(format!(
+                        "cannot start ZooKeeper (is java installed?): {e}"
+                    )));
+                }
             };
             let deadline = Instant::now() + Duration::from_secs(30);
             while Instant::now() < deadline {

@@ -1,5 +1,6 @@
-//! Distributed locks for async Rust on Redis (compatible with Redisson) and
-//! on etcd (compatible with `etcdctl lock`), with `#[distributed_lock]`.
+//! Distributed locks for async Rust on Redis (compatible with Redisson), on
+//! etcd (compatible with `etcdctl lock`) and on ZooKeeper (compatible with
+//! Apache Curator), with `#[distributed_lock]`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -162,6 +163,8 @@
 //!
 //! # Features
 //!
+//! - `etcd`, `zookeeper`: the etcd and ZooKeeper engines (`etcd://`,
+//!   `zk://` URLs; see "Engines").
 //! - `tls`: `rediss://` URLs (rustls with the ring provider), and with
 //!   `etcd`, `etcds://` URLs (trusting the system's certificate store, where
 //!   a cluster's private CA goes; `SSL_CERT_FILE` is honoured).
@@ -242,6 +245,16 @@
 //!   `concurrency.Mutex` exclude us and we them. A hold survives a leader
 //!   failover. Every lock is FIFO; quorum locks and replica sync are
 //!   [`LockError::Unsupported`]; a lock name must not contain `/`.
+//! - `zk://h:p,h:p/root` (feature `zookeeper`): ZooKeeper, in the layout of
+//!   Apache Curator's `InterProcessMutex` and `InterProcessReadWriteLock`
+//!   under the root (`/locks` when the URL has no path), so Java services
+//!   on Curator exclude us and we them. The session timeout is
+//!   [`Config::watchdog_timeout`]; a hold is lost by the guard's clock at
+//!   the last answered call plus that timeout, before the server can
+//!   expire the session. `lease(d)` is enforced by the holder (a holder
+//!   that dies is bounded by the session timeout). Every lock is FIFO;
+//!   quorum locks and replica sync are [`LockError::Unsupported`]; a lock
+//!   name must not contain `/`.
 //!
 //! [`Config::from_env`] reads `LOCK_URL` (any scheme), then `REDIS_URL`.
 //! What each engine does, and why, is in the README's engine table.
@@ -307,7 +320,7 @@
 //   plain parts every engine uses;
 // - engine: one module per store behind the seam (`engine::redis`: its
 //   connections, scripts, pub/sub, holds, acquire loop and watchdog;
-//   `engine::etcd`), neither importing the other;
+//   `engine::etcd`, `engine::zookeeper`), none importing another;
 // - client: `LockClient`, which holds one engine;
 // - guard: `LockGuard` over each engine's holds;
 // - lock: the builders, the acquisition every single-name kind shares

@@ -172,7 +172,7 @@ impl Config {
     }
 
     /// The URL in `LOCK_URL` (any engine's scheme: `redis://`, `etcd://`,
-    /// ...), else `REDIS_URL`, else [`DEFAULT_URL`].
+    /// `zk://`, ...), else `REDIS_URL`, else [`DEFAULT_URL`].
     pub fn from_env() -> Self {
         if let Ok(url) = std::env::var("LOCK_URL") {
             return Config {
@@ -199,20 +199,23 @@ impl Config {
     }
 
     /// Where the URL came from (`from Config`, `from LOCK_URL`, ...).
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     pub(crate) fn origin(&self) -> &'static str {
         self.origin
     }
 
     /// The username and password set on the configuration, if any.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     pub(crate) fn credentials(&self) -> (Option<&str>, Option<&str>) {
         (self.username.as_deref(), self.password.as_deref())
     }
 
     /// The lease of locks taken without a fixed `lease` (Redisson's
     /// `lockWatchdogTimeout`). The watchdog renews them every third of it.
-    /// Default 30 s.
+    /// Default 30 s. On etcd, the TTL of the client's session lease; on
+    /// ZooKeeper, the session timeout asked for (the server grants one
+    /// between its `minSessionTimeout` and `maxSessionTimeout`, 4 s and
+    /// 40 s by default, and holds count by the one granted).
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
         self
