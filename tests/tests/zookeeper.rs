@@ -303,3 +303,118 @@ async fn holds_and_waiters_survive_a_leader_failover() {
     next.release().await.unwrap();
     ensemble.start_member(leader).await;
 }
+
+/// The session that holds lock `name` on the server at `connect` (its
+/// node's ephemeral owner).
+async fn owner(connect: &str, name: &str) -> i64 {
+    let node = zk_children(connect, &format!("/locks/{name}"))
+        .await
+        .remove(0);
+    tests::zookeeper::zk_stat(connect, &format!("/locks/{name}/{node}"))
+        .await
+        .expect("the holder's node")
+        .ephemeral_owner
+}
+
+/// On a multi-thread runtime, locks go through a session of that runtime
+/// (no hop to the client's thread per call): exclusion, handoff, loss and
+/// the watchdog's count work the same on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_thread_runtimes_own_session_locks_as_the_clients_does() {
+    let zk = ZooKeeper::start();
+    let (a, b) = (client(&zk).await, client(&zk).await);
+    // The first call of a runtime starts its session and uses the
+    // client's; a later one uses the runtime's own.
+    let connect = zk.connect_string();
+    let first = a.lock("near").acquire().await.unwrap();
+    let clients_own = owner(&connect, "near").await;
+    first.release().await.unwrap();
+    eventually("a hold on the runtime's own session", LONG, || async {
+        let guard = a.lock("near").acquire().await.unwrap();
+        let other = owner(&connect, "near").await != clients_own;
+        guard.release().await.unwrap();
+        other
+    })
+    .await;
+    let guard = a.lock("near").acquire().await.unwrap();
+    assert_ne!(owner(&connect, "near").await, clients_own);
+    assert_eq!(a.renewed_locks(), 1, "the runtime's session keeps it");
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("near").wait(LONG).acquire().await }
+    });
+    until_nodes(&zk, "near", 2).await;
+    let token = guard.token();
+    guard.release().await.unwrap();
+    let next = tests::finish(LONG, waiter).await;
+    assert!(next.token() > token);
+    // Forced off: the holder learns it.
+    assert!(a.force_unlock("near").await.unwrap());
+    tokio::time::timeout(LONG, next.lost())
+        .await
+        .expect("the holder learns the loss");
+    assert!(matches!(next.release().await, Err(LockError::Lost { .. })));
+    assert_eq!(a.renewed_locks(), 0);
+    until_nodes(&zk, "near", 0).await;
+}
+
+/// A hold on the session of a runtime that shuts down is lost, told by its
+/// guard, and the lock goes to the next holder once the server expires the
+/// session; its release returns at once.
+#[test]
+fn a_hold_on_a_runtime_that_shut_down_is_lost_and_the_lock_moves_on() {
+    let zk = ZooKeeper::start();
+    let url = zk.url();
+    let config = move || {
+        Config::new(url.clone())
+            .watchdog_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_millis(500))
+    };
+    let doomed = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let main = tokio::runtime::Runtime::new().unwrap();
+    let (a, b) = main.block_on(async {
+        (
+            LockClient::connect(config()).await.unwrap(),
+            LockClient::connect(config()).await.unwrap(),
+        )
+    });
+    // Taken from the doomed runtime, on its own session (as above).
+    let guard = doomed.block_on({
+        let (a, connect) = (a.clone(), zk.connect_string());
+        async move {
+            tokio::spawn(async move {
+                let first = a.lock("doomed").acquire().await.unwrap();
+                let clients_own = owner(&connect, "doomed").await;
+                first.release().await.unwrap();
+                loop {
+                    let guard = a.lock("doomed").acquire().await.unwrap();
+                    if owner(&connect, "doomed").await != clients_own {
+                        return guard;
+                    }
+                    guard.release().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .unwrap()
+        }
+    });
+    drop(doomed);
+    main.block_on(async {
+        tokio::time::timeout(LONG, guard.lost())
+            .await
+            .expect("the hold is lost with its runtime");
+        let next = b.lock("doomed").wait(LONG).acquire().await.unwrap();
+        assert!(guard.is_lost());
+        let released = tokio::time::timeout(LONG, guard.release()).await;
+        assert!(
+            matches!(released, Ok(Err(LockError::Lost { .. }))),
+            "{released:?}"
+        );
+        next.release().await.unwrap();
+    });
+}

@@ -501,7 +501,7 @@ async fn give_back_now(record: Arc<Record>) -> Result<bool, LockError> {
                 let runtime = record.zk.runtime.clone();
                 runtime.spawn(async move {
                     let mut tries = 0;
-                    while !record.session.client.state().is_terminated() {
+                    while !record.session.is_lost() {
                         tries += 1;
                         tokio::time::sleep(backoff(tries)).await;
                         match give_back_once(&record).await {
@@ -532,7 +532,12 @@ async fn give_back_once(record: &Record) -> Result<bool, LockError> {
         .await;
     let there = match deleted {
         Ok(()) => true,
-        Err(zk::Error::NoNode) => false,
+        // Gone, or its session closed with it (the runtime that drove it
+        // shut down): the server deletes the node with the session.
+        Err(zk::Error::NoNode | zk::Error::ClientClosed) => false,
+        // A session lost by the clock takes its nodes with it when the
+        // server expires it (the client library may not know yet).
+        Err(_) if session.is_lost() => false,
         Err(e) => return Err(store_error(e)),
     };
     record.gone();

@@ -81,6 +81,9 @@ pub(crate) struct Zk {
     /// The node under which every lock's node is (`/locks`).
     root: String,
     sessions: session::Sessions,
+    /// Per caller runtime (multi-thread ones), a session of its own (see
+    /// [`Zk::session`]).
+    near: crate::near::Near<Arc<session::Session>>,
     /// Per name, the process queue its mutex acquisitions wait in (FIFO).
     queues: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
     /// Per lock name and holder id, its record (for re-entries; a multi
@@ -114,6 +117,7 @@ impl Zk {
                 id: uuid::Uuid::new_v4().to_string(),
                 root: target.root,
                 sessions,
+                near: crate::near::Near::new(handle.id()),
                 runtime: handle,
                 queues: Mutex::default(),
                 records: Mutex::default(),
@@ -168,9 +172,34 @@ impl Zk {
         queue
     }
 
-    /// The live session, made when there is none (on the client's runtime,
-    /// where a session's tasks live).
+    /// The session for an acquisition made on the caller's runtime: that
+    /// runtime's own session when it is a multi-thread runtime and its
+    /// session is ready (see below), else the client's, made when there is
+    /// none (on the client's runtime, where its tasks then live).
+    ///
+    /// A session's connection is driven by tasks of the runtime it was made
+    /// on: through the client's session, every call wakes the client's
+    /// thread twice (an uncontended pair was 0.70x the floor's rate, 0.85x
+    /// with a session of the caller's runtime). Only a multi-thread runtime
+    /// gets one: its workers drive it whatever its callers do, whereas a
+    /// current-thread runtime runs only inside `block_on`, and a session
+    /// not driven expires with its holds. A runtime shut down while one of
+    /// its holds is kept takes its session with it: the hold is lost, by
+    /// its clock, and its node goes when the server expires the session.
     async fn session(self: &Arc<Zk>) -> Result<Arc<session::Session>, LockError> {
+        let multi = Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi {
+            let near = self.near.here(|| {
+                let zk = self.clone();
+                async move { zk.sessions.open().await }
+            });
+            match near {
+                Some((_, session)) if !session.is_lost() => return Ok(session),
+                Some((id, _)) => self.near.forget(id),
+                None => {}
+            }
+        }
         if let Some(session) = self.sessions.live() {
             return Ok(session);
         }

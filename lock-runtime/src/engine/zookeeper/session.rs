@@ -189,6 +189,9 @@ pub(crate) struct Sessions {
     current: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// The live session, readable without waiting.
     live: Mutex<Option<Arc<Session>>>,
+    /// Every session made, the caller runtimes' included (for the count of
+    /// holds they keep).
+    all: Mutex<Vec<Weak<Session>>>,
 }
 
 impl Sessions {
@@ -205,6 +208,7 @@ impl Sessions {
             config: config.clone(),
             current: tokio::sync::Mutex::new(None),
             live: Mutex::new(None),
+            all: Mutex::default(),
         }
     }
 
@@ -230,13 +234,19 @@ impl Sessions {
         Ok(session)
     }
 
-    /// How many holds the live session's heartbeat keeps.
+    /// How many holds the sessions' heartbeats keep.
     pub(crate) fn holds(&self) -> usize {
-        self.live().map_or(0, |session| session.holds())
+        let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|s| s.strong_count() > 0);
+        all.iter()
+            .filter_map(Weak::upgrade)
+            .map(|session| session.holds())
+            .sum()
     }
 
-    /// Connects a new session, and starts its heartbeat and state watch.
-    async fn open(&self) -> Result<Arc<Session>, LockError> {
+    /// Connects a new session on the current runtime, which drives it, and
+    /// starts its heartbeat and state watch there.
+    pub(crate) async fn open(&self) -> Result<Arc<Session>, LockError> {
         let mut connector = zk::Client::connector()
             .with_session_timeout(self.config.watchdog_timeout)
             .with_connection_timeout(self.config.connect_timeout);
@@ -273,6 +283,9 @@ impl Sessions {
             self.config.response_timeout,
         ));
         tokio::spawn(watch_state(Arc::downgrade(&session)));
+        let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
+        all.push(Arc::downgrade(&session));
+        drop(all);
         Ok(session)
     }
 }

@@ -329,14 +329,19 @@ async fn clear(zk: &Zk, made: &Made) -> Result<(), LockError> {
                 .into_iter()
                 .filter(|c| Contender::of(c).is_some_and(|c| c.made_by(&made.id)))
                 .collect(),
-            Err(zk::Error::NoNode) => Vec::new(),
+            // No lock node; or the session closed (its runtime shut down),
+            // taking its nodes.
+            Err(zk::Error::NoNode | zk::Error::ClientClosed) => Vec::new(),
+            Err(_) if session.is_lost() => Vec::new(),
             Err(e) => return Err(store_error(e)),
         },
     };
     for child in children {
         let path = format!("{}/{child}", made.lock);
         match zk.call(session, session.client.delete(&path, None)).await {
-            Ok(()) | Err(zk::Error::NoNode) => {}
+            Ok(()) | Err(zk::Error::NoNode | zk::Error::ClientClosed) => {}
+            // A lost session's nodes go with it.
+            Err(_) if session.is_lost() => {}
             Err(e) => return Err(store_error(e)),
         }
     }
