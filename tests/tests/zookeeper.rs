@@ -418,3 +418,38 @@ fn a_hold_on_a_runtime_that_shut_down_is_lost_and_the_lock_moves_on() {
         next.release().await.unwrap();
     });
 }
+
+/// A re-entry dropped after its first poll (its count taken, its write
+/// sent) gives its count back: the chain's last release deletes the node.
+#[tokio::test]
+async fn a_reentry_dropped_mid_way_leaves_no_node_behind() {
+    let zk = ZooKeeper::start();
+    let (c, other) = (client(&zk).await, client(&zk).await);
+    let outer = c.lock("re").acquire().await.unwrap();
+    let dropped = outer
+        .scope(tokio::time::timeout(Duration::ZERO, c.lock("re").acquire()))
+        .await;
+    assert!(
+        dropped.is_err(),
+        "dropped after its first poll: {dropped:?}"
+    );
+    outer.release().await.unwrap();
+    until_nodes(&zk, "re", 0).await;
+    let next = other.lock("re").try_acquire().await.unwrap();
+    next.expect("the lock is free").release().await.unwrap();
+}
+
+/// Readers share with readers only: a mutex on the same name keeps them
+/// out, as it keeps writers out.
+#[tokio::test]
+async fn a_mutex_keeps_readers_of_the_same_name_out() {
+    let zk = ZooKeeper::start();
+    let (a, b) = (client(&zk).await, client(&zk).await);
+    let mutex = a.lock("mixed").acquire().await.unwrap();
+    let rw = b.read_write_lock("mixed");
+    assert!(rw.read().try_acquire().await.unwrap().is_none());
+    assert!(rw.write().try_acquire().await.unwrap().is_none());
+    mutex.release().await.unwrap();
+    let read = rw.read().try_acquire().await.unwrap().expect("free");
+    read.release().await.unwrap();
+}

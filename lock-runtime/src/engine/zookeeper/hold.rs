@@ -54,6 +54,12 @@ impl Drop for Record {
         if let Some(timer) = self.timer.get() {
             timer.abort();
         }
+        // A backstop: a record that goes with its node still there (a
+        // give-back that failed, a re-entry dropped mid-way) deletes it.
+        // The request is sent as it is made; its answer is not awaited.
+        if !*self.deleted.borrow() && !self.session.client.state().is_terminated() {
+            drop(self.session.client.delete(&self.path, None));
+        }
         let key = (self.name.clone(), self.holder.clone());
         let mut records = self.zk.records.lock().unwrap_or_else(|p| p.into_inner());
         if records.get(&key).is_some_and(|r| r.strong_count() == 0) {
@@ -151,12 +157,11 @@ impl Record {
                     return;
                 };
                 if alive.fixed_until().is_some_and(|u| Instant::now() >= u) {
-                    let session = &alive.session;
-                    let _ = alive
-                        .zk
-                        .call(session, session.client.delete(&alive.path, None))
-                        .await;
-                    alive.gone();
+                    // Lost now (by the clock); given back as a release
+                    // gives back, trying again on a fault.
+                    if give_back_now(alive).await.is_err() {
+                        tracing::warn!("a lock node whose fixed lease ended is not deleted yet");
+                    }
                     return;
                 }
             }
@@ -223,18 +228,10 @@ pub(super) async fn reenter(
     if counted.is_err() {
         return Err(lost(&record.name));
     }
-    // Counted down again when the re-entry fails; if the chain's other
-    // holds were given back meanwhile, this was the last: it gives the node
-    // back (in the background: the caller has its error).
-    let uncount = |record: &Arc<Record>| {
-        if record.holds.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let record = record.clone();
-            let runtime = record.zk.runtime.clone();
-            runtime.spawn(async move {
-                let _ = give_back(record, None).await;
-            });
-        }
-    };
+    // Counted down again when the re-entry fails or is dropped; if the
+    // chain's other holds were given back meanwhile, this was the last: it
+    // gives the node back (in the background: the caller has its error).
+    let mut counted = Uncount(Some((record.clone(), chain.kept_until())));
     let sent = Instant::now();
     let session = &record.session;
     let data = record.data();
@@ -245,15 +242,12 @@ pub(super) async fn reenter(
     let stat = match written {
         Ok(stat) => stat,
         Err(zk::Error::NoNode) => {
-            uncount(&record);
             record.gone();
             return Err(lost(&record.name));
         }
-        Err(e) => {
-            uncount(&record);
-            return Err(store_error(e));
-        }
+        Err(e) => return Err(store_error(e)),
     };
+    counted.0 = None;
     let token = u64::try_from(stat.mzxid).unwrap_or(0);
     let held = ZkHold::new(alive, record, token, sent, options, metric);
     let _ = held.chain.set(chain);
@@ -261,6 +255,24 @@ pub(super) async fn reenter(
         chain.keep_until(keep);
     }
     Ok(held)
+}
+
+/// A re-entry's count of its record's holds, taken back when dropped armed
+/// (the re-entry failed or was dropped); the last one gives the node back,
+/// keeping the chain's minimum.
+struct Uncount(Option<(Arc<Record>, Option<Instant>)>);
+
+impl Drop for Uncount {
+    fn drop(&mut self) {
+        if let Some((record, keep)) = self.0.take()
+            && record.holds.fetch_sub(1, Ordering::AcqRel) == 1
+        {
+            let runtime = record.zk.runtime.clone();
+            runtime.spawn(async move {
+                let _ = give_back(record, keep).await;
+            });
+        }
+    }
 }
 
 /// `at` by the wall clock.
@@ -371,8 +383,14 @@ impl ZkHold {
             return Err(lost(name));
         }
         {
+            // Checked again under the lock: a lease that ran out meanwhile
+            // is not brought back (its node is being given back).
             let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
-            *until = (*until).max(valid_until(Instant::now(), lease));
+            let now = Instant::now();
+            if now >= *until {
+                return Err(lost(name));
+            }
+            *until = (*until).max(valid_until(now, lease));
         }
         // The node says the new end, for every client's `inspect`.
         let record = self.record.clone();
@@ -469,14 +487,15 @@ async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, L
         // holds left, until the minimum ends.
         let session = &record.session;
         let data = layout::data(&record.holder, Term::Kept(wall(keep)));
+        // The mark is for `inspect` only: whatever its answer, the node is
+        // given back when the minimum ends.
         let there = match record
             .zk
             .call(session, session.client.set_data(&record.path, &data, None))
             .await
         {
-            Ok(_) => !*record.deleted.borrow(),
             Err(zk::Error::NoNode) => false,
-            Err(e) => return Err(store_error(e)),
+            _ => !*record.deleted.borrow(),
         };
         let runtime = record.zk.runtime.clone();
         runtime.spawn(async move {

@@ -64,9 +64,10 @@ impl Side {
         format!("{lock}/{}{id}-{}", PROTECTED, self.marker())
     }
 
-    /// Whether a contender on this side waits for an earlier one on `other`.
+    /// Whether a contender on this side waits for an earlier one on
+    /// `other`: readers share only with readers.
     pub(crate) fn waits_for(self, other: Side) -> bool {
-        self != Side::Read || other == Side::Write
+        self != Side::Read || other != Side::Read
     }
 }
 
@@ -217,6 +218,13 @@ pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
     if name == "." || name == ".." || name == "zookeeper" {
         return bad("ZooKeeper refuses `.`, `..` and `zookeeper` as node names");
     }
+    // The characters ZooKeeper's path check refuses.
+    let refused = |c: char| matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}');
+    if name.chars().any(refused) {
+        return bad(
+            "ZooKeeper refuses control characters and U+E000-U+F8FF, U+FFF0-U+FFFF in node names",
+        );
+    }
     Ok(())
 }
 
@@ -253,6 +261,17 @@ mod tests {
         }
         // Curator's data: the host's address.
         assert_eq!(read_data(b"127.0.1.1"), (None, None));
+    }
+
+    #[test]
+    fn names_zookeeper_refuses_are_bad_names() {
+        for name in ["a/b", ".", "..", "zookeeper", "tab\there", "\u{e000}"] {
+            assert!(
+                matches!(check_name(name), Err(LockError::BadName { .. })),
+                "{name:?}"
+            );
+        }
+        assert!(check_name("stock:42").is_ok());
     }
 
     #[test]

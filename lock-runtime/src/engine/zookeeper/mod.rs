@@ -44,6 +44,14 @@
 //!
 //! Quorum locks and replica sync are [`LockError::Unsupported`]: ZooKeeper
 //! writes through a quorum already.
+//!
+//! Needs ZooKeeper 3.6 or newer (the heartbeat lists the session's nodes
+//! with `getEphemerals`). A limit of the loss clock: the heartbeat is a
+//! read, which a follower answers itself; a follower cut off from the
+//! leader keeps answering for up to its `syncLimit` ticks while the
+//! leader may expire the session, so on an ensemble the clock is only as
+//! safe as `syncLimit × tickTime` is short beside the session timeout
+//! (ZooKeeper's own clients share this limit). Fence at the resource.
 
 mod hold;
 mod layout;
@@ -320,23 +328,31 @@ impl Target {
     }
 }
 
-/// A ZooKeeper error as a [`LockError`], saying whether it may heal (a
-/// lost connection, an expired session: the next try makes a new one).
+/// A ZooKeeper error as a [`LockError`], saying whether it may heal: all
+/// but the server's refusals (a lost or stalled connection, an expired
+/// session: the next try makes a new one).
 pub(crate) fn store_error(e: zk::Error) -> LockError {
-    let transient = matches!(
+    // The other way round would be shorter, and wrong: the client library
+    // fails a call on a stalled or reset link with errors of its own
+    // (`Custom`), not only `ConnectionLoss`.
+    let permanent = matches!(
         e,
-        zk::Error::ConnectionLoss
-            | zk::Error::Timeout
-            | zk::Error::NoHosts
-            | zk::Error::SessionExpired
-            | zk::Error::SessionMoved
-            | zk::Error::ClientClosed
-            | zk::Error::Throttled
+        zk::Error::NoNode
+            | zk::Error::NodeExists
+            | zk::Error::BadVersion
+            | zk::Error::NotEmpty
+            | zk::Error::NoAuth
+            | zk::Error::InvalidAcl
+            | zk::Error::NoChildrenForEphemerals
+            | zk::Error::BadArguments(_)
+            | zk::Error::Unimplemented
+            | zk::Error::AuthFailed
+            | zk::Error::QuotaExceeded
     );
     LockError::Store {
         engine: ENGINE,
         message: e.to_string(),
-        transient,
+        transient: !permanent,
     }
 }
 

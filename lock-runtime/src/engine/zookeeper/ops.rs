@@ -30,7 +30,10 @@ async fn read(zk: &Arc<Zk>, name: &str) -> Result<Vec<(Contender, Option<Vec<u8>
         .collect();
     let mut out = Vec::with_capacity(found.len());
     for (contender, read) in found.into_iter().zip(reads) {
-        let data = match zk.call(&session, read).await {
+        // Not through `Zk::call`: sent before the earlier answers came, a
+        // read's answer would confirm the session from too late a time.
+        let read = tokio::time::timeout(zk.config.response_timeout, read).await;
+        let data = match read.unwrap_or(Err(zk::Error::Timeout)) {
             Ok((data, _)) => Some(data),
             Err(zk::Error::NoNode) => None,
             Err(e) => return Err(store_error(e)),
@@ -170,6 +173,28 @@ pub(crate) async fn force_unlock(zk: &Arc<Zk>, name: &str) -> Result<bool, LockE
             Err(zk::Error::NoNode) => {}
             Err(e) => return Err(store_error(e)),
         }
+        told_at_once(zk, name, &path);
     }
     Ok(freed)
+}
+
+/// A hold of this client on the node at `path`, deleted by its own
+/// `force_unlock`, learns it at once (others' at their session's next
+/// heartbeat).
+fn told_at_once(zk: &Zk, name: &str, path: &str) {
+    let records: Vec<_> = zk
+        .records
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|((n, _), _)| n == name)
+        .map(|(_, record)| record.clone())
+        .collect();
+    // Upgraded with the map unlocked: dropping a last `Arc<Record>` locks
+    // the map.
+    for record in records.iter().filter_map(std::sync::Weak::upgrade) {
+        if record.path == path {
+            super::session::Gone::gone(&*record);
+        }
+    }
 }

@@ -292,12 +292,13 @@ impl Sessions {
 
 /// Every third of the session timeout, a call whose answer confirms the
 /// session and shows which of its holds' nodes are gone (see the module
-/// docs), while the session lives and is not lost.
+/// docs), while the session lives and is not lost; then [`reap`].
 async fn heartbeat(session: Weak<Session>, root: String, response_timeout: Duration) {
     loop {
         let (client, every) = match session.upgrade() {
             Some(s) if !s.is_lost() => (s.client.clone(), s.timeout / 3),
-            _ => return,
+            Some(_) => break,
+            None => return,
         };
         let sent = Instant::now();
         let listed = tokio::time::timeout(response_timeout, client.list_ephemerals(&root)).await;
@@ -306,9 +307,47 @@ async fn heartbeat(session: Weak<Session>, root: String, response_timeout: Durat
             && let Some(session) = session.upgrade()
         {
             session.confirm(sent);
+            let renewed = session.holds();
+            if renewed > 0 {
+                crate::telemetry::renewed(renewed as u64);
+            }
             session.check(sent, &present.into_iter().collect());
         }
         tokio::time::sleep_until((sent + every).into()).await;
+    }
+    reap(session, root, response_timeout).await;
+}
+
+/// Deletes the nodes of a session lost by the clock. Its holds are lost
+/// already, but the server may still keep the session (the link came back
+/// before it expired it, and the client library pings it again): its
+/// nodes would block their locks for as long as it lives. Tries until
+/// they are gone, the session ends, or nothing refers to it any more (it
+/// closes then, and the server deletes them).
+async fn reap(session: Weak<Session>, root: String, response_timeout: Duration) {
+    for tries in 1.. {
+        let Some(client) = session.upgrade().map(|s| s.client.clone()) else {
+            return;
+        };
+        if client.state().is_terminated() {
+            return;
+        }
+        let reaped = tokio::time::timeout(response_timeout, async {
+            let nodes = client.list_ephemerals(&root).await?;
+            for node in &nodes {
+                match client.delete(node, None).await {
+                    Ok(()) | Err(zk::Error::NoNode) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok::<_, zk::Error>(())
+        })
+        .await;
+        if let Ok(Ok(())) = reaped {
+            return;
+        }
+        drop(client);
+        tokio::time::sleep(crate::request::backoff(tries)).await;
     }
 }
 

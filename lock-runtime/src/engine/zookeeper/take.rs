@@ -367,11 +367,11 @@ async fn take(
     pending: &mut Pending,
 ) -> Result<Taken, LockError> {
     // An earlier try's node (its answer lost, or its session gone) first.
-    if let Some(made) = pending.made.take()
-        && let Err(e) = clear(zk, &made).await
-    {
-        pending.made = Some(made);
-        return Err(e);
+    // Cleared by reference: dropped meanwhile, the acquisition's undo
+    // still knows it.
+    if let Some(made) = &pending.made {
+        clear(zk, made).await?;
+        pending.made = None;
     }
     let session = zk.session().await?;
     let lock = zk.lock_path(target.name());
@@ -392,10 +392,18 @@ async fn take(
             child: None,
         });
         sent = Instant::now();
+        // Both sent at once, in order; answered, or refused, if either is
+        // (a pair of failures is no answer: it must not confirm the session).
         let both = {
             let create = session.client.create(&path, &data, &mode);
             let list = session.client.get_children(&lock);
-            async move { Ok::<_, zk::Error>(tokio::join!(create, list)) }
+            async move {
+                let (created, listed) = tokio::join!(create, list);
+                match (&created, &listed) {
+                    (Err(e), Err(_)) if !super::is_refusal(e) => Err(e.clone()),
+                    _ => Ok((created, listed)),
+                }
+            }
         };
         // Boxed, as the mkdir below: the client's request futures are
         // large, and a head waiting in this future would carry their room.
@@ -478,7 +486,15 @@ async fn take(
             .await
         {
             Ok(stat) => u64::try_from(stat.mzxid).unwrap_or(0),
-            Err(zk::Error::NoNode) => return Err(lost(target.name())),
+            // Deleted at its turn: try again, at the back of the line.
+            Err(zk::Error::NoNode) => {
+                pending.made = None;
+                return Err(LockError::Store {
+                    engine: super::ENGINE,
+                    message: format!("lock `{}`: the node was deleted at its turn", target.name()),
+                    transient: true,
+                });
+            }
             Err(e) => return Err(store_error(e)),
         }
     } else {
@@ -521,6 +537,11 @@ async fn wait_for_turn(
         if !all.iter().any(|c| c.child == ours.child) {
             return Ok(None);
         }
+        // A session lost by the clock (a blip past most of its timeout)
+        // would hand on a hold already lost: start again on a new one.
+        if session.is_lost() {
+            return Err(session_ended(target, "its session counts as lost"));
+        }
         let Some(before) = blocker(&all, ours) else {
             return Ok(Some(u64::try_from(stat.pzxid).unwrap_or(0)));
         };
@@ -534,24 +555,35 @@ async fn wait_for_turn(
             if there.is_none() {
                 break;
             }
-            let event = within!(watcher.changed(), deadline, target, options)?;
+            let event = tokio::select! {
+                biased;
+                event = async { within!(watcher.changed(), deadline, target, options) } => event?,
+                () = session.lost() => {
+                    return Err(session_ended(target, "its session counts as lost"));
+                }
+            };
             match event.event_type {
                 zk::EventType::NodeDeleted => break,
                 zk::EventType::Session => {
                     session.retire();
-                    return Err(LockError::Store {
-                        engine: super::ENGINE,
-                        message: format!(
-                            "lock `{}`: the session ended while waiting ({:?})",
-                            target.name(),
-                            event.session_state
-                        ),
-                        transient: true,
-                    });
+                    return Err(session_ended(target, "its session ended"));
                 }
                 // Its data changed (a re-entry): watched again.
                 _ => {}
             }
         }
+    }
+}
+
+/// The error of a waiter whose session ended or counts as lost: it tries
+/// again on a new session (its node is cleared first).
+fn session_ended(target: &Target, why: &str) -> LockError {
+    LockError::Store {
+        engine: super::ENGINE,
+        message: format!(
+            "lock `{}`: the waiter stopped waiting: {why}",
+            target.name()
+        ),
+        transient: true,
     }
 }
