@@ -316,7 +316,8 @@
 // Modules import downwards only. From the bottom up:
 // - error, config, clock (the loss clock), holder (call-chain identity and
 //   scopes), own, telemetry, background (the client's runtime thread),
-//   request (what an acquisition asks for), local (in-process queues):
+//   request (what an acquisition asks for), local (in-process queues),
+//   turns (one client's turns at a name, for etcd and ZooKeeper):
 //   plain parts every engine uses;
 // - engine: one module per store behind the seam (`engine::redis`: its
 //   connections, scripts, pub/sub, holds, acquire loop and watchdog;
@@ -350,6 +351,8 @@ mod near;
 mod own;
 mod request;
 mod telemetry;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod turns;
 
 #[doc(hidden)]
 pub mod __private {

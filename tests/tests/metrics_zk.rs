@@ -262,8 +262,6 @@ async fn every_metric_moves() {
 /// `lock_renewals_total` counts them, so the alert "it stops while
 /// `lock_held` > 0" (README) does not fire for a healthy ZooKeeper hold.
 #[test]
-#[ignore = "engine bug: the ZooKeeper session heartbeat keeps watchdog holds but never counts \
-            lock_renewals_total (session.rs heartbeat calls no telemetry::renewed)"]
 fn the_session_heartbeat_counts_as_renewals_of_the_holds_it_keeps() {
     let case = "the_session_heartbeat_counts_as_renewals_of_the_holds_it_keeps";
     if !in_child() {

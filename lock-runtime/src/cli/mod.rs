@@ -10,7 +10,8 @@
 //! lockctl force-unlock stock:42 [--yes] free it, wake every waiter (asks first)
 //! ```
 //!
-//! `--url` (any engine: `redis://`, `etcd://` with the `etcd` feature)
+//! `--url` (any engine: `redis://`, `etcd://` with the `etcd` feature,
+//! `zk://` with the `zookeeper` feature)
 //! defaults to `$LOCK_URL`, else `$REDIS_URL`, else `redis://127.0.0.1:6379`.
 //! Passwords in URLs are never printed. `inspect --json` prints one object:
 //! `{"name", "held"}` and, when held, `"kind"` (`"reentrant"`, `"fair"`,
@@ -44,7 +45,7 @@ use crate::error::LockError;
 #[command(
     name = "lockctl",
     version,
-    about = "Inspect, list, watch and force-unlock distributed locks on Redis (Redisson's layout)"
+    about = "Inspect, list, watch and force-unlock distributed locks on Redis (Redisson's layout), etcd (etcdctl's) and ZooKeeper (Curator's)"
 )]
 struct Cli {
     #[command(flatten)]
@@ -56,7 +57,7 @@ struct Cli {
 /// Where the locks are.
 #[derive(Args, Debug)]
 struct Connection {
-    /// The store (redis://, etcd://) [default: $LOCK_URL, else $REDIS_URL, else redis://127.0.0.1:6379]
+    /// The store (redis://, etcd://, zk://) [default: $LOCK_URL, else $REDIS_URL, else redis://127.0.0.1:6379]
     #[arg(long, value_name = "URL", conflicts_with_all = ["sentinel", "cluster"])]
     url: Option<String>,
     /// Sentinels to ask for the master, comma-separated (with --master)

@@ -96,8 +96,8 @@ pub(crate) struct Etcd {
     near: crate::near::Near<Arc<Client>>,
     sessions: session::Sessions,
     watches: watches::Watches,
-    /// Per name, the process queue its acquisitions wait in (FIFO).
-    queues: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// Per name, the turns of its mutex acquisitions (FIFO).
+    turns: crate::turns::Turns,
     /// Per lock name and holder id, its record (for re-entries; a multi
     /// lock's holds share one holder id over several names).
     records: Mutex<HashMap<(String, String), Weak<hold::Record>>>,
@@ -152,7 +152,7 @@ impl Etcd {
                 near: crate::near::Near::new(handle.id()),
                 sessions,
                 runtime: handle,
-                queues: Mutex::default(),
+                turns: crate::turns::Turns::default(),
                 records: Mutex::default(),
                 own: OwnHolds::default(),
                 config,
@@ -206,21 +206,6 @@ impl Etcd {
     /// How many holds the session's keep-alive keeps.
     pub(crate) fn renewed(&self) -> usize {
         self.sessions.holds()
-    }
-
-    /// The process queue of `name` (made when missing).
-    fn queue(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(queue) = queues.get(name).and_then(Weak::upgrade) {
-            return queue;
-        }
-        // Forget the queues nobody waits in any more, now and then.
-        if queues.len() >= 64 && queues.len().is_power_of_two() {
-            queues.retain(|_, q| q.strong_count() > 0);
-        }
-        let queue = Arc::new(tokio::sync::Mutex::new(()));
-        queues.insert(name.to_owned(), Arc::downgrade(&queue));
-        queue
     }
 
     /// Runs one etcd call within the response timeout. Boxed, with its

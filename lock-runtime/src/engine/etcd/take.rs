@@ -49,7 +49,7 @@ pub(crate) fn acquire(
         let mutex = holder::in_scope(&etcd.id, target.name()).is_none()
             && matches!(Side::of(&target), Ok(Side::Mutex));
         let queued = if mutex {
-            turn(&etcd, &target, &options, deadline).await.map(Some)
+            etcd.turns.turn(&target, &options, deadline).await.map(Some)
         } else {
             Ok(None)
         };
@@ -213,23 +213,6 @@ fn take_hold(
             metric,
         ))
     }
-}
-
-/// Waits, within the wait, for this client's turn at a mutex key of
-/// `target` (FIFO); a zero wait takes it only if free.
-async fn turn(
-    etcd: &Etcd,
-    target: &Target,
-    options: &Options,
-    deadline: Option<Instant>,
-) -> Result<OwnedMutexGuard<()>, LockError> {
-    let queue = etcd.queue(target.name());
-    if options.wait == Some(Duration::ZERO) {
-        return queue
-            .try_lock_owned()
-            .map_err(|_| timed_out(target, options));
-    }
-    within!(queue.lock_owned(), deadline, target, options)
 }
 
 /// Who takes the hold, and on which side.

@@ -541,23 +541,33 @@ async fn give_back_now(record: Arc<Record>) -> Result<bool, LockError> {
 /// passes on.
 async fn give_back_once(record: &Record) -> Result<bool, LockError> {
     let session = &record.session;
+    let zk = &record.zk;
     if session.client.state().is_terminated() {
         record.gone();
         return Ok(false);
     }
-    let deleted = record
-        .zk
+    let deleted = zk
         .call(session, session.client.delete(&record.path, None))
         .await;
     let there = match deleted {
         Ok(()) => true,
-        // Gone, or its session closed with it (the runtime that drove it
-        // shut down): the server deletes the node with the session.
-        Err(zk::Error::NoNode | zk::Error::ClientClosed) => false,
-        // A session lost by the clock takes its nodes with it when the
-        // server expires it (the client library may not know yet).
-        Err(_) if session.is_lost() => false,
-        Err(e) => return Err(store_error(e)),
+        Err(zk::Error::NoNode) => false,
+        // The hold's session cannot (the runtime that drove it shut down,
+        // or its link is down): any session may delete a node, and the
+        // client's own tries, so the lock need not wait for the server to
+        // expire the other.
+        Err(e) => match zk.sessions.live().filter(|own| !Arc::ptr_eq(own, session)) {
+            Some(own) => match zk.call(&own, own.client.delete(&record.path, None)).await {
+                Ok(()) => true,
+                Err(zk::Error::NoNode) => false,
+                Err(_) if session.is_lost() => false,
+                Err(e) => return Err(store_error(e)),
+            },
+            // A session lost by the clock takes its nodes with it when the
+            // server expires it (the client library may not know yet).
+            None if session.is_lost() || matches!(e, zk::Error::ClientClosed) => false,
+            None => return Err(store_error(e)),
+        },
     };
     record.gone();
     Ok(there)

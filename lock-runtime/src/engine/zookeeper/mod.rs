@@ -92,8 +92,8 @@ pub(crate) struct Zk {
     /// Per caller runtime (multi-thread ones), a session of its own (see
     /// [`Zk::session`]).
     near: crate::near::Near<Arc<session::Session>>,
-    /// Per name, the process queue its mutex acquisitions wait in (FIFO).
-    queues: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// Per name, the turns of its mutex acquisitions (FIFO).
+    turns: crate::turns::Turns,
     /// Per lock name and holder id, its record (for re-entries; a multi
     /// lock's holds share one holder id over several names).
     records: Mutex<HashMap<(String, String), Weak<hold::Record>>>,
@@ -127,7 +127,7 @@ impl Zk {
                 sessions,
                 near: crate::near::Near::new(handle.id()),
                 runtime: handle,
-                queues: Mutex::default(),
+                turns: crate::turns::Turns::default(),
                 records: Mutex::default(),
                 own: OwnHolds::default(),
                 config,
@@ -165,21 +165,6 @@ impl Zk {
         self.sessions.holds()
     }
 
-    /// The process queue of `name` (made when missing).
-    fn queue(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(queue) = queues.get(name).and_then(Weak::upgrade) {
-            return queue;
-        }
-        // Forget the queues nobody waits in any more, now and then.
-        if queues.len() >= 64 && queues.len().is_power_of_two() {
-            queues.retain(|_, q| q.strong_count() > 0);
-        }
-        let queue = Arc::new(tokio::sync::Mutex::new(()));
-        queues.insert(name.to_owned(), Arc::downgrade(&queue));
-        queue
-    }
-
     /// The session for an acquisition made on the caller's runtime: that
     /// runtime's own session when it is a multi-thread runtime and its
     /// session is ready (see below), else the client's, made when there is
@@ -193,7 +178,9 @@ impl Zk {
     /// current-thread runtime runs only inside `block_on`, and a session
     /// not driven expires with its holds. A runtime shut down while one of
     /// its holds is kept takes its session with it: the hold is lost, by
-    /// its clock, and its node goes when the server expires the session.
+    /// its clock; its release, or its guard's drop, deletes the node
+    /// through the client's own session (any session may), else it goes
+    /// when the server expires the session.
     async fn session(self: &Arc<Zk>) -> Result<Arc<session::Session>, LockError> {
         let multi = Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);

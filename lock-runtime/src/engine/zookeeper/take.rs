@@ -46,7 +46,7 @@ pub(crate) fn acquire(
         let mutex = holder::in_scope(&zk.id, target.name()).is_none()
             && matches!(Side::of(&target), Ok(Side::Mutex));
         let queued = if mutex {
-            turn(&zk, &target, &options, deadline).await.map(Some)
+            zk.turns.turn(&target, &options, deadline).await.map(Some)
         } else {
             Ok(None)
         };
@@ -81,23 +81,6 @@ struct Queued {
     /// The turn at a mutex node, when it is one.
     turn: Option<OwnedMutexGuard<()>>,
     deadline: Option<Instant>,
-}
-
-/// Waits, within the wait, for this client's turn at a mutex node of
-/// `target` (FIFO); a zero wait takes it only if free.
-async fn turn(
-    zk: &Zk,
-    target: &Target,
-    options: &Options,
-    deadline: Option<Instant>,
-) -> Result<OwnedMutexGuard<()>, LockError> {
-    let queue = zk.queue(target.name());
-    if options.wait == Some(Duration::ZERO) {
-        return queue
-            .try_lock_owned()
-            .map_err(|_| timed_out(target, options));
-    }
-    within!(queue.lock_owned(), deadline, target, options)
 }
 
 /// [`acquire`] once the options are checked and its turn is in.
