@@ -27,8 +27,8 @@
 //!    (`examples::etcd_rows`: uncontended, 64 tasks, handoff, 10,000
 //!    waiters), unless `--no-etcd`; `etcd_bench` runs them alone;
 //! 11. to 14. the ZooKeeper engine against its floor on the same server
-//!    (`examples::zk_rows`: the same four rows), unless `--no-zookeeper`;
-//!    `zk_bench` runs them alone.
+//!     (`examples::zk_rows`: the same four rows), unless `--no-zookeeper`;
+//!     `zk_bench` runs them alone.
 //!
 //! ```text
 //! cargo run --release -p examples --example lock_bench
