@@ -453,3 +453,46 @@ async fn a_mutex_keeps_readers_of_the_same_name_out() {
     let read = rw.read().try_acquire().await.unwrap().expect("free");
     read.release().await.unwrap();
 }
+
+/// A lock's node whose ACL lets contenders in but refuses writes to the
+/// node itself (Curator's recipe needs only CREATE, READ and DELETE there)
+/// still locks and excludes: our first call, a create that also touches
+/// the lock's node, is refused as a whole, and the acquisition makes its
+/// node the other way.
+#[tokio::test]
+async fn a_lock_node_that_refuses_writes_to_itself_still_locks() {
+    use zookeeper_client as zk;
+    let zk = ZooKeeper::start();
+    let raw = zk::Client::connect(&zk.connect_string())
+        .await
+        .expect("a raw session");
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    raw.create("/locks", b"", &open).await.unwrap();
+    let no_writes = [zk::Acl::new(
+        zk::Permission::CREATE | zk::Permission::READ | zk::Permission::DELETE,
+        zk::AuthId::anyone(),
+    )];
+    let guarded = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&no_writes));
+    raw.create("/locks/guarded", b"", &guarded).await.unwrap();
+    assert_eq!(
+        raw.set_data("/locks/guarded", b"", None).await,
+        Err(zk::Error::NoAuth),
+        "the node refuses writes"
+    );
+
+    let (a, b) = (client(&zk).await, client(&zk).await);
+    let first = a.lock("guarded").acquire().await.unwrap();
+    assert!(b.lock("guarded").try_acquire().await.unwrap().is_none());
+    until_nodes(&zk, "guarded", 1).await;
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock("guarded").wait(LONG).acquire().await }
+    });
+    until_nodes(&zk, "guarded", 2).await;
+    let before = first.token();
+    first.release().await.unwrap();
+    let second = tests::finish(LONG, waiter).await;
+    assert!(second.token() > before);
+    second.release().await.unwrap();
+    until_nodes(&zk, "guarded", 0).await;
+}

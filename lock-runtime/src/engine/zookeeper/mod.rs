@@ -21,11 +21,15 @@
 //!   time plus the session timeout ([`Config::watchdog_timeout`], as the
 //!   server granted it), before the server can expire the session; an
 //!   expired session is lost at once.
-//! - **Fencing token.** A zxid from which the hold is its holder's: the
-//!   lock node's `pzxid` read once the hold is first in line (it is at
-//!   least the deletion that let it in), or, for a reader (readers let in
+//! - **Fencing token.** A zxid from which the hold is its holder's: for a
+//!   contender alone at its create, the zxid of the create's transaction
+//!   (the create goes with an empty write to the lock's node, whose answer
+//!   counts the node's children: alone, no read is needed); else the lock
+//!   node's `pzxid` read once the hold is first in line (it is at least
+//!   the deletion that let it in), or, for a reader (readers let in
 //!   together would share it) and a re-entry, the zxid of a write to its
-//!   own node. Holds of one name follow each other in zxid order, so
+//!   own node. A lock node whose ACL refuses writes gets the create and a
+//!   read of its children instead, one round trip more. Holds of one name follow each other in zxid order, so
 //!   tokens strictly increase per name.
 //! - **`lease(d)`** is enforced by the holder: its node is given back at
 //!   `d` (the guard counts as lost then). A holder that dies is bounded by
