@@ -19,74 +19,47 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder;
-use crate::request::{Options, Target, backoff, check_options, pause_within, timed_out, within};
+use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
+use crate::turns::{OneRecord, Queued};
 
-/// Takes a hold of `target` on etcd (see the module docs of [`super`]):
-/// a re-entry when the caller runs in the scope of this client's hold of
-/// it, else a new holder that queues in the process, then in etcd.
-///
-/// While it queues in the process (most waiters, when many wait on a few
-/// names) it carries this future and the queue's only: the rest is boxed
-/// once it has its turn.
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an async fn keeps its arguments twice (see the comment inside)"
-)]
+/// Takes a hold of `target` (see the module docs of [`super`]): the
+/// shared queueing of [`crate::turns::acquire`], then [`take_hold`].
 pub(crate) fn acquire(
     alive: Arc<Background>,
     etcd: Arc<Etcd>,
     target: Target,
     options: Options,
 ) -> impl Future<Output = Result<EtcdHold, LockError>> + Send {
-    // An async block, not an async fn: what it takes is kept once, not
-    // twice (its arguments and their moved copies).
-    async move {
-        check_options(&target, &options)?;
-        let started = Instant::now();
-        let deadline = options.wait.and_then(|w| started.checked_add(w));
-        // A mutex key is one per client and name: this client's turn first
-        // (a re-entry has the turn already: its scope's hold keeps it).
-        let mutex = holder::in_scope(&etcd.id, target.name()).is_none()
-            && matches!(Side::of(&target), Ok(Side::Mutex));
-        let queued = if mutex {
-            etcd.turns.turn(&target, &options, deadline).await.map(Some)
-        } else {
-            Ok(None)
-        };
-        let result = match queued {
-            Ok(turn) => {
-                // Looked up again, not kept while queued (the same task's
-                // scope: the same answer).
-                let reentry = match mutex {
-                    true => None,
-                    false => holder::in_scope(&etcd.id, target.name()),
-                };
-                let queued = Queued {
-                    reentry,
-                    turn,
-                    deadline,
-                };
-                Box::pin(take_hold(alive, etcd, &target, options, queued)).await
-            }
-            Err(e) => Err(e),
-        };
-        let kind = options.metric.is_none().then(|| target.kind());
-        crate::telemetry::record_acquired(kind, started, &result);
-        result
+    crate::turns::acquire(alive, etcd, target, options)
+}
+
+impl OneRecord for Etcd {
+    type Hold = EtcdHold;
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn turns(&self) -> &crate::turns::Turns {
+        &self.turns
+    }
+
+    fn queues(target: &Target) -> bool {
+        matches!(Side::of(target), Ok(Side::Mutex))
+    }
+
+    fn take_hold(
+        self: Arc<Self>,
+        alive: Arc<Background>,
+        target: &Target,
+        options: Options,
+        queued: Queued,
+    ) -> impl Future<Output = Result<EtcdHold, LockError>> + Send + '_ {
+        take_hold(alive, self, target, options, queued)
     }
 }
 
-/// What [`acquire`] knows when it stops queueing in the process.
-struct Queued {
-    /// The holder id and chain of this client's hold, when the caller runs
-    /// in its scope.
-    reentry: Option<(String, holder::Chain)>,
-    /// The turn at a mutex key, when it is one.
-    turn: Option<OwnedMutexGuard<()>>,
-    deadline: Option<Instant>,
-}
-
-/// [`acquire`] once the options are checked and its turn is in.
+/// An acquisition once the options are checked and its turn is in.
 #[expect(
     clippy::manual_async_fn,
     reason = "an async fn keeps its arguments twice (see the comment inside)"
