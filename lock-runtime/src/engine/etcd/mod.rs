@@ -359,8 +359,15 @@ fn store_error(e: etcd_client::Error) -> LockError {
     use etcd_client::Error;
     let transient = match &e {
         // gRPC's DEADLINE_EXCEEDED, ABORTED and UNAVAILABLE (a leader
-        // election, a member going away), by number.
-        Error::GRpcStatus(status) => matches!(i32::from(status.code()), 4 | 10 | 14),
+        // election, a member going away), by number; and any status the
+        // client library made of a failure on its side, which it gives a
+        // source (a member stopped mid-call comes back as UNKNOWN
+        // "transport error", a broken pipe beneath it): a status the server
+        // sent has none.
+        Error::GRpcStatus(status) => {
+            matches!(i32::from(status.code()), 4 | 10 | 14)
+                || std::error::Error::source(status).is_some()
+        }
         Error::TransportError(_)
         | Error::IoError(_)
         | Error::WatchError(_)
@@ -392,4 +399,35 @@ pub(crate) fn transient(e: &LockError) -> bool {
             ..
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grpc(status: tonic::Status) -> LockError {
+        store_error(etcd_client::Error::GRpcStatus(status))
+    }
+
+    /// A member stopped mid-call fails the call with UNKNOWN "transport
+    /// error" over a broken pipe: a waiter with no deadline must try
+    /// again, not give up. A status the server sent keeps its meaning.
+    #[test]
+    fn a_failure_on_the_clients_side_may_heal_a_status_the_server_sent_keeps_its_meaning() {
+        let broken = tonic::Status::from_error(Box::new(std::io::Error::new(
+            std::io::ErrorKind::BrokenPipe,
+            "stream closed because of a broken pipe",
+        )));
+        assert_eq!(broken.code(), tonic::Code::Unknown);
+        assert!(transient(&grpc(broken)));
+        assert!(transient(&grpc(tonic::Status::unavailable(
+            "etcdserver: leader changed"
+        ))));
+        assert!(!transient(&grpc(tonic::Status::invalid_argument(
+            "etcdserver: key is not provided"
+        ))));
+        assert!(!transient(&grpc(tonic::Status::unknown(
+            "an error the server sent"
+        ))));
+    }
 }
