@@ -316,11 +316,12 @@
 // Modules import downwards only. From the bottom up:
 // - error, config, clock (the loss clock), holder (call-chain identity and
 //   scopes), own, telemetry, background (the client's runtime thread),
-//   request (what an acquisition asks for), local (in-process queues),
-//   turns (one client's turns at a name, for etcd and ZooKeeper):
-//   plain parts every engine uses;
+//   request (what an acquisition asks for), turns (one client's turns at
+//   a name, and the acquisition up to its turn, for etcd and ZooKeeper):
+//   plain parts the engines use;
 // - engine: one module per store behind the seam (`engine::redis`: its
-//   connections, scripts, pub/sub, holds, acquire loop and watchdog;
+//   connections, scripts, pub/sub, in-process queues, holds, acquire loop
+//   and watchdog;
 //   `engine::etcd`, `engine::zookeeper`), none importing another;
 // - client: `LockClient`, which holds one engine;
 // - guard: `LockGuard` over each engine's holds;
@@ -345,7 +346,6 @@ mod holder;
 mod info;
 mod inspect;
 mod inventory;
-mod local;
 mod lock;
 mod near;
 mod own;

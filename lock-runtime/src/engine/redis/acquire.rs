@@ -19,9 +19,9 @@ use super::conn::connection_lost;
 use super::hold::fair::GiveUp;
 use super::hold::{Attempt, Busy, Try, Unsettled, attempt_once};
 use crate::background::Background;
+use crate::engine::redis::local::Handed;
 use crate::error::LockError;
 use crate::holder;
-use crate::local::Handed;
 use crate::request::{Options, Target, backoff, check_options, pause_within, timed_out};
 
 /// Takes a hold of `target` (see the module docs). Not an `async fn`, for
@@ -389,9 +389,9 @@ impl Acquisition {
     async fn contend(
         &self,
         how: &Try,
-        ticket: &mut crate::local::Ticket<'_>,
-        offers: &crate::local::Offers,
-        mut offer: Option<crate::local::Offer>,
+        ticket: &mut crate::engine::redis::local::Ticket<'_>,
+        offers: &crate::engine::redis::local::Offers,
+        mut offer: Option<crate::engine::redis::local::Offer>,
     ) -> Result<Handed, LockError> {
         let (messages, fresh) = ticket.subscription(self.subscribe(how)).await?;
         // A head that took over the queue's subscription with its offer in
@@ -567,7 +567,7 @@ enum Woken {
     /// Its offer was taken: the hold it was handed, if any.
     Handed(Option<Handed>),
     /// It is the head of its queue now.
-    Head(crate::local::Seat),
+    Head(crate::engine::redis::local::Seat),
     /// Its deadline passed.
     Expired,
 }

@@ -9,6 +9,7 @@ pub(crate) mod held;
 pub(crate) mod hold;
 pub(crate) mod inspect;
 pub(crate) mod keys;
+pub(crate) mod local;
 pub(crate) mod pubsub;
 pub(crate) mod retry;
 pub(crate) mod scripts;
@@ -24,8 +25,8 @@ use tokio::sync::mpsc;
 
 use crate::background;
 use crate::config::Config;
+use crate::engine::redis::local::LocalQueues;
 use crate::error::LockError;
-use crate::local::LocalQueues;
 use crate::own::OwnHolds;
 use conn::Conn;
 use pubsub::PubSub;

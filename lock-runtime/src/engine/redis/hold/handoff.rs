@@ -5,7 +5,7 @@
 //! after the release began, without a message, a wake-up through the
 //! pub/sub dispatcher or an acquire script of its own; a hot name served by
 //! one client costs one script per critical section instead of two. A
-//! bounded streak of handoffs ([`crate::local::MAX_STREAK`]) is followed by
+//! bounded streak of handoffs ([`crate::engine::redis::local::MAX_STREAK`]) is followed by
 //! a release for everyone, so waiters of other clients get their turn.
 //!
 //! Each handoff is an acquisition of its own: a fresh holder id (so that a
@@ -37,8 +37,8 @@ use crate::engine::redis::conn::Conn;
 use crate::engine::redis::hold::{
     Keep, Released, Try, Which, needs_reconcile, reconcile, reentrant,
 };
+use crate::engine::redis::local::{Handed, MAX_STREAK, Parcel};
 use crate::error::LockError;
-use crate::local::{Handed, MAX_STREAK, Parcel};
 use crate::request::Target;
 
 /// Gives back the hold of `holder` on `target` (see [`Target::unlock`]) and,
