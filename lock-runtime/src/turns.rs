@@ -65,9 +65,6 @@ pub(crate) trait OneRecord: Send + Sync + Sized + 'static {
     fn id(&self) -> &str;
     /// The client's queues, per name.
     fn turns(&self) -> &Turns;
-    /// Whether acquisitions of `target` queue in the process (a mutex, one
-    /// record per client and name, with a name the store takes).
-    fn queues(target: &Target) -> bool;
     /// The rest of an acquisition once its turn is in.
     fn take_hold(
         self: Arc<Self>,
@@ -111,7 +108,10 @@ pub(crate) fn acquire<E: OneRecord>(
         let deadline = options.wait.and_then(|w| started.checked_add(w));
         // A mutex record is one per client and name: this client's turn
         // first (a re-entry has the turn already: its scope's hold keeps it).
-        let mutex = holder::in_scope(engine.id(), target.name()).is_none() && E::queues(&target);
+        // A name the store refuses is refused once it has its turn, which
+        // no one holds.
+        let mutex = matches!(target, Target::Reentrant { .. } | Target::Fair { .. })
+            && holder::in_scope(engine.id(), target.name()).is_none();
         let queued = if mutex {
             engine
                 .turns()

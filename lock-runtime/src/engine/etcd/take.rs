@@ -44,10 +44,6 @@ impl OneRecord for Etcd {
         &self.turns
     }
 
-    fn queues(target: &Target) -> bool {
-        matches!(Side::of(target), Ok(Side::Mutex))
-    }
-
     fn take_hold(
         self: Arc<Self>,
         alive: Arc<Background>,

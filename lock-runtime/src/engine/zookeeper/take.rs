@@ -43,10 +43,6 @@ impl OneRecord for Zk {
         &self.turns
     }
 
-    fn queues(target: &Target) -> bool {
-        matches!(Side::of(target), Ok(Side::Mutex))
-    }
-
     fn take_hold(
         self: Arc<Self>,
         alive: Arc<Background>,
@@ -363,8 +359,8 @@ async fn take(
         } else {
             created_listed(zk, &session, &path, &data, &mode, &lock).await
         };
-        let (created, seen) = match first {
-            Ok(first) => first,
+        let created = match first {
+            Ok(created) => created,
             Err(zk::Error::NoAuth) if touch => {
                 // Refused as a whole: nothing was made.
                 pending.made = None;
@@ -374,7 +370,7 @@ async fn take(
             Err(e) => return Err(store_error(e)),
         };
         match created {
-            Ok(child) => {
+            Ok((child, seen)) => {
                 if let Some(made) = pending.made.as_mut() {
                     made.child = Some(child.clone());
                 }
@@ -409,20 +405,19 @@ async fn take(
     // Alone, the transaction's zxid is the token: the hold begins there,
     // after every earlier holder's end (a reader's too: a write of its
     // own, so readers let in together do not share it).
-    let (alone, listed) = match seen {
-        Seen::Alone(zxid) => (Some(zxid), None),
-        Seen::Listed(listed) => (None, Some(listed)),
+    let alone = matches!(seen, Seen::Alone(_));
+    let first = match seen {
+        Seen::Alone(zxid) => Ok(Some(zxid)),
+        Seen::Listed(listed) => {
+            listed.map(|(children, stat)| first_in_line(&children, &ours, &stat))
+        }
         // Others there: which of them keep us out? (Boxed, as above.)
-        Seen::Crowded => (
-            None,
-            Some(Box::pin(zk.call(&session, session.client.get_children(&lock))).await),
-        ),
+        Seen::Crowded => Box::pin(zk.call(&session, session.client.get_children(&lock)))
+            .await
+            .map(|(children, stat)| first_in_line(&children, &ours, &stat)),
     };
-    let token = match (alone, listed) {
-        (Some(zxid), _) => Some(zxid),
-        (None, Some(Ok((children, stat)))) => first_in_line(&children, &ours, &stat),
-        (None, _) => None,
-    };
+    // A read that failed: the wait reads again.
+    let token = first.unwrap_or(None);
     let mut waited = false;
     let token = match token {
         Some(token) => token,
@@ -452,9 +447,7 @@ async fn take(
     // Readers let in together would share the lock node's zxid: a write
     // of its own gives each its token. A fixed lease counts from the turn:
     // its node says so.
-    let token = if (how.side == Side::Read && alone.is_none())
-        || (waited && options.lease.is_some())
-    {
+    let token = if (how.side == Side::Read && !alone) || (waited && options.lease.is_some()) {
         sent = Instant::now();
         let node = format!("{lock}/{}", ours.child);
         let data = layout::data(how.holder, term(&session));
@@ -490,8 +483,9 @@ enum Seen {
     Listed(Result<(Vec<String>, zk::Stat), zk::Error>),
 }
 
-/// A create's answer: our child's name, or the server's refusal.
-type Created = Result<String, zk::Error>;
+/// A create's answer: our child's name and what the call saw of the
+/// others, or the server's refusal (nothing was made).
+type Created = Result<(String, Seen), zk::Error>;
 
 /// The create and a touch of the lock's node (its data set to nothing)
 /// in one transaction: the touch's answer counts the lock's children
@@ -506,7 +500,7 @@ async fn created_alone(
     data: &[u8],
     mode: &zk::CreateOptions<'_>,
     lock: &str,
-) -> Result<(Created, Seen), zk::Error> {
+) -> Result<Created, zk::Error> {
     let commit = {
         let mut writer = session.client.new_multi_writer();
         writer.add_create(path, data, mode)?;
@@ -525,32 +519,24 @@ async fn created_alone(
     // Boxed, as the mkdir below: the client's request futures are large,
     // and a head waiting in this future would carry their room.
     match Box::pin(zk.call(session, answer)).await? {
-        Ok(results) => {
-            let mut child = None;
-            let mut seen = None;
-            for result in results {
-                match result {
-                    zk::MultiWriteResult::Create { path, .. } => {
-                        child = path.rsplit('/').next().map(str::to_owned);
-                    }
-                    zk::MultiWriteResult::SetData { stat } => {
-                        seen = Some(match stat.num_children {
-                            1 => Seen::Alone(u64::try_from(stat.mzxid).unwrap_or(0)),
-                            _ => Seen::Crowded,
-                        });
-                    }
-                    _ => {}
-                }
+        Ok(results) => match results.as_slice() {
+            [
+                zk::MultiWriteResult::Create { path, .. },
+                zk::MultiWriteResult::SetData { stat },
+            ] => {
+                let child = path.rsplit('/').next().unwrap_or(path).to_owned();
+                let seen = match stat.num_children {
+                    1 => Seen::Alone(u64::try_from(stat.mzxid).unwrap_or(0)),
+                    _ => Seen::Crowded,
+                };
+                Ok(Ok((child, seen)))
             }
-            match (child, seen) {
-                (Some(child), Some(seen)) => Ok((Ok(child), seen)),
-                _ => Err(zk::Error::UnexpectedError(
-                    "a create and a touch answered without their results".into(),
-                )),
-            }
-        }
-        // The create refused (its parent missing, say): nothing made.
-        Err((0, e)) => Ok((Err(e), Seen::Crowded)),
+            _ => Err(zk::Error::UnexpectedError(
+                "a create and a touch answered without their results".into(),
+            )),
+        },
+        // The create refused (its parent missing, say).
+        Err((0, e)) => Ok(Err(e)),
         Err((_, e)) => Err(e),
     }
 }
@@ -565,7 +551,7 @@ async fn created_listed(
     data: &[u8],
     mode: &zk::CreateOptions<'_>,
     lock: &str,
-) -> Result<(Created, Seen), zk::Error> {
+) -> Result<Created, zk::Error> {
     let both = {
         let create = session.client.create(path, data, mode);
         let list = session.client.get_children(lock);
@@ -578,13 +564,8 @@ async fn created_listed(
         }
     };
     let (created, listed) = Box::pin(zk.call(session, both)).await?;
-    let created = created.map(|(_, sequence)| {
-        format!(
-            "{}{sequence}",
-            &path[path.rfind('/').map_or(0, |at| at + 1)..]
-        )
-    });
-    Ok((created, Seen::Listed(listed)))
+    let prefix = &path[path.rfind('/').map_or(0, |at| at + 1)..];
+    Ok(created.map(|(_, sequence)| (format!("{prefix}{sequence}"), Seen::Listed(listed))))
 }
 
 /// The token when `ours` is first in line among `children` (no contender
