@@ -134,7 +134,7 @@ pub(crate) fn acquire_hold(
         }
         #[cfg(feature = "etcd")]
         Engine::Etcd(etcd) => {
-            let etcd = crate::engine::etcd::acquire(alive, etcd.clone(), target, options)
+            let etcd = crate::turns::acquire(alive, etcd.clone(), target, options)
                 .map(|held| held.map(Held::Etcd));
             #[cfg(feature = "zookeeper")]
             let etcd = Either::Left(etcd);
@@ -142,7 +142,7 @@ pub(crate) fn acquire_hold(
         }
         #[cfg(feature = "zookeeper")]
         Engine::ZooKeeper(zk) => {
-            let zk = crate::engine::zookeeper::acquire(alive, zk.clone(), target, options)
+            let zk = crate::turns::acquire(alive, zk.clone(), target, options)
                 .map(|held| held.map(Held::ZooKeeper));
             #[cfg(feature = "etcd")]
             let zk = Either::Right(zk);

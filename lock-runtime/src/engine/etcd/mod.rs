@@ -74,7 +74,6 @@ use tokio::runtime::Handle;
 
 pub(crate) use hold::EtcdHold;
 pub(crate) use ops::{force_unlock, inspect, locks};
-pub(crate) use take::acquire;
 
 use crate::config::Config;
 use crate::error::LockError;

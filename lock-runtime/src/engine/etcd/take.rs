@@ -22,17 +22,8 @@ use crate::holder;
 use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
 use crate::turns::{OneRecord, Queued};
 
-/// Takes a hold of `target` (see the module docs of [`super`]): the
-/// shared queueing of [`crate::turns::acquire`], then [`take_hold`].
-pub(crate) fn acquire(
-    alive: Arc<Background>,
-    etcd: Arc<Etcd>,
-    target: Target,
-    options: Options,
-) -> impl Future<Output = Result<EtcdHold, LockError>> + Send {
-    crate::turns::acquire(alive, etcd, target, options)
-}
-
+/// An acquisition on this engine is [`crate::turns::acquire`]: the
+/// shared queueing in the process, then [`take_hold`].
 impl OneRecord for Etcd {
     type Hold = EtcdHold;
 

@@ -72,7 +72,6 @@ use zookeeper_client as zk;
 
 pub(crate) use hold::ZkHold;
 pub(crate) use ops::{force_unlock, inspect, locks};
-pub(crate) use take::acquire;
 
 use crate::config::Config;
 use crate::error::LockError;

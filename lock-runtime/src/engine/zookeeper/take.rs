@@ -21,17 +21,8 @@ use crate::holder;
 use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
 use crate::turns::{OneRecord, Queued};
 
-/// Takes a hold of `target` (see the module docs of [`super`]): the
-/// shared queueing of [`crate::turns::acquire`], then [`take_hold`].
-pub(crate) fn acquire(
-    alive: Arc<Background>,
-    zk: Arc<Zk>,
-    target: Target,
-    options: Options,
-) -> impl Future<Output = Result<ZkHold, LockError>> + Send {
-    crate::turns::acquire(alive, zk, target, options)
-}
-
+/// An acquisition on this engine is [`crate::turns::acquire`]: the
+/// shared queueing in the process, then [`take_hold`].
 impl OneRecord for Zk {
     type Hold = ZkHold;
 
