@@ -247,9 +247,10 @@ async fn a_busy_client_does_not_starve_another_busy_one() {
     hammers.stop().await;
 }
 
-/// What a handover runs: `handoff.lua` headed by `counter.lua`, `holds_of.lua`
-/// and `holds.lua`.
+/// What a handover runs: `handoff.lua` headed by `handoff_fast.lua`,
+/// `counter.lua`, `holds_of.lua` and `holds.lua`.
 const HANDOFF: &str = concat!(
+    include_str!("../../lock-runtime/src/engine/redis/scripts/handoff_fast.lua"),
     include_str!("../../lock-runtime/src/engine/redis/scripts/counter.lua"),
     include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
     include_str!("../../lock-runtime/src/engine/redis/scripts/holds.lua"),
@@ -284,29 +285,83 @@ fn handover<'a>(
 
 /// A handover takes its token with the counter's `INCR`, its first write: a
 /// counter of another type refuses it, and the lock is freed and announced
-/// instead, the counter untouched.
+/// instead, the counter untouched. The same when the counter has a lease or
+/// more to live and the call is a first send (`handoff_fast.lua` answers
+/// those first, and must fall through with nothing written).
 #[tokio::test]
 async fn a_handover_refused_by_the_counter_frees_the_lock_instead() {
     let server = Server::start();
     let mut raw = server.raw().await;
     let script = redis::Script::new(HANDOFF);
-    let _: () = raw.hset("c", "a:1", 1).await.unwrap();
-    let _: () = raw.rpush("redisson_lock_token:{c}", "x").await.unwrap();
-    let answer: (i64, u64) = handover(&script, "c", ("a:1", "a:2"), ("r1", "latch:c"), 30_000)
+    for (name, first) in [("c", "0"), ("d", "1")] {
+        let counter = format!("redisson_lock_token:{{{name}}}");
+        let latch = format!("latch:{name}");
+        let _: () = raw.hset(name, "a:1", 1).await.unwrap();
+        let _: () = raw.rpush(&counter, "x").await.unwrap();
+        let _: () = raw.pexpire(&counter, 600_000).await.unwrap();
+        let answer: (i64, u64) = handover(&script, name, ("a:1", "a:2"), ("r1", &latch), 30_000)
+            .arg(first)
+            .invoke_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(answer, (1, 0), "{name}: freed, not handed over");
+        assert!(
+            !raw.exists::<_, bool>(name).await.unwrap(),
+            "{name}: the lock is free"
+        );
+        let list: Vec<String> = raw.lrange(&counter, 0, -1).await.unwrap();
+        assert_eq!(list, ["x"], "{name}: the counter untouched");
+        assert!(
+            !raw.exists::<_, bool>(&latch).await.unwrap(),
+            "{name}: no token recorded"
+        );
+    }
+}
+
+/// The first send of a handover with a counter that needs no care (the
+/// common case, `handoff_fast.lua`) answers as the full script does: the
+/// waiter holds the lock with its lease and a token above the counter's,
+/// the unlock latch says "handed over" for a retry, and the acquire latch
+/// keeps the token when asked to.
+#[tokio::test]
+async fn a_first_send_hands_the_lock_over_as_the_full_script_would() {
+    let server = Server::start();
+    let mut raw = server.raw().await;
+    let script = redis::Script::new(HANDOFF);
+    let _: () = raw.hset("f", "a:1", 1).await.unwrap();
+    let _: () = raw
+        .set_ex("redisson_lock_token:{f}", 41, 600)
+        .await
+        .unwrap();
+    let answer: (i64, u64) = handover(&script, "f", ("a:1", "a:2"), ("r1", "latch:f"), 30_000)
+        .arg("1")
         .invoke_async(&mut raw)
         .await
         .unwrap();
-    assert_eq!(answer, (1, 0), "freed, not handed over");
-    assert!(
-        !raw.exists::<_, bool>("c").await.unwrap(),
-        "the lock is free"
+    assert_eq!(answer, (2, 42), "handed over with the next token");
+    let fields: Vec<(String, i64)> = raw.hgetall("f").await.unwrap();
+    assert_eq!(fields, vec![("a:2".to_owned(), 1)], "the waiter holds it");
+    let pttl: i64 = raw.pttl("f").await.unwrap();
+    assert!(pttl > 0, "with the waiter's lease");
+    let done: i64 = raw.get("redisson_unlock_latch:{f}:r1").await.unwrap();
+    assert_eq!(done, 2, "a retry reads the handover");
+    let recorded: u64 = raw.get("latch:f").await.unwrap();
+    assert_eq!(recorded, 42, "the token recorded");
+    // A late copy of the first send changes nothing.
+    let late: (i64, u64) = handover(&script, "f", ("a:1", "a:2"), ("r1", "latch:f"), 30_000)
+        .arg("1")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(late, (-1, 0), "the holder no longer holds it");
+    let fields: Vec<(String, i64)> = raw.hgetall("f").await.unwrap();
+    assert_eq!(
+        fields,
+        vec![("a:2".to_owned(), 1)],
+        "the waiter still holds it"
     );
-    let list: Vec<String> = raw.lrange("redisson_lock_token:{c}", 0, -1).await.unwrap();
-    assert_eq!(list, ["x"], "the counter untouched");
-    assert!(
-        !raw.exists::<_, bool>("latch:c").await.unwrap(),
-        "no token recorded"
-    );
+    let token: u64 = raw.get("redisson_lock_token:{f}").await.unwrap();
+    assert_eq!(token, 42, "no token taken");
 }
 
 #[tokio::test]
@@ -315,6 +370,7 @@ async fn a_resent_handover_hands_the_lock_over_once() {
     let mut raw = server.raw().await;
     let script = redis::Script::new(HANDOFF);
     let unlock = redis::Script::new(concat!(
+        include_str!("../../lock-runtime/src/engine/redis/scripts/unlock_fast.lua"),
         include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
         include_str!("../../lock-runtime/src/engine/redis/scripts/holds.lua"),
         include_str!("../../lock-runtime/src/engine/redis/scripts/keep_taken.lua"),

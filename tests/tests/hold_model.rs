@@ -435,6 +435,52 @@ async fn a_corrupt_token_counter_fails_the_acquire_without_writing_a_hold() {
     );
 }
 
+/// A reentrant acquisition answers its common cases before its full script
+/// (`reentrant_fast.lua`): a counter with a lease or more to live goes
+/// straight to its `INCR`. A counter that gives no usable token there is
+/// refused as the full script refuses it, and left as it was, its expiry
+/// included.
+#[tokio::test]
+async fn a_counter_that_still_has_time_to_live_is_refused_the_same_way() {
+    let server = Server::start();
+    let client = server.client().await;
+    let mut raw = server.raw().await;
+    let top = (1u64 << 53) - 1;
+    let _: () = raw.set("redisson_lock_token:{big}", top).await.unwrap();
+    let _: () = raw.set("redisson_lock_token:{neg}", -5).await.unwrap();
+    let _: () = raw.set("redisson_lock_token:{text}", "abc").await.unwrap();
+    let _: () = raw.rpush("redisson_lock_token:{list}", "x").await.unwrap();
+    let names = ["big", "neg", "text", "list"];
+    for name in names {
+        let _: () = raw
+            .pexpire(format!("redisson_lock_token:{{{name}}}"), 600_000)
+            .await
+            .unwrap();
+        let taken = at_once(client.lock(name).acquire()).await;
+        assert!(
+            matches!(&taken, Err(LockError::Redis(e))
+                if e.to_string().contains(&format!("redisson_lock_token:{{{name}}}"))),
+            "{name}: an error naming the counter, {taken:?}"
+        );
+        assert!(
+            !raw.exists::<_, bool>(name).await.unwrap(),
+            "{name}: no hold written"
+        );
+        let ttl: i64 = raw
+            .pttl(format!("redisson_lock_token:{{{name}}}"))
+            .await
+            .unwrap();
+        assert!(ttl > 0, "{name}: the counter keeps its expiry");
+    }
+    let big: u64 = raw.get("redisson_lock_token:{big}").await.unwrap();
+    assert_eq!(big, top, "put back");
+    let neg: i64 = raw.get("redisson_lock_token:{neg}").await.unwrap();
+    assert_eq!(neg, -5, "put back");
+    let mut all = keys(&mut raw, "*").await;
+    all.sort();
+    assert_eq!(all.len(), names.len(), "nothing but the counters: {all:?}");
+}
+
 /// `acquire`'s answer, which must come at once (a refusal does).
 async fn at_once<T>(acquire: impl std::future::Future<Output = T>) -> T {
     timeout(WITHIN, acquire)

@@ -558,44 +558,96 @@ async fn scripts_survive_a_flushed_script_cache() {
     tests::take_and_release(client.lock("s")).await;
 }
 
+/// What a release of a reentrant lock runs (scripts/mod.rs).
+const UNLOCK: &str = concat!(
+    include_str!("../../lock-runtime/src/engine/redis/scripts/unlock_fast.lua"),
+    include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
+    include_str!("../../lock-runtime/src/engine/redis/scripts/holds.lua"),
+    include_str!("../../lock-runtime/src/engine/redis/scripts/keep_taken.lua"),
+    include_str!("../../lock-runtime/src/engine/redis/scripts/unlock.lua")
+);
+
+/// One send of unlock request `request` for hold `hold` of holder `holder`
+/// on lock `name`; `first`: '1' for the request's first send (which does
+/// not read the latch), '0' for a retry.
+async fn unlock_call(
+    raw: &redis::aio::MultiplexedConnection,
+    (name, holder, hold): (&str, &str, &str),
+    request: &str,
+    first: &str,
+) -> i64 {
+    redis::Script::new(UNLOCK)
+        .key(name)
+        .key(format!("redisson_lock__channel:{{{name}}}"))
+        .key(format!("redisson_unlock_latch:{{{name}}}:{request}"))
+        .key(format!("redisson_lock_holds:{{{name}}}"))
+        .arg(holder)
+        .arg(30_000)
+        .arg("publish")
+        .arg(hold)
+        // The message: wake one waiter.
+        .arg("0")
+        .arg(first)
+        .invoke_async(&mut raw.clone())
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn unlock_is_idempotent_under_retry() {
     let server = Server::start();
     let mut raw = server.raw().await;
-    let unlock = redis::Script::new(concat!(
-        include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
-        include_str!("../../lock-runtime/src/engine/redis/scripts/holds.lua"),
-        include_str!("../../lock-runtime/src/engine/redis/scripts/keep_taken.lua"),
-        include_str!("../../lock-runtime/src/engine/redis/scripts/unlock.lua")
-    ));
     let _: () = raw.hset("idem", "h:1", 1).await.unwrap();
-    let run = || {
-        let mut conn = raw.clone();
-        let unlock = &unlock;
-        async move {
-            let n: i64 = unlock
-                .key("idem")
-                .key("redisson_lock__channel:{idem}")
-                .key("redisson_unlock_latch:{idem}:req-1")
-                .key("redisson_lock_holds:{idem}")
-                .arg("h:1")
-                .arg(30_000)
-                .arg("publish")
-                // The holder's first hold.
-                .arg("0")
-                .arg("0")
-                .invoke_async(&mut conn)
-                .await
-                .unwrap();
-            n
-        }
-    };
-    assert_eq!(run().await, 1, "released");
+    // The holder's first hold: its first send, then a retry.
+    let hold = ("idem", "h:1", "0");
+    assert_eq!(unlock_call(&raw, hold, "req-1", "1").await, 1, "released");
     assert_eq!(
-        run().await,
+        unlock_call(&raw, hold, "req-1", "0").await,
         1,
         "the retry gets the first answer, not 'not held'"
     );
+
+    // A copy of the first send that reaches Redis after the retry (it does
+    // not read the latch) finds its hold gone: another holder's lock stays
+    // theirs, and the latch keeps the first answer for a later retry.
+    let _: () = raw.hset("idem", "h:2", 1).await.unwrap();
+    assert_eq!(unlock_call(&raw, hold, "req-1", "1").await, -1);
+    let other: i64 = raw.hget("idem", "h:2").await.unwrap();
+    assert_eq!(other, 1, "the next holder's lock is untouched");
+    assert_eq!(unlock_call(&raw, hold, "req-1", "0").await, 1);
+}
+
+/// A holder with a re-entry (token 7): the release of its first hold is
+/// retried and runs, then the first send arrives. It must not count the
+/// re-entry's hold, nor change the latch's answer.
+#[tokio::test]
+async fn a_late_first_send_of_a_release_counts_nothing() {
+    let server = Server::start();
+    let mut raw = server.raw().await;
+    let _: () = raw.hset("late", "h:1", 2).await.unwrap();
+    let _: () = raw
+        .hset("redisson_lock_holds:{late}", "h:1", " 0 7 ")
+        .await
+        .unwrap();
+    let first = ("late", "h:1", "0");
+    assert_eq!(
+        unlock_call(&raw, first, "req-1", "0").await,
+        0,
+        "one hold left"
+    );
+    assert_eq!(
+        unlock_call(&raw, first, "req-1", "1").await,
+        0,
+        "counts nothing"
+    );
+    let count: i64 = raw.hget("late", "h:1").await.unwrap();
+    assert_eq!(count, 1, "the re-entry's hold is still held");
+    let latch: i64 = raw.get("redisson_unlock_latch:{late}:req-1").await.unwrap();
+    assert_eq!(latch, 0);
+    // The re-entry's own release frees the lock.
+    let reentry = ("late", "h:1", "7");
+    assert_eq!(unlock_call(&raw, reentry, "req-2", "1").await, 1, "freed");
+    assert!(!raw.exists::<_, bool>("late").await.unwrap());
 }
 
 #[tokio::test]
@@ -795,6 +847,7 @@ async fn a_resent_acquire_takes_the_lock_once() {
     // time.
     const LATCHED: &str = concat!(
         "local function acquire()\n",
+        include_str!("../../lock-runtime/src/engine/redis/scripts/reentrant_fast.lua"),
         include_str!("../../lock-runtime/src/engine/redis/scripts/counter.lua"),
         include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
         include_str!("../../lock-runtime/src/engine/redis/scripts/reentered.lua"),

@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use super::Core;
 use super::conn::connection_lost;
-use super::hold::{Keep, Released, Which};
+use super::hold::{Keep, Released, Request, Which};
 use super::watchdog::{HoldKey, Registration};
 use crate::background::{self, Background};
 use crate::clock::{Validity, valid_until};
@@ -306,14 +306,19 @@ impl RedisHold {
                 // From each try's time: a retry keeps no longer than the
                 // minimum. A lock kept taken is not handed over either.
                 let kept = Keep::left(keep, fixed);
+                let sent = if tries == 1 {
+                    Request::first(&request)
+                } else {
+                    Request::again(&request)
+                };
                 let unlocked = if tries == 1 && kept.ms == 0 {
                     crate::engine::redis::hold::handoff::unlock_or_hand_off(
-                        &core, &conn, &target, &holder, &request, which, streak,
+                        &core, &conn, &target, &holder, sent, which, streak,
                     )
                     .await
                 } else {
                     target
-                        .unlock(&core, &conn, &holder, &request, which, kept)
+                        .unlock(&core, &conn, &holder, sent, which, kept)
                         .await
                 };
                 match unlocked {

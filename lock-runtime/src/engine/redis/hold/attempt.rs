@@ -6,7 +6,7 @@
 use tokio::sync::oneshot;
 
 use super::reconcile::reconcile;
-use super::{Attempt, Keep, Try, Which};
+use super::{Attempt, Keep, Request, Try, Which};
 use crate::background;
 use crate::engine::redis::Core;
 use crate::engine::redis::conn::Conn;
@@ -218,7 +218,7 @@ impl Call {
                         core,
                         &self.conn,
                         &how.holder,
-                        &how.attempt,
+                        Request::again(&how.attempt),
                         Which::taken(how, token),
                         Keep::NONE,
                     )

@@ -35,7 +35,7 @@ use std::time::Instant;
 use crate::engine::redis::Core;
 use crate::engine::redis::conn::Conn;
 use crate::engine::redis::hold::{
-    Keep, Released, Try, Which, needs_reconcile, reconcile, reentrant,
+    Keep, Released, Request, Try, Which, needs_reconcile, reconcile, reentrant,
 };
 use crate::engine::redis::local::{Handed, MAX_STREAK, Parcel};
 use crate::error::LockError;
@@ -52,7 +52,7 @@ pub(crate) async fn unlock_or_hand_off(
     conn: &Conn,
     target: &Target,
     holder: &str,
-    request: &str,
+    request: Request<'_>,
     which: Which,
     streak: u32,
 ) -> Result<Released, LockError> {

@@ -138,6 +138,42 @@ impl Which {
     }
 }
 
+/// One unlock request: the id that names its latch (a retry sends the same),
+/// and whether this call is its first send. A first send on a connection
+/// that never resends a command (not a cluster's) does not read the latch:
+/// no copy of the request can have run before it (`scripts/unlock.lua`,
+/// ARGV\[6\]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request<'a> {
+    /// Names the request's unlock latch.
+    pub(crate) id: &'a str,
+    first: bool,
+}
+
+impl<'a> Request<'a> {
+    /// The first send of request `id`.
+    pub(crate) fn first(id: &'a str) -> Request<'a> {
+        Request { id, first: true }
+    }
+
+    /// A send of request `id` that may follow another (a retry, a give-back
+    /// whose request may have been sent before).
+    pub(crate) fn again(id: &'a str) -> Request<'a> {
+        Request { id, first: false }
+    }
+
+    /// The scripts' first-send argument on `conn`: `'1'` only for a first
+    /// send on a connection that does not resend (a cluster's resends a
+    /// command whose answer was lost, and the resend must read the latch).
+    pub(crate) fn first_arg(self, conn: &crate::engine::redis::conn::Conn) -> &'static str {
+        if self.first && !conn.is_cluster() {
+            "1"
+        } else {
+            "0"
+        }
+    }
+}
+
 /// What one acquire script call is asked to do.
 #[derive(Debug, Clone)]
 pub(crate) struct Try {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Keep, Released, Try, Which};
+use super::{Keep, Released, Request, Try, Which};
 use crate::engine::redis::Core;
 use crate::engine::redis::retry;
 use crate::error::LockError;
@@ -78,7 +78,7 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
             core,
             &core.conn,
             &how.holder,
-            &how.attempt,
+            Request::again(&how.attempt),
             Which::taken(how, token),
             Keep::NONE,
         )

@@ -4,7 +4,7 @@
 
 use crate::engine::redis::Core;
 use crate::engine::redis::conn::Conn;
-use crate::engine::redis::hold::{Try, Which};
+use crate::engine::redis::hold::{Request, Try, Which};
 use crate::engine::redis::keys;
 use crate::engine::redis::scripts::{Eval, SCRIPTS};
 use crate::error::LockError;
@@ -19,12 +19,12 @@ pub(crate) async fn hand_off(
     conn: &Conn,
     name: &str,
     holder: &str,
-    request: &str,
+    request: Request<'_>,
     which: Which,
     to: &Try,
 ) -> Result<(i64, u64), LockError> {
     let record = crate::engine::redis::scripts::latch_record(conn, false);
-    let latch = keys::unlock_latch(name, request);
+    let latch = keys::unlock_latch(name, request.id);
     let keys = [
         name,
         &keys::lock_channel(name),
@@ -40,7 +40,8 @@ pub(crate) async fn hand_off(
         .arg(which.counted())
         .arg(&to.holder)
         .arg(to.lease_ms())
-        .arg(record);
+        .arg(record)
+        .arg(request.first_arg(conn));
     let (code, token): (i64, i64) = call
         .invoke(conn)
         .await

@@ -1,7 +1,7 @@
 //! What a hold on each kind of lock is in Redis: its keys, its local
 //! queue and channel, and the scripts that take it and give it back.
 
-use super::{Attempt, Keep, Released, Try, Which, answer, fair};
+use super::{Attempt, Keep, Released, Request, Try, Which, answer, fair};
 use crate::engine::redis::Core;
 use crate::engine::redis::conn::Conn;
 use crate::engine::redis::keys;
@@ -136,13 +136,13 @@ impl Target {
         core: &Core,
         conn: &Conn,
         holder: &str,
-        request: &str,
+        request: Request<'_>,
         which: Which,
         keep: Keep,
     ) -> Result<Released, LockError> {
         let scripts = &crate::engine::redis::scripts::SCRIPTS;
         let name = self.name();
-        let latch = keys::unlock_latch(name, request);
+        let latch = keys::unlock_latch(name, request.id);
         // Last: the record of re-entered holds (see `Which`).
         let holds = keys::holds_key(name);
         let (script, keys): (_, &[&str]) = match self {
@@ -191,8 +191,15 @@ impl Target {
             .arg(which.arg(self));
         let within_lease = if keep.within_lease { "1" } else { "0" };
         match self {
-            // The message "0": it wakes one waiter.
-            Target::Reentrant { .. } => call.arg("0").arg(keep.ms).arg(within_lease),
+            // The message "0": it wakes one waiter. The minimum's arguments
+            // only when there is one (each argument costs Redis time).
+            Target::Reentrant { .. } => {
+                call.arg("0").arg(request.first_arg(conn));
+                if keep.ms > 0 {
+                    call.arg(keep.ms).arg(within_lease);
+                }
+                &mut call
+            }
             Target::Fair { .. } => call.arg(keep.ms).arg(within_lease),
             Target::Read { .. } | Target::Write { .. } => &mut call,
         };

@@ -36,12 +36,20 @@ pub(crate) struct AcquireScript {
 }
 
 /// The [`AcquireScript`] of one acquire script's text (its files, in order),
-/// headed by `counter.lua`.
+/// headed by `counter.lua`; or, before `;`, by a file of its common cases
+/// that answers them before any helper is defined (`reentrant_fast.lua`).
 macro_rules! acquire_script {
+    ($fast:literal; $($file:literal),+) => {
+        acquire_script!(@ include_str!($fast); $($file),+)
+    };
     ($($file:literal),+) => {
+        acquire_script!(@ ""; $($file),+)
+    };
+    (@ $fast:expr; $($file:literal),+) => {
         AcquireScript {
             latched: Script::new(concat!(
                 "local function acquire()\n",
+                $fast,
                 include_str!("counter.lua"),
                 $(include_str!($file),)+
                 "\nend\n",
@@ -158,15 +166,23 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     // unlocks of the locks that count holds in one field (reentrant, fair,
     // write); reentered.lua by their acquires and by every script that
     // lengthens a lock's life (the record must live as long).
-    reentrant_acquire: acquire_script!("holds_of.lua", "reentered.lua", "reentrant_acquire.lua"),
-    // keep_taken.lua defines `keep_taken` (hold_at_least), shared by both unlocks.
+    reentrant_acquire: acquire_script!(
+        "reentrant_fast.lua";
+        "holds_of.lua",
+        "reentered.lua",
+        "reentrant_acquire.lua"
+    ),
+    // keep_taken.lua defines `keep_taken` (hold_at_least), shared by both
+    // unlocks. unlock_fast.lua answers the common release first.
     unlock: Script::new(concat!(
+        include_str!("unlock_fast.lua"),
         include_str!("holds_of.lua"),
         include_str!("holds.lua"),
         include_str!("keep_taken.lua"),
         include_str!("unlock.lua")
     )),
     handoff: Script::new(concat!(
+        include_str!("handoff_fast.lua"),
         include_str!("counter.lua"),
         include_str!("holds_of.lua"),
         include_str!("holds.lua"),
