@@ -285,7 +285,11 @@
 //!   sent again, each acquisition on a cluster leaves an acquire latch
 //!   (`redisson_lock_acquire_latch:{name}:<attempt id>`, 30 s) holding its
 //!   token: a resent attempt answers the same instead of taking the lock a
-//!   second time (unlocks have Redisson's unlock latch for the same reason).
+//!   second time (unlocks have Redisson's unlock latch for the same reason:
+//!   on a cluster every send of a release reads it, while on one server or
+//!   through Sentinel, whose connections never resend, only a retry does;
+//!   a late copy of a first send finds its hold already given back and
+//!   changes nothing).
 //!   The watchdog renews per slot, all slots at once. Waiters use sharded pub/sub (`SSUBSCRIBE`, unlocks `SPUBLISH`) when
 //!   every node runs Redis 7 or newer, classic pub/sub otherwise
 //!   ([`Config::sharded_pubsub`] picks one, so that a fleet mixing Rust and

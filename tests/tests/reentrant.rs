@@ -846,8 +846,8 @@ async fn a_resent_acquire_takes_the_lock_once() {
     // lost (as a cluster connection does) does not take the lock a second
     // time.
     const LATCHED: &str = concat!(
-        "local function acquire()\n",
         include_str!("../../lock-runtime/src/engine/redis/scripts/reentrant_fast.lua"),
+        "local function acquire()\n",
         include_str!("../../lock-runtime/src/engine/redis/scripts/counter.lua"),
         include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
         include_str!("../../lock-runtime/src/engine/redis/scripts/reentered.lua"),
@@ -859,10 +859,10 @@ async fn a_resent_acquire_takes_the_lock_once() {
     let mut raw = server.raw().await;
     let script = redis::Script::new(LATCHED);
     // `reentry`: '1' when the caller re-enters a hold of its scope.
-    let attempt = |latch: &'static str, reentry: &'static str| {
-        let mut call = script.key("resent");
-        call.key("redisson_lock_token:{resent}")
-            .key("redisson_lock_holds:{resent}")
+    let attempt = |name: &str, latch: &str, reentry: &str| {
+        let mut call = script.key(name);
+        call.key(format!("redisson_lock_token:{{{name}}}"))
+            .key(format!("redisson_lock_holds:{{{name}}}"))
             .arg(30_000)
             .arg("client:1")
             .arg(reentry)
@@ -870,11 +870,11 @@ async fn a_resent_acquire_takes_the_lock_once() {
             .arg(30_000);
         call
     };
-    let first: (i64, i64) = attempt("latch:a", "0")
+    let first: (i64, i64) = attempt("resent", "latch:a", "0")
         .invoke_async(&mut raw)
         .await
         .unwrap();
-    let resent: (i64, i64) = attempt("latch:a", "0")
+    let resent: (i64, i64) = attempt("resent", "latch:a", "0")
         .invoke_async(&mut raw)
         .await
         .unwrap();
@@ -884,7 +884,7 @@ async fn a_resent_acquire_takes_the_lock_once() {
     assert_eq!(holds, 1, "taken once");
 
     // A new attempt (a real re-entry) has a new latch and counts.
-    let again: (i64, i64) = attempt("latch:b", "1")
+    let again: (i64, i64) = attempt("resent", "latch:b", "1")
         .invoke_async(&mut raw)
         .await
         .unwrap();
@@ -892,4 +892,42 @@ async fn a_resent_acquire_takes_the_lock_once() {
     assert!(again.1 > first.1, "a new token");
     let holds: i64 = raw.hget("resent", "client:1").await.unwrap();
     assert_eq!(holds, 2);
+
+    // The same when the counter needs no care: `reentrant_fast.lua` takes
+    // the lock and records the token itself.
+    let _: () = raw
+        .set_ex("redisson_lock_token:{fast}", 5, 600)
+        .await
+        .unwrap();
+    let first: (i64, i64) = attempt("fast", "latch:f", "0")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    let resent: (i64, i64) = attempt("fast", "latch:f", "0")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(first, (1, 6), "taken with the next token");
+    assert_eq!(resent, first, "the resend gets the first answer");
+    let holds: i64 = raw.hget("fast", "client:1").await.unwrap();
+    assert_eq!(holds, 1, "taken once");
+
+    // An attempt abandoned before it ran takes nothing, however free the
+    // lock and its counter.
+    let _: () = raw
+        .set_ex("redisson_lock_token:{gone}", 5, 600)
+        .await
+        .unwrap();
+    let _: () = raw.set("latch:g", "abandoned").await.unwrap();
+    let abandoned: (i64, i64) = attempt("gone", "latch:g", "0")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(abandoned, (4, 0), "abandoned");
+    assert!(
+        !raw.exists::<_, bool>("gone").await.unwrap(),
+        "nothing taken"
+    );
+    let counter: i64 = raw.get("redisson_lock_token:{gone}").await.unwrap();
+    assert_eq!(counter, 5, "no token taken");
 }

@@ -36,8 +36,9 @@ pub(crate) struct AcquireScript {
 }
 
 /// The [`AcquireScript`] of one acquire script's text (its files, in order),
-/// headed by `counter.lua`; or, before `;`, by a file of its common cases
-/// that answers them before any helper is defined (`reentrant_fast.lua`).
+/// headed by `counter.lua`; with, before `;`, a file of its common cases
+/// that runs first of all, before the latch's read and before any helper is
+/// defined (`reentrant_fast.lua`).
 macro_rules! acquire_script {
     ($fast:literal; $($file:literal),+) => {
         acquire_script!(@ include_str!($fast); $($file),+)
@@ -48,8 +49,8 @@ macro_rules! acquire_script {
     (@ $fast:expr; $($file:literal),+) => {
         AcquireScript {
             latched: Script::new(concat!(
-                "local function acquire()\n",
                 $fast,
+                "local function acquire()\n",
                 include_str!("counter.lua"),
                 $(include_str!($file),)+
                 "\nend\n",
