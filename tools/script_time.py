@@ -45,11 +45,12 @@ def scripts(folder):
     def text(name):
         path = os.path.join(folder, name)
         return open(path).read() if os.path.exists(path) else ''
-    acquire = (text('reentrant_fast.lua') + 'local function acquire()\n' + text('counter.lua')
-               + text('holds_of.lua') + text('reentered.lua') + text('reentrant_acquire.lua')
-               + '\nend\n' + text('acquire_latch.lua'))
-    unlock = (text('unlock_fast.lua') + text('holds_of.lua') + text('holds.lua')
-              + text('keep_taken.lua') + text('unlock.lua'))
+    acquire = (text('fast_token.lua') + text('reentrant_fast.lua')
+               + 'local function acquire()\n' + text('counter.lua') + text('holds_of.lua')
+               + text('reentered.lua') + text('reentrant_acquire.lua') + '\nend\n'
+               + text('acquire_latch.lua'))
+    unlock = (text('fast_release.lua') + text('unlock_fast.lua') + text('holds_of.lua')
+              + text('holds.lua') + text('keep_taken.lua') + text('unlock.lua'))
     # Before unlock_fast.lua, ARGV[6] and [7] were hold_at_least's; since,
     # ARGV[6] is the first-send flag and the minimum's come only when set.
     first = ('1',) if text('unlock_fast.lua') else ('0', '0')

@@ -365,6 +365,14 @@ pub mod __private {
 }
 mod private;
 
+#[doc(hidden)]
+pub mod __scripts {
+    //! The Lua the client runs for a reentrant acquisition, release and
+    //! handoff, exactly as it sends it: for tests that call the scripts
+    //! directly. Not a public API.
+    pub use crate::engine::redis::scripts::texts::{HANDOFF, REENTRANT_ACQUIRE, UNLOCK};
+}
+
 pub use client::LockClient;
 pub use config::{Config, DEFAULT_URL, MAX_DURATION, ReplicaSync};
 pub use error::LockError;

@@ -247,15 +247,8 @@ async fn a_busy_client_does_not_starve_another_busy_one() {
     hammers.stop().await;
 }
 
-/// What a handover runs: `handoff.lua` headed by `handoff_fast.lua`,
-/// `counter.lua`, `holds_of.lua` and `holds.lua`.
-const HANDOFF: &str = concat!(
-    include_str!("../../lock-runtime/src/engine/redis/scripts/handoff_fast.lua"),
-    include_str!("../../lock-runtime/src/engine/redis/scripts/counter.lua"),
-    include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
-    include_str!("../../lock-runtime/src/engine/redis/scripts/holds.lua"),
-    include_str!("../../lock-runtime/src/engine/redis/scripts/handoff.lua"),
-);
+/// What a handover runs, as the client sends it.
+const HANDOFF: &str = lock_runtime::__scripts::HANDOFF;
 
 /// One handover of lock `name` from `from` to `to` under unlock request
 /// `request` and acquire latch `latch`, keeping a record of `record` ms.
@@ -369,13 +362,7 @@ async fn a_resent_handover_hands_the_lock_over_once() {
     let server = Server::start();
     let mut raw = server.raw().await;
     let script = redis::Script::new(HANDOFF);
-    let unlock = redis::Script::new(concat!(
-        include_str!("../../lock-runtime/src/engine/redis/scripts/unlock_fast.lua"),
-        include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
-        include_str!("../../lock-runtime/src/engine/redis/scripts/holds.lua"),
-        include_str!("../../lock-runtime/src/engine/redis/scripts/keep_taken.lua"),
-        include_str!("../../lock-runtime/src/engine/redis/scripts/unlock.lua")
-    ));
+    let unlock = redis::Script::new(lock_runtime::__scripts::UNLOCK);
 
     // Handed over once; the resend (a cluster connection resends a command
     // whose answer was lost) returns the first answer, token included when

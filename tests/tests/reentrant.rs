@@ -558,14 +558,8 @@ async fn scripts_survive_a_flushed_script_cache() {
     tests::take_and_release(client.lock("s")).await;
 }
 
-/// What a release of a reentrant lock runs (scripts/mod.rs).
-const UNLOCK: &str = concat!(
-    include_str!("../../lock-runtime/src/engine/redis/scripts/unlock_fast.lua"),
-    include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
-    include_str!("../../lock-runtime/src/engine/redis/scripts/holds.lua"),
-    include_str!("../../lock-runtime/src/engine/redis/scripts/keep_taken.lua"),
-    include_str!("../../lock-runtime/src/engine/redis/scripts/unlock.lua")
-);
+/// What a release of a reentrant lock runs.
+const UNLOCK: &str = lock_runtime::__scripts::UNLOCK;
 
 /// One send of unlock request `request` for hold `hold` of holder `holder`
 /// on lock `name`; `first`: '1' for the request's first send (which does
@@ -845,16 +839,7 @@ async fn a_resent_acquire_takes_the_lock_once() {
     // by the acquire latch, so that a command resent after its answer was
     // lost (as a cluster connection does) does not take the lock a second
     // time.
-    const LATCHED: &str = concat!(
-        include_str!("../../lock-runtime/src/engine/redis/scripts/reentrant_fast.lua"),
-        "local function acquire()\n",
-        include_str!("../../lock-runtime/src/engine/redis/scripts/counter.lua"),
-        include_str!("../../lock-runtime/src/engine/redis/scripts/holds_of.lua"),
-        include_str!("../../lock-runtime/src/engine/redis/scripts/reentered.lua"),
-        include_str!("../../lock-runtime/src/engine/redis/scripts/reentrant_acquire.lua"),
-        "\nend\n",
-        include_str!("../../lock-runtime/src/engine/redis/scripts/acquire_latch.lua"),
-    );
+    const LATCHED: &str = lock_runtime::__scripts::REENTRANT_ACQUIRE;
     let server = Server::start();
     let mut raw = server.raw().await;
     let script = redis::Script::new(LATCHED);

@@ -201,6 +201,14 @@ impl Conn {
         matches!(self.link, Link::Cluster(_))
     }
 
+    /// Whether the connection sends a command again when its answer was
+    /// lost: a cluster's does (through a failover), one server's and
+    /// Sentinel's never do. A script a command runs must then answer a
+    /// second run as it answered the first (the latches).
+    pub(crate) fn resends(&self) -> bool {
+        self.is_cluster()
+    }
+
     /// On a cluster, a lock's keys and channels must share one slot. The
     /// derived names wrap the lock name in `{}` unless it has a hash tag of
     /// its own; a name with a `{` or `}` but no non-empty tag (`"q{"`,

@@ -166,7 +166,7 @@ impl<'a> Request<'a> {
     /// send on a connection that does not resend (a cluster's resends a
     /// command whose answer was lost, and the resend must read the latch).
     pub(crate) fn first_arg(self, conn: &crate::engine::redis::conn::Conn) -> &'static str {
-        if self.first && !conn.is_cluster() {
+        if self.first && !conn.resends() {
             "1"
         } else {
             "0"

@@ -35,29 +35,64 @@ pub(crate) struct AcquireScript {
     latched: Script,
 }
 
-/// The [`AcquireScript`] of one acquire script's text (its files, in order),
-/// headed by `counter.lua`; with, before `;`, a file of its common cases
-/// that runs first of all, before the latch's read and before any helper is
-/// defined (`reentrant_fast.lua`).
-macro_rules! acquire_script {
-    ($fast:literal; $($file:literal),+) => {
-        acquire_script!(@ include_str!($fast); $($file),+)
+/// The text of one acquire script (its files, in order, headed by
+/// `counter.lua`) wrapped by `acquire_latch.lua`; with, before `;`, the
+/// files of its common cases, which run first of all: before the latch's
+/// read and before any of the full script's helpers is defined
+/// (`reentrant_fast.lua`).
+macro_rules! acquire_text {
+    ($($fast:literal),+; $($file:literal),+) => {
+        concat!(
+            $(include_str!($fast),)+
+            "local function acquire()\n",
+            include_str!("counter.lua"),
+            $(include_str!($file),)+
+            "\nend\n",
+            include_str!("acquire_latch.lua")
+        )
     };
     ($($file:literal),+) => {
-        acquire_script!(@ ""; $($file),+)
+        concat!(
+            "local function acquire()\n",
+            include_str!("counter.lua"),
+            $(include_str!($file),)+
+            "\nend\n",
+            include_str!("acquire_latch.lua")
+        )
     };
-    (@ $fast:expr; $($file:literal),+) => {
-        AcquireScript {
-            latched: Script::new(concat!(
-                $fast,
-                "local function acquire()\n",
-                include_str!("counter.lua"),
-                $(include_str!($file),)+
-                "\nend\n",
-                include_str!("acquire_latch.lua")
-            )),
-        }
-    };
+}
+
+/// The texts of the scripts every reentrant acquisition, release and
+/// handoff runs, as the client sends them (also what the tests run:
+/// `lock_runtime::__scripts`).
+pub(crate) mod texts {
+    /// A reentrant acquisition. `fast_token.lua` defines `quick_token`,
+    /// which `reentrant_fast.lua` uses for the common cases.
+    pub const REENTRANT_ACQUIRE: &str = acquire_text!(
+        "fast_token.lua", "reentrant_fast.lua";
+        "holds_of.lua", "reentered.lua", "reentrant_acquire.lua"
+    );
+    /// A reentrant release. `fast_release.lua` defines `only_hold`, which
+    /// `unlock_fast.lua` uses for the common release; `keep_taken.lua`
+    /// defines `keep_taken` (hold_at_least), shared by both unlocks.
+    pub const UNLOCK: &str = concat!(
+        include_str!("fast_release.lua"),
+        include_str!("unlock_fast.lua"),
+        include_str!("holds_of.lua"),
+        include_str!("holds.lua"),
+        include_str!("keep_taken.lua"),
+        include_str!("unlock.lua")
+    );
+    /// A reentrant release that may hand the lock to a waiter of its client.
+    pub const HANDOFF: &str = concat!(
+        include_str!("fast_token.lua"),
+        include_str!("fast_release.lua"),
+        include_str!("handoff_fast.lua"),
+        include_str!("counter.lua"),
+        include_str!("holds_of.lua"),
+        include_str!("holds.lua"),
+        include_str!("handoff.lua")
+    );
 }
 
 /// How long an acquire latch is kept: well past a cluster client's resends
@@ -66,6 +101,13 @@ macro_rules! acquire_script {
 pub(crate) const ACQUIRE_LATCH_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl AcquireScript {
+    /// The script of `text` (see [`acquire_text`]).
+    fn new(text: &'static str) -> AcquireScript {
+        AcquireScript {
+            latched: Script::new(text),
+        }
+    }
+
     /// One attempt at a lock: the script's own `keys`, then the attempt's
     /// `latch`; the arguments `args` adds, then whether to record a taken
     /// hold in the latch. A taken hold is recorded when `record` is set: on
@@ -153,7 +195,7 @@ impl Eval {
 /// whose answer was lost, so that the resend answers as the first call did;
 /// elsewhere when `record` is asked for.
 pub(crate) fn latch_record(conn: &Conn, record: bool) -> u64 {
-    if record || conn.is_cluster() {
+    if record || conn.resends() {
         ACQUIRE_LATCH_TTL.as_millis() as u64
     } else {
         0
@@ -167,34 +209,19 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     // unlocks of the locks that count holds in one field (reentrant, fair,
     // write); reentered.lua by their acquires and by every script that
     // lengthens a lock's life (the record must live as long).
-    reentrant_acquire: acquire_script!(
-        "reentrant_fast.lua";
-        "holds_of.lua",
-        "reentered.lua",
-        "reentrant_acquire.lua"
-    ),
-    // keep_taken.lua defines `keep_taken` (hold_at_least), shared by both
-    // unlocks. unlock_fast.lua answers the common release first.
-    unlock: Script::new(concat!(
-        include_str!("unlock_fast.lua"),
-        include_str!("holds_of.lua"),
-        include_str!("holds.lua"),
-        include_str!("keep_taken.lua"),
-        include_str!("unlock.lua")
-    )),
-    handoff: Script::new(concat!(
-        include_str!("handoff_fast.lua"),
-        include_str!("counter.lua"),
-        include_str!("holds_of.lua"),
-        include_str!("holds.lua"),
-        include_str!("handoff.lua")
-    )),
+    reentrant_acquire: AcquireScript::new(texts::REENTRANT_ACQUIRE),
+    unlock: Script::new(texts::UNLOCK),
+    handoff: Script::new(texts::HANDOFF),
     renew: Script::new(concat!(
         include_str!("counter.lua"),
         include_str!("reentered.lua"),
         include_str!("renew.lua")
     )),
-    fair_acquire: acquire_script!("holds_of.lua", "reentered.lua", "fair_acquire.lua"),
+    fair_acquire: AcquireScript::new(acquire_text!(
+        "holds_of.lua",
+        "reentered.lua",
+        "fair_acquire.lua"
+    )),
     fair_unlock: Script::new(concat!(
         include_str!("holds_of.lua"),
         include_str!("holds.lua"),
@@ -202,14 +229,14 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         include_str!("fair_unlock.lua")
     )),
     fair_give_up: Script::new(include_str!("fair_give_up.lua")),
-    rw_read_acquire: acquire_script!("reentered.lua", "rw_read_acquire.lua"),
+    rw_read_acquire: AcquireScript::new(acquire_text!("reentered.lua", "rw_read_acquire.lua")),
     // rw_holds.lua defines `live_reads`, shared by the scripts it heads.
-    rw_write_acquire: acquire_script!(
+    rw_write_acquire: AcquireScript::new(acquire_text!(
         "holds_of.lua",
         "reentered.lua",
         "rw_holds.lua",
         "rw_write_acquire.lua"
-    ),
+    )),
     rw_read_unlock: Script::new(concat!(
         include_str!("reentered.lua"),
         include_str!("rw_holds.lua"),

@@ -1,6 +1,6 @@
--- The common case of unlock.lua, first in its script (before the helpers:
--- a function a script defines costs a closure on every call, and this case
--- calls none). Same KEYS and ARGV as unlock.lua:
+-- The common case of unlock.lua, first in its script after fast_release.lua
+-- (before the full script's helpers: a function a script defines costs a
+-- closure on every call). Same KEYS and ARGV as unlock.lua:
 --
 -- KEYS[1]  the lock HASH
 -- KEYS[2]  the channel to announce the release on
@@ -16,14 +16,11 @@
 -- ARGV[7]  hold_at_least's ms, optional ('0' or absent: none)
 --
 -- Returns 1, as unlock.lua would, when a first send releases the holder's
--- first and only hold (a count of 1, no record of re-entered holds) with no
--- hold_at_least: the lock is deleted and announced, and the latch
--- remembers 1 for a retry. Anything else falls through to unlock.lua with
+-- only hold (only_hold) with no hold_at_least: the lock is deleted and
+-- announced, and the latch remembers 1 for a retry. Anything else falls through to unlock.lua with
 -- nothing written. (issue 26)
-if ARGV[6] == '1' and ARGV[4] == '0' and (ARGV[7] or '0') == '0'
-    and redis.call('hget', KEYS[1], ARGV[1]) == '1'
-    -- No record (pcall: a record of another type is the full script's to name).
-    and redis.pcall('hget', KEYS[4], ARGV[1]) == false then
+if ARGV[6] == '1' and (ARGV[7] or '0') == '0'
+    and only_hold(KEYS[1], KEYS[4], ARGV[1], ARGV[4]) then
   redis.call('del', KEYS[1])
   redis.call(ARGV[3], KEYS[2], ARGV[5])
   redis.call('set', KEYS[3], 1, 'px', ARGV[2], 'nx')
