@@ -16,12 +16,19 @@ compare-and-delete script) runs in the same rounds, interleaved.
     git archive REV lock-runtime/src/engine/redis/scripts | tar -x -C /tmp/rev
     python3 tools/script_time.py --base /tmp/rev/lock-runtime/src/engine/redis/scripts
 
+With --bounds, two lower bounds run beside them, with the same keys and
+arguments: "writes" makes only the calls every guarantee needs (EXISTS,
+INCR of the token, HSET, PEXPIRE; HGET, DEL, PUBLISH, SET of the latch)
+and checks nothing else; "bare" is a lock without fencing or latch
+(EXISTS, HSET, PEXPIRE; HGET, DEL, PUBLISH), the shape of Redisson's own.
+
 With --instructions, each variant runs alone in a redis-server under
 valgrind's callgrind instead, twice (1,000 and 3,000 pairs), and the
 difference gives Redis's instructions per pair: repeatable whatever else
 the machine does, where the times above move by a tenth between runs.
 
     python3 tools/script_time.py --instructions --base DIR
+    python3 tools/script_time.py --bounds [--instructions]
 
 Only the standard library; redis-server (and valgrind for --instructions)
 must be on PATH.
@@ -141,6 +148,44 @@ FLOOR_UNLOCK = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
                 "return redis.call('del', KEYS[1]) end return 0")
 
 
+# Lower bounds (--bounds), called as the client calls the real scripts: what
+# an acquire + release cannot do without ("writes"), and a lock with neither
+# fencing nor latch ("bare"). Not the library's scripts: they skip checks
+# the library must make (a counter's life, re-entries, latches of resends).
+BOUNDS = {
+    'writes': (
+        "if redis.call('exists', KEYS[1]) == 0 then\n"
+        "  local token = redis.call('incr', KEYS[2])\n"
+        "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+        "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+        "  return {1, token}\n"
+        "end\n"
+        "return {0, redis.call('pttl', KEYS[1])}\n",
+        "if redis.call('hget', KEYS[1], ARGV[1]) == '1' then\n"
+        "  redis.call('del', KEYS[1])\n"
+        "  redis.call(ARGV[3], KEYS[2], ARGV[5])\n"
+        "  redis.call('set', KEYS[3], 1, 'px', ARGV[2])\n"
+        "  return 1\n"
+        "end\n"
+        "return 0\n",
+        ('1',)),
+    'bare': (
+        "if redis.call('exists', KEYS[1]) == 0 then\n"
+        "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"
+        "  redis.call('pexpire', KEYS[1], ARGV[1])\n"
+        "  return {1, 0}\n"
+        "end\n"
+        "return {0, redis.call('pttl', KEYS[1])}\n",
+        "if redis.call('hget', KEYS[1], ARGV[1]) == '1' then\n"
+        "  redis.call('del', KEYS[1])\n"
+        "  redis.call(ARGV[3], KEYS[2], ARGV[5])\n"
+        "  return 1\n"
+        "end\n"
+        "return 0\n",
+        ('1',)),
+}
+
+
 class Bench:
     """The variants' scripts loaded on `conn`, and their acquire + release pairs."""
 
@@ -209,6 +254,8 @@ def main():
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--pairs', type=int, default=12800)
     parser.add_argument('--depth', type=int, default=64)
+    parser.add_argument('--bounds', action='store_true',
+                        help='also run the lower bounds "writes" and "bare"')
     parser.add_argument('--instructions', action='store_true',
                         help='count Redis\'s instructions per pair under callgrind instead')
     args = parser.parse_args()
@@ -216,6 +263,8 @@ def main():
     variants = {'head': scripts(HERE)}
     if args.base:
         variants = {'base': scripts(args.base), **variants}
+    if args.bounds:
+        variants.update(BOUNDS)
     variants['floor'] = None
 
     if args.instructions:

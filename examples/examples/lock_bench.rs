@@ -17,12 +17,15 @@
 //! 2. the same on a current-thread runtime;
 //! 3. 64 tasks on one client (one connection / lock manager), distinct names;
 //! 4. handoff: from the start of `release()` to the instant another client's
-//!    waiter returns, p50 / p99, also in `PING` round trips;
+//!    waiter returns, p50 / p99, also in `PING` round trips; its floor is a
+//!    compare-and-delete script that publishes, and a waiter on a RESP3
+//!    subscription of the runtime under test that then sends `SET NX PX`;
 //! 5. one hot name, 16 tasks over 2 clients: sections/s, and fairness as the
 //!    least / the most sections any one task got;
 //! 6. 10,000 waiters on 1,000 names: release all → all done, and the memory
 //!    each waiter holds while waiting (this process's live heap, counted by a
-//!    counting allocator), and how many connections the waiting client uses;
+//!    counting allocator), and how many connections the waiting client
+//!    uses (its own and the near connection of the runtime it waits on: 2);
 //! 7. to 10. the etcd engine against its floor on the same etcd
 //!    (`examples::etcd_rows`: uncontended, 64 tasks, handoff, 10,000
 //!    waiters), unless `--no-etcd`; `etcd_bench` runs them alone;
@@ -371,14 +374,14 @@ impl Table {
     }
 
     /// A summary row: ours against the floor and rslock, and whether ours
-    /// reaches `floor` times the floor and `rslock` times rslock.
-    fn goal(&self, what: &str, floor: f64, rslock: f64) -> (String, String, bool) {
+    /// reaches `rslock` times rslock.
+    fn goal(&self, what: &str, rslock: f64) -> (String, String, bool) {
         let ours = self.ratio(Variant::Ours);
         let theirs = self.ratio(Variant::Rslock);
         (
-            format!("{what}: >= {floor}x floor, >= {rslock}x rslock"),
-            format!("{ours:.2}x floor, {:.2}x rslock", ours / theirs),
-            ours >= floor && ours >= rslock * theirs,
+            format!("{what}: >= {rslock}x rslock"),
+            format!("{:.2}x rslock ({ours:.2}x floor)", ours / theirs),
+            ours >= rslock * theirs,
         )
     }
 
@@ -463,6 +466,160 @@ async fn handoff_ours(url: &str, handoffs: usize) -> Result<Handoffs, BenchError
         std::mem::swap(&mut holder, &mut waiter);
     }
     guard.release().await?;
+    Ok(out)
+}
+
+/// The floor's release for row 4: compare-and-delete, then wake one waiter.
+const RELEASE_AND_PUBLISH: &str = r"
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], '0')
+  return 1
+end
+return 0";
+
+/// One side of row 4's floor: a connection for its commands and a RESP3
+/// connection subscribed to the channel, both made on the runtime under
+/// test, and the messages that subscription brings.
+struct FloorSide {
+    conn: MultiplexedConnection,
+    pushes: tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+    _subscribed: MultiplexedConnection,
+}
+
+impl FloorSide {
+    async fn new(url: &str, channel: &str) -> Result<FloorSide, BenchError> {
+        let client = redis::Client::open(url)?;
+        let conn = client.get_multiplexed_async_connection().await?;
+        let (sender, pushes) = tokio::sync::mpsc::unbounded_channel();
+        let config = redis::AsyncConnectionConfig::new().set_push_sender(sender);
+        let mut subscribed = redis::Client::open(format!("{url}?protocol=resp3"))?
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        subscribed.subscribe(channel).await?;
+        Ok(FloorSide {
+            conn,
+            pushes,
+            _subscribed: subscribed,
+        })
+    }
+
+    /// Takes the lock for `token`: `SET NX PX`, and while it is busy, the
+    /// next unlock message (or a second, should one be lost) and again.
+    /// Says `ready` once its first try found the lock busy.
+    async fn take(
+        &mut self,
+        name: &str,
+        token: &str,
+        ready: tokio::sync::oneshot::Sender<()>,
+    ) -> Result<u64, BenchError> {
+        let mut ready = Some(ready);
+        let mut missed = 0;
+        loop {
+            // Messages from before this try say nothing about it.
+            while self.pushes.try_recv().is_ok() {}
+            let taken: Option<String> = redis::cmd("SET")
+                .arg(name)
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(LEASE.as_millis() as u64)
+                .query_async(&mut self.conn)
+                .await?;
+            if taken.is_some() {
+                return Ok(missed);
+            }
+            if let Some(ready) = ready.take() {
+                let _ = ready.send(());
+            }
+            loop {
+                match tokio::time::timeout(Duration::from_secs(1), self.pushes.recv()).await {
+                    Ok(Some(push)) if push.kind != redis::PushKind::Message => continue,
+                    Ok(Some(_)) => break,
+                    Ok(None) => {
+                        return Err(BenchError::Broken("the floor's subscription ended".into()));
+                    }
+                    Err(_) => {
+                        missed += 1;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Row 4, floor: the least a handoff through Redis pub/sub can take. The
+/// holder's release is one script (compare-and-delete, `PUBLISH`); the
+/// waiter, asleep on its subscription (RESP3, on the runtime under test,
+/// as ours), takes the lock with `SET NX PX` once the message arrives.
+/// Measured as ours: from the release's start to the waiter's return.
+async fn handoff_floor(url: &str, handoffs: usize) -> Result<Handoffs, BenchError> {
+    const NAME: &str = "bench:handoff:floor";
+    let channel = format!("{NAME}:channel");
+    let release = redis::Script::new(RELEASE_AND_PUBLISH);
+    let mut raw = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut holder = FloorSide::new(url, &channel).await?;
+    let mut waiter = FloorSide::new(url, &channel).await?;
+    let mut token = 0u64;
+    let (ready, _) = tokio::sync::oneshot::channel();
+    holder.take(NAME, &token.to_string(), ready).await?;
+    let warm_up = (handoffs / 10).max(10);
+    let mut out = Handoffs {
+        samples: Vec::with_capacity(handoffs),
+        round_trips: Vec::with_capacity(handoffs),
+    };
+    let mut missed = 0;
+    for i in 0..warm_up + handoffs {
+        let next = (token + 1).to_string();
+        let (ready, asleep) = tokio::sync::oneshot::channel();
+        let waiting = tokio::spawn(async move {
+            let taken = waiter.take(NAME, &next, ready).await;
+            (Instant::now(), taken, waiter)
+        });
+        asleep.await.map_err(|_| {
+            BenchError::Broken("the floor's waiter never found the lock busy".into())
+        })?;
+        // As ours: time to fall asleep after its busy answer.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        // Spawned, as ours is.
+        let (script, mut conn, held) = (release.clone(), holder.conn.clone(), token.to_string());
+        let released_at = Instant::now();
+        let released = tokio::spawn(async move {
+            script
+                .key(NAME)
+                .key(format!("{NAME}:channel"))
+                .arg(held)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        });
+        let (acquired_at, taken, back) = waiting.await?;
+        let released = released.await??;
+        if released != 1 {
+            return Err(BenchError::Broken(
+                "the floor's holder had lost its lock".into(),
+            ));
+        }
+        missed += taken?;
+        token += 1;
+        waiter = back;
+        if i >= warm_up {
+            out.samples.push(acquired_at - released_at);
+            out.round_trips.push(ping(&mut raw).await?);
+        }
+        std::mem::swap(&mut holder, &mut waiter);
+    }
+    let _: i64 = release
+        .key(NAME)
+        .key(&channel)
+        .arg(token.to_string())
+        .invoke_async(&mut holder.conn)
+        .await?;
+    if missed > 0 {
+        println!("  (the floor's waiter missed {missed} message(s) and retried after a second)");
+    }
     Ok(out)
 }
 
@@ -764,9 +921,10 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
         ))
     })?;
     let u = url.clone();
-    let (mut handoff, mut handoff_rs) = on(&multi, async move {
+    let (mut handoff, mut handoff_floor, mut handoff_rs) = on(&multi, async move {
         Ok((
             handoff_ours(&u, args.handoffs).await?,
+            handoff_floor(&u, args.handoffs).await?,
             handoff_rslock(&u, (args.handoffs / 10).max(20)).await?,
         ))
     })?;
@@ -796,12 +954,17 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
     one_current.print("2. the same, current-thread runtime");
     many.print("3. 64 tasks on one client, distinct names, multi-thread runtime");
     let (p50, p99, p50_rt, p99_rt) = handoff.summary();
+    let (fl50, fl99, fl50_rt, fl99_rt) = handoff_floor.summary();
     let (rs50, rs99, rs50_rt, _) = handoff_rs.summary();
     println!();
     println!("4. handoff: release() start -> the other client's waiter returns");
     println!(
         "  ours    p50 {p50:>9.1} µs ({p50_rt:.1} round trips)   p99 {p99:>9.1} µs ({p99_rt:.1} round trips)   {} handoffs",
         handoff.samples.len()
+    );
+    println!(
+        "  floor   p50 {fl50:>9.1} µs ({fl50_rt:.1} round trips)   p99 {fl99:>9.1} µs ({fl99_rt:.1} round trips)   {} handoffs",
+        handoff_floor.samples.len()
     );
     println!(
         "  rslock  p50 {rs50:>9.1} µs ({rs50_rt:.1} round trips)   p99 {rs99:>9.1} µs   {} handoffs",
@@ -834,25 +997,25 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
 
     let verdict = |met: bool| if met { "met" } else { "NOT met" };
     let rows = [
-        one_multi.goal("uncontended, multi-thread", 0.85, 0.9),
-        one_current.goal("uncontended, current-thread", 0.85, 0.9),
-        many.goal("64 tasks", 0.6, 0.8),
+        one_multi.goal("uncontended, multi-thread", 0.9),
+        one_current.goal("uncontended, current-thread", 0.9),
+        many.goal("64 tasks", 0.8),
         (
-            "handoff: p50 <= 2.5 round trips, p99 <= 8".to_owned(),
-            format!("p50 {p50_rt:.1}, p99 {p99_rt:.1} round trips"),
-            p50_rt <= 2.5 && p99_rt <= 8.0,
+            "handoff: p50 <= 3 round trips, p99 <= 8".to_owned(),
+            format!("p50 {p50_rt:.1}, p99 {p99_rt:.1} (floor {fl50_rt:.1}, {fl99_rt:.1})"),
+            p50_rt <= 3.0 && p99_rt <= 8.0,
         ),
         (
-            "hot name: >= rslock's sections/s, least/most >= 0.4".to_owned(),
+            "hot name: >= 0.95x rslock's sections/s, least/most >= 0.4".to_owned(),
             format!(
                 "{:.2}x rslock, least/most {:.2}",
                 hot.per_second / hot_rs.per_second,
                 hot.fairness
             ),
-            hot.per_second >= hot_rs.per_second && hot.fairness >= 0.4,
+            hot.per_second >= 0.95 * hot_rs.per_second && hot.fairness >= 0.4,
         ),
         (
-            "drain: <= rslock's time, <= 1.5 KiB per waiter, 1 connection".to_owned(),
+            "drain: <= rslock's time, <= 1.5 KiB per waiter, 2 connections".to_owned(),
             format!(
                 "{:.2}x rslock's time, {:.0} B, {} connection(s)",
                 drain_ours.drained.as_secs_f64() / drain_rs.drained.as_secs_f64(),
@@ -861,11 +1024,11 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
             ),
             drain_ours.drained <= drain_rs.drained
                 && drain_ours.bytes_per_waiter <= 1536.0
-                && drain_ours.connections <= 1,
+                && drain_ours.connections <= 2,
         ),
     ];
     println!();
-    println!("summary (goals of issue 11)");
+    println!("summary (goals of issue 26)");
     for (goal, value, met) in rows {
         println!("  {goal:<62} {value:<44} {}", verdict(met));
     }
