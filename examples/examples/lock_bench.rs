@@ -585,12 +585,13 @@ async fn handoff_floor(url: &str, handoffs: usize) -> Result<Handoffs, BenchErro
         // As ours: time to fall asleep after its busy answer.
         tokio::time::sleep(Duration::from_millis(2)).await;
         // Spawned, as ours is.
-        let (script, mut conn, held) = (release.clone(), holder.conn.clone(), token.to_string());
+        let (script, mut conn) = (release.clone(), holder.conn.clone());
+        let (held, wakes) = (token.to_string(), channel.clone());
         let released_at = Instant::now();
         let released = tokio::spawn(async move {
             script
                 .key(NAME)
-                .key(format!("{NAME}:channel"))
+                .key(wakes)
                 .arg(held)
                 .invoke_async::<i64>(&mut conn)
                 .await
