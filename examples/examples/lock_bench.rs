@@ -160,6 +160,23 @@ impl Variant {
     }
 }
 
+/// The floor's acquisition: `SET name token NX PX`; whether it took the key.
+async fn set_nx(
+    conn: &mut MultiplexedConnection,
+    name: &str,
+    token: &str,
+) -> Result<bool, BenchError> {
+    let set: Option<String> = redis::cmd("SET")
+        .arg(name)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(LEASE.as_millis() as u64)
+        .query_async(conn)
+        .await?;
+    Ok(set.is_some())
+}
+
 /// The three implementations, with their connections made on the runtime
 /// under test (a redis-rs connection's driver runs where it was made).
 /// Cheap to clone: clones share connections.
@@ -194,15 +211,7 @@ impl Peers {
         match variant {
             Variant::Floor => {
                 let token = self.tokens.fetch_add(1, Ordering::Relaxed).to_string();
-                let set: Option<String> = redis::cmd("SET")
-                    .arg(name)
-                    .arg(&token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(LEASE.as_millis() as u64)
-                    .query_async(&mut self.raw)
-                    .await?;
-                if set.is_none() {
+                if !set_nx(&mut self.raw, name, &token).await? {
                     return Err(BenchError::Broken(
                         "floor: SET NX found the key taken".into(),
                     ));
@@ -518,15 +527,7 @@ impl FloorSide {
         loop {
             // Messages from before this try say nothing about it.
             while self.pushes.try_recv().is_ok() {}
-            let taken: Option<String> = redis::cmd("SET")
-                .arg(name)
-                .arg(token)
-                .arg("NX")
-                .arg("PX")
-                .arg(LEASE.as_millis() as u64)
-                .query_async(&mut self.conn)
-                .await?;
-            if taken.is_some() {
+            if set_nx(&mut self.conn, name, token).await? {
                 return Ok(missed);
             }
             if let Some(ready) = ready.take() {
@@ -547,6 +548,29 @@ impl FloorSide {
             }
         }
     }
+}
+
+/// Row 4's floor release of `name`, held with `token`: an error if it was
+/// not held so.
+async fn release_floor(
+    script: &redis::Script,
+    mut conn: MultiplexedConnection,
+    name: &str,
+    channel: &str,
+    token: u64,
+) -> Result<(), BenchError> {
+    let released: i64 = script
+        .key(name)
+        .key(channel)
+        .arg(token)
+        .invoke_async(&mut conn)
+        .await?;
+    if released != 1 {
+        return Err(BenchError::Broken(
+            "the floor's holder had lost its lock".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Row 4, floor: the least a handoff through Redis pub/sub can take. The
@@ -585,24 +609,12 @@ async fn handoff_floor(url: &str, handoffs: usize) -> Result<Handoffs, BenchErro
         // As ours: time to fall asleep after its busy answer.
         tokio::time::sleep(Duration::from_millis(2)).await;
         // Spawned, as ours is.
-        let (script, mut conn) = (release.clone(), holder.conn.clone());
-        let (held, wakes) = (token.to_string(), channel.clone());
+        let (script, conn, wakes) = (release.clone(), holder.conn.clone(), channel.clone());
         let released_at = Instant::now();
-        let released = tokio::spawn(async move {
-            script
-                .key(NAME)
-                .key(wakes)
-                .arg(held)
-                .invoke_async::<i64>(&mut conn)
-                .await
-        });
+        let released =
+            tokio::spawn(async move { release_floor(&script, conn, NAME, &wakes, token).await });
         let (acquired_at, taken, back) = waiting.await?;
-        let released = released.await??;
-        if released != 1 {
-            return Err(BenchError::Broken(
-                "the floor's holder had lost its lock".into(),
-            ));
-        }
+        released.await??;
         missed += taken?;
         token += 1;
         waiter = back;
@@ -612,12 +624,7 @@ async fn handoff_floor(url: &str, handoffs: usize) -> Result<Handoffs, BenchErro
         }
         std::mem::swap(&mut holder, &mut waiter);
     }
-    let _: i64 = release
-        .key(NAME)
-        .key(&channel)
-        .arg(token.to_string())
-        .invoke_async(&mut holder.conn)
-        .await?;
+    release_floor(&release, holder.conn.clone(), NAME, &channel, token).await?;
     if missed > 0 {
         println!("  (the floor's waiter missed {missed} message(s) and retried after a second)");
     }

@@ -41,9 +41,9 @@ pub(crate) struct AcquireScript {
 /// read and before any of the full script's helpers is defined
 /// (`reentrant_fast.lua`).
 macro_rules! acquire_text {
-    ($($fast:literal),+; $($file:literal),+) => {
+    ($($fast:literal),*; $($file:literal),+) => {
         concat!(
-            $(include_str!($fast),)+
+            $(include_str!($fast),)*
             "local function acquire()\n",
             include_str!("counter.lua"),
             $(include_str!($file),)+
@@ -51,14 +51,9 @@ macro_rules! acquire_text {
             include_str!("acquire_latch.lua")
         )
     };
+    // No common cases of its own.
     ($($file:literal),+) => {
-        concat!(
-            "local function acquire()\n",
-            include_str!("counter.lua"),
-            $(include_str!($file),)+
-            "\nend\n",
-            include_str!("acquire_latch.lua")
-        )
+        acquire_text!(; $($file),+)
     };
 }
 
