@@ -37,8 +37,20 @@ if [ "${#missing[@]}" -gt 0 ]; then
     SUDO=""
     if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
     if command -v apt-get >/dev/null 2>&1; then
-        $SUDO apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+        # A mirror that fails once (a lock held by another apt, a list
+        # fetched mid-update) is tried again, three times at most.
+        for try in 1 2 3; do
+            if $SUDO apt-get update -qq &&
+                DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null; then
+                break
+            fi
+            if [ "$try" = 3 ]; then
+                echo "setup: could not install ${missing[*]}" >&2
+                exit 1
+            fi
+            echo "setup: apt-get failed; trying again" >&2
+            sleep 5
+        done
     else
         echo "setup: please install ${missing[*]} (Redis 6 or newer, etcd 3.4 or newer, protoc, ZooKeeper 3.8 and Curator 5 jars, a JDK) and re-run" >&2
         exit 1
@@ -49,5 +61,9 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "setup: cargo not found; install Rust from https://rustup.rs and re-run" >&2
     exit 1
 fi
-redis-server --version >&2
-etcd --version 2>&1 | head -1 >&2
+# The versions, for the log. Read whole, not through `head`: a tool
+# whose reader closed early dies of SIGPIPE, which pipefail would make
+# this script's failure.
+redis-server --version >&2 || true
+etcd_version=$(etcd --version 2>&1) || true
+echo "${etcd_version%%$'\n'*}" >&2

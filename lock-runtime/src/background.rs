@@ -14,6 +14,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::Poll;
 
 use tokio::runtime::Handle;
@@ -69,6 +70,21 @@ impl Background {
 
     pub(crate) fn handle(&self) -> &Handle {
         &self.handle
+    }
+
+    /// Spawns `fut` on the client's runtime, which keeps running until
+    /// `fut` is done even when this was the client's last reference: the
+    /// undo of an acquisition dropped with its client must not be dropped
+    /// unrun with the runtime (issue 34).
+    pub(crate) fn spawn_keeping<F>(self: &Arc<Background>, fut: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let alive = self.clone();
+        self.handle.spawn(async move {
+            fut.await;
+            drop(alive);
+        });
     }
 }
 

@@ -72,6 +72,10 @@ on_every_engine!(
     the_attribute_locks_on_the_client_it_is_given,
     a_dropped_guard_is_released,
     a_cancelled_waiter_leaves_nothing_behind,
+    an_acquisition_dropped_at_any_point_leaves_no_record,
+    a_waiter_dropped_with_its_client_leaves_no_record,
+    a_waiter_on_a_runtime_that_shut_down_leaves_no_record,
+    a_clients_own_force_unlock_tells_its_guard_at_once,
     the_watchdog_keeps_a_hold_past_its_lease,
     extend_moves_a_fixed_lease_forward,
     bad_input_is_a_typed_error,
@@ -615,6 +619,11 @@ async fn hold_at_least_keeps_the_lock_taken_after_an_early_release(store: &Store
         .unwrap();
     let (holder, token) = (guard.holder_id().to_owned(), guard.token());
     guard.release().await.unwrap();
+    assert_eq!(
+        a.renewed_locks(),
+        0,
+        "a released guard kept by its minimum is not counted as renewed"
+    );
     // Released, but taken until the minimum ends.
     assert!(b.lock("job").try_acquire().await.unwrap().is_none());
     let during = b.inspect("job").await.unwrap().expect("still taken");
@@ -772,6 +781,171 @@ async fn a_cancelled_waiter_leaves_nothing_behind(store: &Store) {
         again.release().await.unwrap();
         assert!(a.inspect(&name).await.unwrap().is_none());
     }
+}
+
+/// A runtime of worker threads, as services run, for acquisitions to be
+/// dropped or shut down on (the test's own runtime has one thread).
+fn workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// A client whose session or watchdog lease outlives [`WITHIN`] by far: a
+/// record it left behind would keep its lock taken past any wait below.
+async fn long_lived(store: &Store) -> LockClient {
+    store
+        .client_with(|c| c.watchdog_timeout(Duration::from_secs(120)))
+        .await
+}
+
+/// A few locks taken and given back on `runtime`, so its near clients
+/// (made on a runtime's first lock calls) serve what follows.
+async fn warm(runtime: &tokio::runtime::Runtime, client: &LockClient) {
+    for _ in 0..20 {
+        let client = client.clone();
+        runtime
+            .spawn(async move {
+                let guard = client.lock("warm-up").acquire().await.unwrap();
+                guard.release().await.unwrap();
+                tokio::task::yield_now().await;
+            })
+            .await
+            .unwrap();
+    }
+}
+
+/// Issue 34: an acquisition dropped anywhere on its way (its create in
+/// flight, its answer on its way back, waiting, contended or not, of any
+/// kind) leaves no record that keeps the lock taken: the next contender
+/// gets it at once, and at the end nothing is left. Dropped from another
+/// thread after a spread of delays, so some drops land while the store's
+/// answer is on its way (before the fix, etcd's undo could overtake its
+/// own create there, and the key then blocked the lock for a third of a
+/// session).
+async fn an_acquisition_dropped_at_any_point_leaves_no_record(store: &Store) {
+    let (a, b) = (long_lived(store).await, store.client().await);
+    let runtime = workers();
+    warm(&runtime, &a).await;
+    for kind in [Kind::Reentrant, Kind::Fair, Kind::Read, Kind::Write] {
+        let name = format!("dropped-{kind:?}");
+        for contended in [false, true] {
+            for micros in [0, 20, 50, 100, 150, 200, 300, 500, 800, 1500, 3000] {
+                let held = match contended {
+                    true => Some(kind.builder(&b, &name).acquire().await.unwrap()),
+                    false => None,
+                };
+                let task = runtime.spawn({
+                    let (a, name) = (a.clone(), name.clone());
+                    async move { kind.builder(&a, &name).acquire().await }
+                });
+                let task = tokio::task::spawn_blocking(move || {
+                    std::thread::sleep(Duration::from_micros(micros));
+                    task.abort();
+                    task
+                })
+                .await
+                .unwrap();
+                // Taken before the drop came, it is given back by its
+                // guard's drop.
+                drop(task.await);
+                if let Some(held) = held {
+                    held.release().await.unwrap();
+                }
+                let next = kind
+                    .builder(&b, &name)
+                    .wait(WITHIN)
+                    .acquire()
+                    .await
+                    .unwrap_or_else(|e| {
+                        panic!("{kind:?} after a drop at {micros} µs (contended: {contended}): {e}")
+                    });
+                next.release().await.unwrap();
+            }
+        }
+        // A record whose create landed after the next contender's is seen
+        // here: it would be the lock's holder for a third of a session.
+        eventually(
+            &format!("{kind:?}: nothing left of the dropped acquisitions"),
+            WITHIN,
+            || async { b.inspect(&name).await.unwrap().is_none() },
+        )
+        .await;
+    }
+    runtime.shutdown_background();
+}
+
+/// Issue 34: a waiter whose future held its client's last clone, dropped
+/// (a task aborted at shutdown), still has its record deleted: the client's
+/// runtime keeps running until the undo is done.
+async fn a_waiter_dropped_with_its_client_leaves_no_record(store: &Store) {
+    let holder = store.client().await;
+    let name = "dropped-with-client";
+    let guard = holder.lock(name).acquire().await.unwrap();
+    let waiter = {
+        let client = long_lived(store).await;
+        tokio::spawn(async move { client.lock(name).acquire().await })
+    };
+    store.until_waiting(Kind::Reentrant, name, 1, WITHIN).await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    guard.release().await.unwrap();
+    let next = store.client().await;
+    let taken = next.lock(name).wait(WITHIN).acquire().await;
+    taken
+        .expect("the dropped waiter's record is gone with it")
+        .release()
+        .await
+        .unwrap();
+}
+
+/// Issue 34: a waiter on a runtime that shut down (its near clients and
+/// sessions with it) leaves no record: its undo goes through the client's
+/// own connection, and the client keeps working (DESIGN §3).
+async fn a_waiter_on_a_runtime_that_shut_down_leaves_no_record(store: &Store) {
+    let (a, b) = (long_lived(store).await, store.client().await);
+    let name = "shut-down";
+    let guard = b.lock(name).acquire().await.unwrap();
+    let runtime = workers();
+    warm(&runtime, &a).await;
+    let waiter = runtime.spawn({
+        let a = a.clone();
+        async move { a.lock(name).acquire().await.map(drop) }
+    });
+    store.until_waiting(Kind::Reentrant, name, 1, WITHIN).await;
+    runtime.shutdown_background();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    guard.release().await.unwrap();
+    let next = b.lock(name).wait(WITHIN).acquire().await;
+    next.expect("the shut-down waiter's record is gone")
+        .release()
+        .await
+        .unwrap();
+    let again = a.lock(name).wait(WITHIN).acquire().await.unwrap();
+    again.release().await.unwrap();
+}
+
+/// Issue 34: a client that force-unlocks its own hold tells the guard at
+/// once, not at its watchdog's or keep-alive's next round (a third of a
+/// lease that outlasts the wait below): the guard never says held while
+/// another client holds the lock.
+async fn a_clients_own_force_unlock_tells_its_guard_at_once(store: &Store) {
+    let (a, b) = (long_lived(store).await, store.client().await);
+    let guard = a.lock("own-force").acquire().await.unwrap();
+    assert!(
+        a.force_unlock("own-force").await.unwrap(),
+        "there was a holder"
+    );
+    timeout(WITHIN, guard.lost())
+        .await
+        .expect("the guard learns its own client's force-unlock");
+    assert!(guard.is_lost());
+    let next = b.lock("own-force").try_acquire().await.unwrap();
+    let next = next.expect("free after the force-unlock");
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+    next.release().await.unwrap();
 }
 
 async fn the_watchdog_keeps_a_hold_past_its_lease(store: &Store) {

@@ -202,6 +202,31 @@ impl Etcd {
         }
     }
 
+    /// Tells this client's records of lock `name` whose keys (a key and
+    /// its create revision) it deleted itself that they are gone: their
+    /// guards count as lost at once, not at the keep-alive's next round
+    /// (issue 34).
+    pub(crate) fn deleted(&self, name: &str, keys: &[(&[u8], i64)]) {
+        use session::Gone as _;
+        let records: Vec<Arc<hold::Record>> = self
+            .records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|((named, _), _)| named == name)
+            .filter_map(|(_, record)| record.upgrade())
+            .collect();
+        // Told with the map unlocked: dropping a last `Arc<Record>` locks
+        // it.
+        for record in records {
+            if keys.iter().any(|(key, created)| {
+                *key == record.key.as_bytes() && *created == record.create_revision
+            }) {
+                record.gone();
+            }
+        }
+    }
+
     /// How many holds the session's keep-alive keeps.
     pub(crate) fn renewed(&self) -> usize {
         self.sessions.holds()
@@ -248,29 +273,30 @@ pub(crate) struct Here {
 }
 
 impl Here {
-    /// `call`, made on this client; on a near client polled by a task that
-    /// finishes it for a caller who left, it fails at once as an answer
-    /// lost (nothing need drive the caller's runtime, and so that client,
-    /// ever again).
+    /// `call`, made on this client. On a near client polled by a task that
+    /// finishes it for a caller who left, its answer is still awaited, for
+    /// `within` at most, then counts as lost: nothing need drive the
+    /// caller's runtime ever again, but while that runtime runs (a future
+    /// dropped by a `timeout` or `select!` on a multi-thread runtime), the
+    /// request is on its way, and an undo sent before its answer could
+    /// reach etcd first and leave the key it makes behind (issue 34).
     pub(crate) async fn unless_left<T>(
         near: bool,
+        within: Duration,
         call: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> Result<T, etcd_client::Error> {
-        if !near {
+        if !near || !crate::background::finishing_for_one_who_left() {
             return call.await;
         }
-        let mut call = std::pin::pin!(call);
-        std::future::poll_fn(|cx| {
-            if crate::background::finishing_for_one_who_left() {
-                std::task::Poll::Ready(Err(etcd_client::Error::IoError(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionAborted,
-                    "the call left its runtime's near client; its answer counts as lost",
-                ))))
-            } else {
-                call.as_mut().poll(cx)
-            }
-        })
-        .await
+        tokio::time::timeout(within, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(etcd_client::Error::IoError(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the call left its runtime's near client and had no answer in time; its \
+                     answer counts as lost",
+                )))
+            })
     }
 }
 
@@ -366,6 +392,7 @@ fn store_error(e: etcd_client::Error) -> LockError {
         Error::GRpcStatus(status) => {
             matches!(i32::from(status.code()), 4 | 10 | 14)
                 || std::error::Error::source(status).is_some()
+                || not_applied(status.message())
         }
         Error::TransportError(_)
         | Error::IoError(_)
@@ -378,6 +405,16 @@ fn store_error(e: etcd_client::Error) -> LockError {
         message: e.to_string(),
         transient,
     }
+}
+
+/// Whether etcd's message says the request was not applied and may be
+/// sent again, under a status that does not say so itself: a proposal
+/// raft dropped (UNKNOWN, during a leader transfer: issue 34 saw it once
+/// in five `move-leader`s), or a server too busy to take it
+/// (RESOURCE_EXHAUSTED, as "database space exceeded" also is, which is
+/// not transient).
+fn not_applied(message: &str) -> bool {
+    message.contains("raft proposal dropped") || message.contains("too many requests")
 }
 
 /// No answer within the response timeout.
@@ -427,6 +464,22 @@ mod tests {
         ))));
         assert!(!transient(&grpc(tonic::Status::unknown(
             "an error the server sent"
+        ))));
+    }
+
+    /// A proposal dropped by raft during a leader transfer was never
+    /// applied: the acquisition tries again within its wait (issue 34),
+    /// as it does for a busy server; a full database is not transient.
+    #[test]
+    fn a_dropped_proposal_was_not_applied_and_may_be_sent_again() {
+        assert!(transient(&grpc(tonic::Status::unknown(
+            "raft proposal dropped"
+        ))));
+        assert!(transient(&grpc(tonic::Status::resource_exhausted(
+            "etcdserver: too many requests"
+        ))));
+        assert!(!transient(&grpc(tonic::Status::resource_exhausted(
+            "etcdserver: mvcc: database space exceeded"
         ))));
     }
 }

@@ -185,6 +185,11 @@ pub(crate) async fn force_unlock(etcd: &Etcd, name: &str) -> Result<bool, LockEr
             );
         let mut kv = etcd.client().kv_client();
         if etcd.call(kv.txn(delete)).await?.succeeded() {
+            let deleted: Vec<(&[u8], i64)> = holders
+                .iter()
+                .map(|(_, kv)| (kv.key(), kv.create_revision()))
+                .collect();
+            etcd.deleted(name, &deleted);
             return Ok(true);
         }
     }

@@ -417,26 +417,37 @@ async fn check_keys(client: &Client, lease: i64, response_timeout: Duration, key
         hold.gone();
     }
     for stray in strays {
-        sweep(client, response_timeout, &keys, stray).await;
+        sweep(client, response_timeout, &keys, lease, stray).await;
     }
 }
 
-/// Deletes `key`, found on the session's lease and known to no hold or
-/// acquisition of this client, if that is still so once it is read (its
-/// create revision names it: a key made again meanwhile is not touched).
-async fn sweep(client: &Client, response_timeout: Duration, keys: &Keys, key: &[u8]) {
+/// Deletes `key`, found on the session's `lease` and known to no hold or
+/// acquisition of this client, if that is still so once it is read: its
+/// create revision and its lease name it. A key made again meanwhile is
+/// not touched, nor one moved to another lease since the listing (a
+/// fixed-lease hold's key, made on the session's lease and then moved to
+/// its own: issue 34 saw healthy holds deleted so).
+async fn sweep(client: &Client, response_timeout: Duration, keys: &Keys, lease: i64, key: &[u8]) {
     let mut kv = client.kv_client();
     let Ok(Ok(found)) = tokio::time::timeout(response_timeout, kv.get(key, None)).await else {
         return;
     };
-    let Some(created) = found.kvs().first().map(|kv| kv.create_revision()) else {
+    let Some(created) = found
+        .kvs()
+        .first()
+        .filter(|kv| kv.lease() == lease)
+        .map(|kv| kv.create_revision())
+    else {
         return;
     };
     if keys.lock().unwrap_or_else(|p| p.into_inner()).knows(key) {
         return;
     }
     let delete = Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, created)])
+        .when([
+            Compare::create_revision(key, CompareOp::Equal, created),
+            Compare::lease(key, CompareOp::Equal, lease),
+        ])
         .and_then([TxnOp::delete(key, None)]);
     if let Ok(Ok(answer)) = tokio::time::timeout(response_timeout, kv.txn(delete)).await
         && answer.succeeded()

@@ -88,6 +88,7 @@ fn take_hold(
         let _waiting = crate::telemetry::WaiterMetric::start(metric);
         let mut pending = Pending {
             etcd: etcd.clone(),
+            alive: alive.clone(),
             turn,
             session: None,
             key: None,
@@ -189,6 +190,8 @@ struct How<'a> {
 /// fixed lease revoked, and only then the process queue's turn passed on.
 struct Pending {
     etcd: Arc<Etcd>,
+    /// The client's runtime, kept running until the undo is done.
+    alive: Arc<Background>,
     turn: Option<OwnedMutexGuard<()>>,
     /// The session the key is bound to while it waits.
     session: Option<Arc<Session>>,
@@ -237,9 +240,8 @@ impl Pending {
         let etcd = self.etcd.clone();
         let made = self.made();
         let (passed_in, passed) = oneshot::channel();
-        etcd.runtime
-            .clone()
-            .spawn(async move { undo(&etcd, made, Some(passed_in)).await });
+        self.alive
+            .spawn_keeping(async move { undo(&etcd, made, Some(passed_in)).await });
         // Until the first try is done (the turn passed on): any later tries
         // go on in the background.
         let _ = passed.await;
@@ -253,9 +255,8 @@ impl Drop for Pending {
         }
         let etcd = self.etcd.clone();
         let made = self.made();
-        self.etcd
-            .runtime
-            .spawn(async move { undo(&etcd, made, None).await });
+        self.alive
+            .spawn_keeping(async move { undo(&etcd, made, None).await });
     }
 }
 
@@ -405,8 +406,9 @@ async fn take(
     let call = {
         let here = etcd.here();
         let mut kv = here.client.kv_client();
+        let within = etcd.config.response_timeout;
         let call = async move {
-            let answer = Here::unless_left(here.near, kv.txn(create)).await;
+            let answer = Here::unless_left(here.near, within, kv.txn(create)).await;
             drop(answer_in);
             answer
         };

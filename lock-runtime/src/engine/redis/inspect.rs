@@ -141,6 +141,9 @@ fn read_layout(
 pub(crate) async fn force_unlock(core: &Core, name: &str) -> Result<bool, LockError> {
     crate::request::check_name(name)?;
     core.conn.check_slot_name(name)?;
+    // This client's own holds of it, taken before the script runs: their
+    // guards learn the loss as soon as it answers.
+    let own = core.watchdog.holds_of(name);
     let deleted: i64 = SCRIPTS
         .force_unlock
         .key(name)
@@ -156,6 +159,7 @@ pub(crate) async fn force_unlock(core: &Core, name: &str) -> Result<bool, LockEr
         .map_err(|e| LockError::from_redis(name, e))?;
     if deleted == 1 {
         tracing::warn!(lock = name, "force-unlocked");
+        core.watchdog.deleted(&own);
     }
     Ok(deleted == 1)
 }

@@ -139,6 +139,30 @@ impl Watchdog {
         }
     }
 
+    /// The holds of lock `name` being renewed now (with their epochs).
+    pub(crate) fn holds_of(&self, name: &str) -> Vec<(HoldKey, u64)> {
+        self.entries()
+            .iter()
+            .filter(|(key, _)| key.name == name)
+            .map(|(key, entry)| (key.clone(), entry.epoch))
+            .collect()
+    }
+
+    /// These holds were deleted by this client (`force_unlock`): lost now,
+    /// not at the next renewal (issue 34). A hold registered since (a new
+    /// epoch) is left alone.
+    pub(crate) fn deleted(&self, holds: &[(HoldKey, u64)]) {
+        let mut entries = self.entries();
+        for (key, epoch) in holds {
+            if entries.get(key).is_some_and(|e| e.epoch == *epoch) {
+                tracing::warn!(lock = %key.name, holder = %key.holder, "lease lost: this client force-unlocked the lock");
+                if let Some(entry) = entries.remove(key) {
+                    entry.mark_lost();
+                }
+            }
+        }
+    }
+
     /// Number of holds being renewed.
     pub(crate) fn len(&self) -> usize {
         self.entries().len()

@@ -483,6 +483,9 @@ impl Drop for Resume {
 /// nodes with it.
 async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
     if let Some(keep) = keep.filter(|k| *k > Instant::now()) {
+        if let Some(bound) = record.bound.get() {
+            bound.released();
+        }
         // Marked kept, for every client's `inspect`: a holder with no
         // holds left, until the minimum ends.
         let session = &record.session;

@@ -218,14 +218,20 @@ pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
     if name == "." || name == ".." || name == "zookeeper" {
         return bad("ZooKeeper refuses `.`, `..` and `zookeeper` as node names");
     }
-    // The characters ZooKeeper's path check refuses.
-    let refused = |c: char| matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}');
     if name.chars().any(refused) {
         return bad(
-            "ZooKeeper refuses control characters and U+E000-U+F8FF, U+FFF0-U+FFFF in node names",
+            "ZooKeeper refuses control characters, U+E000-U+F8FF, U+FFF0-U+FFFF and every \
+             character past U+FFFF (emoji, say) in node names",
         );
     }
     Ok(())
+}
+
+/// Whether ZooKeeper's path check refuses `c` in a node's name. The Java
+/// server checks UTF-16 units: a character past U+FFFF is a surrogate
+/// pair there, and surrogates are refused.
+pub(crate) fn refused(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..)
 }
 
 #[cfg(test)]
@@ -265,13 +271,24 @@ mod tests {
 
     #[test]
     fn names_zookeeper_refuses_are_bad_names() {
-        for name in ["a/b", ".", "..", "zookeeper", "tab\there", "\u{e000}"] {
+        for name in [
+            "a/b",
+            ".",
+            "..",
+            "zookeeper",
+            "tab\there",
+            "\u{e000}",
+            "stock:🍕",
+            "\u{10000}",
+        ] {
             assert!(
                 matches!(check_name(name), Err(LockError::BadName { .. })),
                 "{name:?}"
             );
         }
         assert!(check_name("stock:42").is_ok());
+        assert!(check_name("Bestand:Größe").is_ok());
+        assert!(check_name("\u{ffef}").is_ok());
     }
 
     #[test]

@@ -282,6 +282,12 @@ impl Target {
                 "{root:?} is not a node path (no empty, `.` or `..` parts, not under /zookeeper)"
             )));
         }
+        if root.chars().any(layout::refused) {
+            return Err(bad(&format!(
+                "{root:?} has a character ZooKeeper refuses in a path (control characters, \
+                 U+E000-U+F8FF, U+FFF0-U+FFFF and every character past U+FFFF)"
+            )));
+        }
         let (userinfo, hosts) = match authority.rsplit_once('@') {
             Some((userinfo, hosts)) => (Some(userinfo), hosts),
             None => (None, authority),

@@ -170,6 +170,20 @@ pub(crate) struct Bound {
     path: String,
 }
 
+impl Bound {
+    /// The hold was released but its node is kept (a `hold_at_least`
+    /// minimum): still bound (its loss is still found), no longer counted
+    /// as renewed (issue 34: a released guard is never counted renewed).
+    pub(crate) fn released(&self) {
+        if let Some(session) = self.session.upgrade() {
+            let mut bound = session.bound.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(binding) = bound.get_mut(&self.path) {
+                binding.renewed = false;
+            }
+        }
+    }
+}
+
 impl Drop for Bound {
     fn drop(&mut self) {
         if let Some(session) = self.session.upgrade() {

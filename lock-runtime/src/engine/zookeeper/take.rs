@@ -87,6 +87,7 @@ fn take_hold(
         let _waiting = crate::telemetry::WaiterMetric::start(metric);
         let mut pending = Pending {
             zk: zk.clone(),
+            alive: alive.clone(),
             turn,
             made: None,
         };
@@ -186,6 +187,8 @@ struct Made {
 /// only then the process queue's turn passed on.
 struct Pending {
     zk: Arc<Zk>,
+    /// The client's runtime, kept running until the undo is done.
+    alive: Arc<Background>,
     turn: Option<OwnedMutexGuard<()>>,
     made: Option<Made>,
 }
@@ -197,9 +200,8 @@ impl Pending {
         let zk = self.zk.clone();
         let (made, turn) = (self.made.take(), self.turn.take());
         let (passed_in, passed) = oneshot::channel();
-        zk.runtime
-            .clone()
-            .spawn(async move { undo(&zk, made, turn, Some(passed_in)).await });
+        self.alive
+            .spawn_keeping(async move { undo(&zk, made, turn, Some(passed_in)).await });
         let _ = passed.await;
     }
 }
@@ -211,9 +213,8 @@ impl Drop for Pending {
         }
         let zk = self.zk.clone();
         let (made, turn) = (self.made.take(), self.turn.take());
-        self.zk
-            .runtime
-            .spawn(async move { undo(&zk, made, turn, None).await });
+        self.alive
+            .spawn_keeping(async move { undo(&zk, made, turn, None).await });
     }
 }
 
@@ -258,12 +259,34 @@ async fn undo(
 /// in, else every child of the lock with its protected id (none when the
 /// create never landed). Requests of one session are served in order, so
 /// a create sent before this is seen by it. Nothing to do on a session
-/// that is over (its nodes went with it).
+/// that is over (its nodes went with it). A session that cannot (the
+/// runtime that drove it shut down, its link is down) may still be alive
+/// on the server, its node with it: any session may delete a node, and
+/// the client's own does, as a hold's release does (issue 34).
 async fn clear(zk: &Zk, made: &Made) -> Result<(), LockError> {
     let session = &made.session;
     if session.client.state().is_terminated() {
         return Ok(());
     }
+    let Err(e) = clear_on(zk, made, session).await else {
+        return Ok(());
+    };
+    match zk.sessions.live().filter(|own| !Arc::ptr_eq(own, session)) {
+        Some(own) => match clear_on(zk, made, &own).await {
+            Ok(()) => Ok(()),
+            // A lost session's nodes go with it.
+            Err(_) if session.is_lost() => Ok(()),
+            Err(e) => Err(store_error(e)),
+        },
+        // A session lost by the clock takes its nodes with it when the
+        // server expires it (the client library may not know yet).
+        None if session.is_lost() => Ok(()),
+        None => Err(store_error(e)),
+    }
+}
+
+/// [`clear`] through `session`: the first failure, if any.
+async fn clear_on(zk: &Zk, made: &Made, session: &Session) -> Result<(), zk::Error> {
     let children = match &made.child {
         Some(child) => vec![child.clone()],
         None => match zk
@@ -274,20 +297,16 @@ async fn clear(zk: &Zk, made: &Made) -> Result<(), LockError> {
                 .into_iter()
                 .filter(|c| Contender::of(c).is_some_and(|c| c.made_by(&made.id)))
                 .collect(),
-            // No lock node; or the session closed (its runtime shut down),
-            // taking its nodes.
-            Err(zk::Error::NoNode | zk::Error::ClientClosed) => Vec::new(),
-            Err(_) if session.is_lost() => Vec::new(),
-            Err(e) => return Err(store_error(e)),
+            // No lock node: no child either.
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(e),
         },
     };
     for child in children {
         let path = format!("{}/{child}", made.lock);
         match zk.call(session, session.client.delete(&path, None)).await {
-            Ok(()) | Err(zk::Error::NoNode | zk::Error::ClientClosed) => {}
-            // A lost session's nodes go with it.
-            Err(_) if session.is_lost() => {}
-            Err(e) => return Err(store_error(e)),
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(())
@@ -301,11 +320,10 @@ struct Taken {
 }
 
 /// One try at the hold: the node made on the session (its parents made
-/// first when missing) in one transaction with a touch of the lock's node
-/// that counts its children ([`created_alone`]; alone, it is the holder
-/// with no read), else read back with the lock's children in the same
-/// round trip ([`created_listed`]), then, if contenders before it keep it
-/// out, the wait for them to go.
+/// first when missing), sent together with a read of the lock's children
+/// ([`created_listed`]), then, if contenders before it keep it out, the
+/// wait for them to go. The lock's own node is never written (issue 34:
+/// Curator never touches it, and its data and watches are its owner's).
 async fn take(
     zk: &Arc<Zk>,
     target: &Target,
@@ -331,13 +349,7 @@ async fn take(
     };
     let data = layout::data(how.holder, term(&session));
     let mut sent;
-    // The create goes with a touch of the lock's node in one transaction
-    // (one write), whose answer counts the lock's children after the
-    // create: a contender alone needs no read. A lock node whose ACL
-    // refuses the touch gets the create and a read of its children, sent
-    // together, instead (`touch` off).
-    let mut touch = true;
-    let (ours, seen) = loop {
+    let (ours, listed) = loop {
         pending.made = Some(Made {
             session: session.clone(),
             lock: lock.clone(),
@@ -345,23 +357,13 @@ async fn take(
             child: None,
         });
         sent = Instant::now();
-        let first = if touch {
-            created_alone(zk, &session, &path, &data, &mode, &lock).await
-        } else {
-            created_listed(zk, &session, &path, &data, &mode, &lock).await
-        };
+        let first = created_listed(zk, &session, &path, &data, &mode, &lock).await;
         let created = match first {
             Ok(created) => created,
-            Err(zk::Error::NoAuth) if touch => {
-                // Refused as a whole: nothing was made.
-                pending.made = None;
-                touch = false;
-                continue;
-            }
             Err(e) => return Err(store_error(e)),
         };
         match created {
-            Ok((child, seen)) => {
+            Ok((child, listed)) => {
                 if let Some(made) = pending.made.as_mut() {
                     made.child = Some(child.clone());
                 }
@@ -373,7 +375,7 @@ async fn take(
                     ),
                     transient: false,
                 })?;
-                break (ours, seen);
+                break (ours, listed);
             }
             // The lock's node (or the root) is missing: made, as
             // containers, and the create sent again.
@@ -393,20 +395,11 @@ async fn take(
             }
         }
     };
-    // Alone, the transaction's zxid is the token: the hold begins there,
-    // after every earlier holder's end (a reader's too: a write of its
-    // own, so readers let in together do not share it).
-    let alone = matches!(seen, Seen::Alone(_));
-    let first = match seen {
-        Seen::Alone(zxid) => Ok(Some(zxid)),
-        Seen::Listed(listed) => {
-            listed.map(|(children, stat)| first_in_line(&children, &ours, &stat))
-        }
-        // Others there: which of them keep us out? (Boxed, as above.)
-        Seen::Crowded => Box::pin(zk.call(&session, session.client.get_children(&lock)))
-            .await
-            .map(|(children, stat)| first_in_line(&children, &ours, &stat)),
-    };
+    // Alone, the read's `pzxid` is the token (see [`first_in_line`]),
+    // ours alone: the hold begins there, after every earlier holder's
+    // end, and no reader let in with ours shares it.
+    let alone = matches!(&listed, Ok((children, _)) if children.len() == 1);
+    let first = listed.map(|(children, stat)| first_in_line(&children, &ours, &stat));
     // A read that failed: the wait reads again.
     let token = first.unwrap_or(None);
     let mut waited = false;
@@ -464,73 +457,12 @@ async fn take(
     Ok(Taken { token, sent })
 }
 
-/// What the first call of a try saw of the lock's other contenders.
-enum Seen {
-    /// None: the zxid of the transaction that made ours.
-    Alone(u64),
-    /// Some, not yet known which.
-    Crowded,
-    /// The lock's children, read right after the create.
-    Listed(Result<(Vec<String>, zk::Stat), zk::Error>),
-}
+/// A create's answer: our child's name and the lock's children read
+/// right after it, or the server's refusal (nothing was made).
+type Created = Result<(String, Listed), zk::Error>;
 
-/// A create's answer: our child's name and what the call saw of the
-/// others, or the server's refusal (nothing was made).
-type Created = Result<(String, Seen), zk::Error>;
-
-/// The create and a touch of the lock's node (its data set to nothing)
-/// in one transaction: the touch's answer counts the lock's children
-/// after the create. One write, where a create and a read of the
-/// children cost the server a request more (an uncontended pair was
-/// 0.65x the floor's rate, about 0.9x this way). An error when no answer
-/// came, or the touch was refused (`NoAuth`: nothing was made).
-async fn created_alone(
-    zk: &Zk,
-    session: &Session,
-    path: &str,
-    data: &[u8],
-    mode: &zk::CreateOptions<'_>,
-    lock: &str,
-) -> Result<Created, zk::Error> {
-    let commit = {
-        let mut writer = session.client.new_multi_writer();
-        writer.add_create(path, data, mode)?;
-        writer.add_set_data(lock, &[], None)?;
-        writer.commit()
-    };
-    // An operation refused is the server's answer (it confirms the
-    // session); a request that failed is none.
-    let answer = async move {
-        match commit.await {
-            Ok(results) => Ok(Ok(results)),
-            Err(zk::MultiWriteError::OperationFailed { index, source }) => Ok(Err((index, source))),
-            Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
-        }
-    };
-    // Boxed, as the mkdir below: the client's request futures are large,
-    // and a head waiting in this future would carry their room.
-    match Box::pin(zk.call(session, answer)).await? {
-        Ok(results) => match results.as_slice() {
-            [
-                zk::MultiWriteResult::Create { path, .. },
-                zk::MultiWriteResult::SetData { stat },
-            ] => {
-                let child = path.rsplit('/').next().unwrap_or(path).to_owned();
-                let seen = match stat.num_children {
-                    1 => Seen::Alone(u64::try_from(stat.mzxid).unwrap_or(0)),
-                    _ => Seen::Crowded,
-                };
-                Ok(Ok((child, seen)))
-            }
-            _ => Err(zk::Error::UnexpectedError(
-                "a create and a touch answered without their results".into(),
-            )),
-        },
-        // The create refused (its parent missing, say).
-        Err((0, e)) => Ok(Err(e)),
-        Err((_, e)) => Err(e),
-    }
-}
+/// The lock's children and its node's stat, as a read answered them.
+type Listed = Result<(Vec<String>, zk::Stat), zk::Error>;
 
 /// The create and a read of the lock's children, sent at once (requests
 /// of one session are served in order): answered, or refused, if either
@@ -556,7 +488,7 @@ async fn created_listed(
     };
     let (created, listed) = Box::pin(zk.call(session, both)).await?;
     let prefix = &path[path.rfind('/').map_or(0, |at| at + 1)..];
-    Ok(created.map(|(_, sequence)| (format!("{prefix}{sequence}"), Seen::Listed(listed))))
+    Ok(created.map(|(_, sequence)| (format!("{prefix}{sequence}"), listed)))
 }
 
 /// The token when `ours` is first in line among `children` (no contender
