@@ -109,6 +109,29 @@ impl LockClient {
         }
     }
 
+    /// For tests only, not a public API: runs the etcd session's sweep of
+    /// `key` as if the session's last listing of its lease's keys had
+    /// shown it there (the interleaving of issue 34's item 11, forced).
+    /// Whether it deleted the key; `false` on another engine.
+    #[doc(hidden)]
+    pub async fn __sweep_as_listed(&self, key: &str) -> bool {
+        match &self.inner.engine {
+            #[cfg(feature = "etcd")]
+            Engine::Etcd(etcd) => {
+                let (etcd, key) = (etcd.clone(), key.to_owned());
+                crate::background::run(&etcd.runtime.clone(), async move {
+                    etcd.sweep_as_listed(&key).await
+                })
+                .await
+                .unwrap_or(false)
+            }
+            _ => {
+                let _ = key;
+                false
+            }
+        }
+    }
+
     /// The client's background runtime.
     pub(crate) fn runtime(&self) -> &Handle {
         match &self.inner.engine {

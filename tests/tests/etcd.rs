@@ -561,3 +561,76 @@ async fn a_lost_holds_release_leaves_alone_the_key_its_client_made_again() {
     new.release().await.unwrap();
     until_keys(&etcd, "rebound", 0).await;
 }
+
+/// Issue 34: a key under `<name>/` that is no contender's (put by another
+/// program) keeps acquisitions out, as etcd's own `concurrency.Mutex`
+/// would; `inspect` shows it, and `force_unlock` clears it, so the tools
+/// and acquisition agree on what blocks a lock.
+#[tokio::test]
+async fn a_foreign_key_under_the_prefix_is_shown_and_cleared_by_the_tools() {
+    let etcd = Etcd::start();
+    let endpoint = etcd.endpoint();
+    let c = client(&etcd).await;
+    let put = etcdctl(&endpoint, &["put", "app/settings", "dark-mode"]);
+    assert!(put.status.success(), "etcdctl put: {put:?}");
+    assert!(
+        c.lock("app").try_acquire().await.unwrap().is_none(),
+        "a key under app/ keeps the lock taken"
+    );
+    let info = c.inspect("app").await.unwrap().expect("inspect shows it");
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert_eq!(info.holders[0].id, "dark-mode", "{info:?}");
+    assert!(
+        c.force_unlock("app").await.unwrap(),
+        "force_unlock clears it"
+    );
+    assert!(keys(&endpoint, "app").is_empty());
+    let guard = c.lock("app").try_acquire().await.unwrap();
+    guard.expect("free once cleared").release().await.unwrap();
+    // One under `app/read/` keeps writers out, not readers.
+    let put = etcdctl(&endpoint, &["put", "app/read/x", ""]);
+    assert!(put.status.success(), "etcdctl put: {put:?}");
+    let rw = c.read_write_lock("app");
+    assert!(rw.write().try_acquire().await.unwrap().is_none());
+    let read = rw
+        .read()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("readers share");
+    read.release().await.unwrap();
+    let info = c.inspect("app").await.unwrap().expect("a reader holds");
+    assert_eq!(info.mode, Some(lock_runtime::RwMode::Read), "{info:?}");
+    assert!(c.force_unlock("app").await.unwrap());
+    let write = rw.write().try_acquire().await.unwrap();
+    write.expect("free once cleared").release().await.unwrap();
+}
+
+/// Issue 34, item 11: a fixed-lease hold's key is made on the session's
+/// lease and then moved to its own. A keep-alive round whose listing of
+/// the session's keys was taken before the move, and judged after it,
+/// took the key for a stray and deleted a healthy hold. The sweep of such
+/// a listing, forced here, leaves a key that is on another lease alone.
+#[tokio::test]
+async fn the_sessions_sweep_leaves_a_key_moved_to_another_lease_alone() {
+    let etcd = Etcd::start();
+    let endpoint = etcd.endpoint();
+    let c = client(&etcd).await;
+    let other = client(&etcd).await;
+    let held = c
+        .lock("fixed")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let ours = keys(&endpoint, "fixed");
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert!(
+        !c.__sweep_as_listed(&ours[0]).await,
+        "the sweep deleted a key on another lease"
+    );
+    assert_eq!(keys(&endpoint, "fixed"), ours);
+    assert!(other.lock("fixed").try_acquire().await.unwrap().is_none());
+    assert!(!held.is_lost());
+    held.release().await.unwrap();
+}

@@ -88,6 +88,21 @@ impl Side {
     }
 }
 
+/// The side of any key under `<name>/` (`rest` is what follows the
+/// prefix) as acquisitions see it: a contender's own, else what its place
+/// in the key space makes it. A key that is no contender's (`app/settings`
+/// under lock `app`, put by hand or by another program) keeps every
+/// acquisition out as a mutex key would, or, under `<name>/read/`,
+/// writers only: `inspect` and `force_unlock` show it and clear it as
+/// such, so the tools and acquisition agree on what blocks a lock.
+pub(crate) fn side_of_any(rest: &str) -> Side {
+    match Side::of_key(rest) {
+        Some(side) => side,
+        None if rest.starts_with("read/") => Side::Read,
+        None => Side::Mutex,
+    }
+}
+
 /// Refuses a name etcd cannot tell apart from another's.
 pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
     crate::request::check_name(name)?;

@@ -227,6 +227,20 @@ impl Etcd {
         }
     }
 
+    /// The live session's sweep of `key` as if its last listing had shown
+    /// it on the session's lease (for a test: see
+    /// `LockClient::__sweep_as_listed`). Whether it deleted the key.
+    pub(crate) async fn sweep_as_listed(&self, key: &str) -> bool {
+        match self.sessions.live() {
+            Some(session) => {
+                session
+                    .sweep(&self.client, self.config.response_timeout, key.as_bytes())
+                    .await
+            }
+            None => false,
+        }
+    }
+
     /// How many holds the session's keep-alive keeps.
     pub(crate) fn renewed(&self) -> usize {
         self.sessions.holds()

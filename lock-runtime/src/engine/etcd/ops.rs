@@ -10,13 +10,15 @@ use etcd_client::{
 
 use super::Etcd;
 use super::hold::KEPT;
-use super::layout::{Side, check_name, prefix};
+use super::layout::{Side, check_name, prefix, side_of_any};
 use crate::error::LockError;
 use crate::info::{HolderInfo, LockInfo, LockKind, RwMode};
 
 /// The contenders of lock `name` in arrival order (lowest create revision
-/// first), each with its side: the holders, then the waiters. Keys under
-/// `<name>/` that are no contender's are left out.
+/// first), each with its side: the holders, then the waiters. Every key
+/// under `<name>/` is one, as acquisitions wait for every key there (as
+/// etcd's own `concurrency.Mutex` does): a key that is no contender's
+/// counts as what it blocks (see [`side_of_any`]).
 async fn contenders(etcd: &Etcd, name: &str) -> Result<Vec<(Side, KeyValue)>, LockError> {
     let mut kv = etcd.client().kv_client();
     let options = GetOptions::new()
@@ -28,8 +30,10 @@ async fn contenders(etcd: &Etcd, name: &str) -> Result<Vec<(Side, KeyValue)>, Lo
         .take_kvs()
         .into_iter()
         .filter_map(|kv| {
-            let rest = kv.key_str().ok()?.strip_prefix(prefix.as_str())?;
-            Some((Side::of_key(rest)?, kv))
+            let rest = kv.key().strip_prefix(prefix.as_bytes())?;
+            // A key that is not UTF-8 blocks as any foreign key does.
+            let side = std::str::from_utf8(rest).map_or(Side::Mutex, side_of_any);
+            Some((side, kv))
         })
         .collect())
 }
@@ -51,7 +55,7 @@ fn holders(contenders: &[(Side, KeyValue)]) -> usize {
 fn holder_of(kv: &KeyValue) -> String {
     match kv.value_str() {
         Ok(value) if !value.is_empty() => value.strip_suffix(KEPT).unwrap_or(value).to_owned(),
-        _ => kv.key_str().unwrap_or_default().to_owned(),
+        _ => String::from_utf8_lossy(kv.key()).into_owned(),
     }
 }
 
@@ -123,7 +127,11 @@ pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>,
     }))
 }
 
-/// The held locks whose names match `pattern` (`*` and `?` wildcards).
+/// The held locks whose names match `pattern` (`*` and `?` wildcards):
+/// the names with a contender key of this layout (ours, `etcdctl lock`'s).
+/// In an etcd that other programs share, any key with a `/` would
+/// otherwise list as a lock; `inspect` of a name shows every key that
+/// blocks it, foreign ones included.
 pub(crate) async fn locks(etcd: &Etcd, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
     let literal = pattern.split(['*', '?']).next().unwrap_or_default();
     let mut kv = etcd.client().kv_client();

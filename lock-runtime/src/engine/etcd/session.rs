@@ -421,16 +421,36 @@ async fn check_keys(client: &Client, lease: i64, response_timeout: Duration, key
     }
 }
 
+impl Session {
+    /// [`sweep`] of `key` on this session's lease, as a keep-alive round
+    /// whose listing showed it there would sweep it.
+    pub(crate) async fn sweep(
+        &self,
+        client: &Client,
+        response_timeout: Duration,
+        key: &[u8],
+    ) -> bool {
+        sweep(client, response_timeout, &self.keys, self.lease, key).await
+    }
+}
+
 /// Deletes `key`, found on the session's `lease` and known to no hold or
 /// acquisition of this client, if that is still so once it is read: its
 /// create revision and its lease name it. A key made again meanwhile is
 /// not touched, nor one moved to another lease since the listing (a
 /// fixed-lease hold's key, made on the session's lease and then moved to
 /// its own: issue 34 saw healthy holds deleted so).
-async fn sweep(client: &Client, response_timeout: Duration, keys: &Keys, lease: i64, key: &[u8]) {
+/// Whether it deleted it.
+async fn sweep(
+    client: &Client,
+    response_timeout: Duration,
+    keys: &Keys,
+    lease: i64,
+    key: &[u8],
+) -> bool {
     let mut kv = client.kv_client();
     let Ok(Ok(found)) = tokio::time::timeout(response_timeout, kv.get(key, None)).await else {
-        return;
+        return false;
     };
     let Some(created) = found
         .kvs()
@@ -438,10 +458,10 @@ async fn sweep(client: &Client, response_timeout: Duration, keys: &Keys, lease: 
         .filter(|kv| kv.lease() == lease)
         .map(|kv| kv.create_revision())
     else {
-        return;
+        return false;
     };
     if keys.lock().unwrap_or_else(|p| p.into_inner()).knows(key) {
-        return;
+        return false;
     }
     let delete = Txn::new()
         .when([
@@ -449,12 +469,15 @@ async fn sweep(client: &Client, response_timeout: Duration, keys: &Keys, lease: 
             Compare::lease(key, CompareOp::Equal, lease),
         ])
         .and_then([TxnOp::delete(key, None)]);
-    if let Ok(Ok(answer)) = tokio::time::timeout(response_timeout, kv.txn(delete)).await
-        && answer.succeeded()
-    {
+    let deleted = matches!(
+        tokio::time::timeout(response_timeout, kv.txn(delete)).await,
+        Ok(Ok(answer)) if answer.succeeded()
+    );
+    if deleted {
         tracing::warn!(
             key = %String::from_utf8_lossy(key),
             "deleted a key of this client's session that no hold or acquisition knows (a create that landed after its acquisition gave up)"
         );
     }
+    deleted
 }
