@@ -1,7 +1,8 @@
 //! The turns of one client's acquisitions of a name, in arrival order, for
-//! the engines whose store holds one record per client and name (etcd,
-//! ZooKeeper): only the head of a name's queue has a record in the store,
-//! and the others wait here, in the process. [`acquire`] is those
+//! the engines whose store holds one record per client and name for a
+//! plain lock (etcd, ZooKeeper): only the head of a name's queue has a
+//! record in the store, and the others wait here, in the process. (A fair
+//! lock's and a read-write lock's waiters each have a record of their own.) [`acquire`] is those
 //! engines' acquisition up to the point where it has its turn.
 
 use std::collections::HashMap;
@@ -106,11 +107,14 @@ pub(crate) fn acquire<E: OneRecord>(
         check_options(&target, &options)?;
         let started = Instant::now();
         let deadline = options.wait.and_then(|w| started.checked_add(w));
-        // A mutex record is one per client and name: this client's turn
-        // first (a re-entry has the turn already: its scope's hold keeps it).
-        // A name the store refuses is refused once it has its turn, which
-        // no one holds.
-        let mutex = matches!(target, Target::Reentrant { .. } | Target::Fair { .. })
+        // A plain lock's record is one per client and name: this client's
+        // turn first (a re-entry has the turn already: its scope's hold
+        // keeps it). A name the store refuses is refused once it has its
+        // turn, which no one holds. A fair waiter has a record of its own,
+        // so that the store's line keeps arrival order across this
+        // client's tasks as across clients (issue 34), as do a read-write
+        // lock's.
+        let mutex = matches!(target, Target::Reentrant { .. })
             && holder::in_scope(engine.id(), target.name()).is_none();
         let queued = if mutex {
             engine

@@ -65,6 +65,7 @@ on_every_engine!(
     lost_resolves_after_force_unlock_and_the_waiter_gets_the_lock,
     inspect_names_the_holders,
     a_fair_lock_serves_clients_in_arrival_order,
+    a_fair_lock_serves_tasks_and_clients_in_arrival_order,
     readers_share_and_a_writer_excludes,
     a_multi_lock_takes_both_names_or_neither,
     a_segmented_lock_takes_one_segment_or_all,
@@ -434,6 +435,40 @@ async fn a_fair_lock_serves_clients_in_arrival_order(store: &Store) {
     assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4]);
     store.until_waiting(Kind::Fair, "line", 0, WITHIN).await;
     assert!(holder.inspect("line").await.unwrap().is_none());
+}
+
+/// Issue 34: arrival order holds across the tasks of one client too, the
+/// holder's own among them: each waiting call chain has its own place in
+/// the store's line (on etcd and ZooKeeper a fair waiter has a record of
+/// its own; a plain lock's waiters of one client may share one).
+async fn a_fair_lock_serves_tasks_and_clients_in_arrival_order(store: &Store) {
+    let (ours, theirs) = (store.client().await, store.client().await);
+    let guard = ours.fair_lock("mixed").acquire().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        // The holder's client and another, taking turns.
+        let client = if i % 2 == 0 {
+            ours.clone()
+        } else {
+            theirs.clone()
+        };
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = client.fair_lock("mixed").wait(WITHIN).acquire().await?;
+            order.lock().unwrap().push(i);
+            guard.release().await
+        }));
+        store
+            .until_waiting(Kind::Fair, "mixed", i + 1, WITHIN)
+            .await;
+    }
+    guard.release().await.unwrap();
+    for waiter in waiters {
+        finish(WITHIN, waiter).await;
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4, 5]);
+    assert!(theirs.inspect("mixed").await.unwrap().is_none());
 }
 
 async fn readers_share_and_a_writer_excludes(store: &Store) {

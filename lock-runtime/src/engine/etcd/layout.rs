@@ -6,14 +6,17 @@
 //!
 //! | contender | key | waits for every earlier key that is |
 //! | --- | --- | --- |
-//! | mutex (`lock`, `fair_lock`, `etcdctl lock`) | `<name>/<lease hex>` | any |
+//! | mutex (`lock`, `etcdctl lock`) | `<name>/<lease hex>` | any |
+//! | fair waiter (`fair_lock`) | `<name>/<lease hex>-<n>` | any |
 //! | writer of a read-write lock | `<name>/write/<lease hex>-<n>` | any |
 //! | reader of a read-write lock | `<name>/read/<lease hex>-<n>` | not a reader's |
 //!
 //! `<n>` is the holder number (the second half of the holder id), so each
-//! read-write acquisition has a key of its own, known before its create is
-//! sent. A mutex key is one per client and name: the client's
-//! acquisitions queue in the process. `etcdctl lock <name>` sees the
+//! read-write and fair acquisition has a key of its own, known before its
+//! create is sent. A plain mutex key is one per client and name: the
+//! client's acquisitions queue in the process. A fair key is a mutex key
+//! (it keeps every other out) with a place in line of its own, so arrival
+//! order holds across one client's tasks too. `etcdctl lock <name>` sees the
 //! read-write keys as contenders like its own, so it excludes readers and
 //! writers alike, and they it.
 
@@ -45,9 +48,11 @@ impl Side {
         })
     }
 
-    /// The key of a contender on this side.
-    pub(crate) fn key(self, name: &str, lease: i64, number: &str) -> String {
+    /// The key of a contender on this side: a mutex key of its own (a
+    /// fair waiter's) when `own`.
+    pub(crate) fn key(self, name: &str, lease: i64, number: &str, own: bool) -> String {
         match self {
+            Side::Mutex if own => format!("{name}/{lease:x}-{number}"),
             Side::Mutex => format!("{name}/{lease:x}"),
             Side::Read => format!("{name}/read/{lease:x}-{number}"),
             Side::Write => format!("{name}/write/{lease:x}-{number}"),
@@ -84,7 +89,14 @@ impl Side {
                 .filter(|(l, _)| hex(l))
                 .map(|_| Side::Write);
         }
-        hex(rest).then_some(Side::Mutex)
+        // A plain mutex key, or a fair waiter's.
+        let lease = rest.split_once('-').map_or(rest, |(lease, number)| {
+            match !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) {
+                true => lease,
+                false => "",
+            }
+        });
+        hex(lease).then_some(Side::Mutex)
     }
 }
 
@@ -142,4 +154,25 @@ pub(crate) fn one_of(
         None => options,
     };
     (range.0.clone(), options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contender_keys_and_their_sides() {
+        assert_eq!(Side::Mutex.key("a", 0x1f, "7", false), "a/1f");
+        assert_eq!(Side::Mutex.key("a", 0x1f, "7", true), "a/1f-7");
+        assert_eq!(Side::Read.key("a", 0x1f, "7", false), "a/read/1f-7");
+        assert_eq!(Side::of_key("1f"), Some(Side::Mutex));
+        assert_eq!(Side::of_key("1f-7"), Some(Side::Mutex));
+        assert_eq!(Side::of_key("read/1f-7"), Some(Side::Read));
+        assert_eq!(Side::of_key("write/1f-7"), Some(Side::Write));
+        for foreign in ["settings", "1f-", "1f-x", "-7", "read/x"] {
+            assert_eq!(Side::of_key(foreign), None, "{foreign}");
+        }
+        assert_eq!(side_of_any("settings"), Side::Mutex);
+        assert_eq!(side_of_any("read/x"), Side::Read);
+    }
 }

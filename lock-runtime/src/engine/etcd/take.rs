@@ -369,7 +369,8 @@ async fn take(
         },
     };
     let number = itoa::Buffer::new().format(how.number).to_owned();
-    let key = how.side.key(name, session.lease, &number);
+    let fair = matches!(target, Target::Fair { .. });
+    let key = how.side.key(name, session.lease, &number, fair);
     pending.session = Some(session.clone());
     pending.key = Some(session.claim(key.clone()));
     let blockers = how.side.blockers(name);
