@@ -254,7 +254,20 @@
 //!   expire the session. `lease(d)` is enforced by the holder (a holder
 //!   that dies is bounded by the session timeout). Every lock is FIFO;
 //!   quorum locks and replica sync are [`LockError::Unsupported`]; a lock
-//!   name must not contain `/`.
+//!   name must not contain `/`, nor (ZooKeeper's own refusal) a character
+//!   past U+FFFF such as an emoji.
+//!
+//! On etcd and ZooKeeper, a plain `lock`'s acquisitions of one client and
+//! name wait in the process behind one record in the store; a fair waiter
+//! and a read-write waiter each have a record of their own, so `fair_lock`
+//! serves one client's tasks and other clients in one arrival order. A
+//! dropped acquisition (a `timeout`, a `select!`, a task aborted, its
+//! client's last clone dropped with it, its runtime shut down) has its
+//! record deleted by the client's own runtime, which runs until that is
+//! done: the next contender gets the lock at once. Taking a lock never
+//! writes the lock's own key or node. On etcd, every key under `<name>/`
+//! keeps an acquisition out (as with etcd's own recipe), so `inspect` and
+//! `force_unlock` show and clear one that no lock client made.
 //!
 //! [`Config::from_env`] reads `LOCK_URL` (any scheme), then `REDIS_URL`.
 //! What each engine does, and why, is in the README's engine table.

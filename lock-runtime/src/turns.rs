@@ -57,6 +57,138 @@ impl Turns {
     }
 }
 
+/// Per lock name and holder id, a client's record of its hold there (the
+/// engines whose holds share a record with their re-entries).
+pub(crate) type Records<R> = Mutex<HashMap<(String, String), Weak<R>>>;
+
+/// The live records of lock `name` in `records`. Upgraded with the map
+/// unlocked: dropping a last `Arc` of a record locks the map.
+pub(crate) fn records_of<R>(records: &Records<R>, name: &str) -> Vec<Arc<R>> {
+    let weak: Vec<Weak<R>> = records
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|((named, _), _)| named == name)
+        .map(|(_, record)| record.clone())
+        .collect();
+    weak.iter().filter_map(Weak::upgrade).collect()
+}
+
+/// What a record holds, or a re-entry asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Mutex,
+    Read,
+    Write,
+}
+
+/// Whether a re-entry asking `asked` in the scope of a record of lock
+/// `name` held as `held` joins it (`Ok(false)`), joins the write that
+/// read was taken under (`Ok(true)`: `over_holds` says that write still
+/// holds; see [`Downgrade`]), or is refused. A read in a write's scope
+/// is no re-entry: the engine takes it as a record of its own.
+pub(crate) fn may_reenter(
+    name: &str,
+    held: Kind,
+    asked: Kind,
+    over_holds: bool,
+) -> Result<bool, LockError> {
+    let refused = |reason: String| {
+        Err(LockError::NotHeld {
+            name: name.to_owned(),
+            reason,
+        })
+    };
+    match (held, asked) {
+        (Kind::Mutex, Kind::Mutex) | (Kind::Read, Kind::Read) | (Kind::Write, Kind::Write) => {
+            Ok(false)
+        }
+        (Kind::Read, Kind::Write) if over_holds => Ok(true),
+        (Kind::Write, Kind::Read) => {
+            refused("a read under a write is taken as a record of its own".into())
+        }
+        (Kind::Read, Kind::Write) => refused(
+            "this scope holds it for reading; a reader cannot take the write lock (release the \
+             read hold first)"
+                .into(),
+        ),
+        (held, asked) => refused(format!(
+            "this scope holds it as a {held:?} lock, not as a {asked:?} lock (one name, one kind)"
+        )),
+    }
+}
+
+/// A record that counts the live holds of its chain.
+pub(crate) trait Held {
+    fn holds(&self) -> usize;
+}
+
+/// A read taken in the scope of this client's own write hold of the name
+/// (a downgrade) has a record of its own, taken at once (the write keeps
+/// everyone else out), so that once the write is given back the read is a
+/// read hold that other readers share (issue 34). The write's record goes
+/// when it is given back, unless a contender that keeps readers out (a
+/// writer or a mutex) came between the write's and a live read's: that
+/// one would get the lock while the read holds, so the write's record
+/// stays until the last read under it is given back. What the engines'
+/// records `R` share of that.
+pub(crate) struct Downgrade<R> {
+    /// On a read's record: the write it was taken under.
+    pub(crate) over: Option<Arc<R>>,
+    /// On a write's record: the reads taken under it.
+    under: Mutex<Vec<Weak<R>>>,
+    /// On a write's record: its give-back waits for the reads under it.
+    deferred: std::sync::atomic::AtomicBool,
+}
+
+impl<R: Held> Downgrade<R> {
+    /// A record's, taken under `over` when it is a read under a write.
+    pub(crate) fn new(over: Option<Arc<R>>) -> Downgrade<R> {
+        Downgrade {
+            over,
+            under: Mutex::default(),
+            deferred: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// On a write's record: `read` was taken under it.
+    pub(crate) fn add(&self, read: &Arc<R>) {
+        self.under
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::downgrade(read));
+    }
+
+    /// On a write's record: the reads under it that still hold.
+    pub(crate) fn holding_reads(&self) -> Vec<Arc<R>> {
+        let under = self.under.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        under
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|r| r.holds() > 0)
+            .collect()
+    }
+
+    /// On a write's record, being given back, with a contender between it
+    /// and a holding read: whether its give-back now waits for the reads
+    /// (false when the last of them went meanwhile).
+    pub(crate) fn defer(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.deferred.store(true, Ordering::Release);
+        // A read given back meanwhile did not see it deferred: then the
+        // write is given back now after all (whoever takes the mark back).
+        !(self.holding_reads().is_empty() && self.deferred.swap(false, Ordering::AcqRel))
+    }
+
+    /// On a write's record, after a read under it was given back: whether
+    /// the write is to be given back now (it waited for the reads, and
+    /// none holds any more).
+    pub(crate) fn take_deferred(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.holding_reads().is_empty() && self.deferred.swap(false, Ordering::AcqRel)
+    }
+}
+
 /// An engine whose store holds one record per client and name: what
 /// [`acquire`] needs of it.
 pub(crate) trait OneRecord: Send + Sync + Sized + 'static {

@@ -77,6 +77,7 @@ on_every_engine!(
     a_waiter_dropped_with_its_client_leaves_no_record,
     a_waiter_on_a_runtime_that_shut_down_leaves_no_record,
     a_clients_own_force_unlock_tells_its_guard_at_once,
+    a_read_taken_under_a_write_is_a_read_hold_once_the_write_is_released,
     the_watchdog_keeps_a_hold_past_its_lease,
     extend_moves_a_fixed_lease_forward,
     bad_input_is_a_typed_error,
@@ -981,6 +982,52 @@ async fn a_clients_own_force_unlock_tells_its_guard_at_once(store: &Store) {
     let next = next.expect("free after the force-unlock");
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
     next.release().await.unwrap();
+}
+
+/// Issue 34: a downgrade. A read taken in the scope of the same client's
+/// write, kept after the write is released, is a read hold: other
+/// readers share it, writers wait, `inspect` says read. A writer that was
+/// already waiting behind the write does not get in while that read holds.
+async fn a_read_taken_under_a_write_is_a_read_hold_once_the_write_is_released(store: &Store) {
+    let (a, b) = (store.client().await, store.client().await);
+    let (ours, theirs) = (a.read_write_lock("down"), b.read_write_lock("down"));
+    let write = ours.write().acquire().await.unwrap();
+    let read = write.scope(ours.read().acquire()).await.unwrap();
+    assert!(read.token() > write.token());
+    assert!(theirs.read().try_acquire().await.unwrap().is_none());
+    // In the read's scope, while the write holds, the write is re-entered.
+    let again = read.scope(ours.write().acquire()).await.unwrap();
+    again.release().await.unwrap();
+    write.release().await.unwrap();
+    let shared = theirs.read().try_acquire().await.unwrap();
+    let shared = shared.expect("other readers share the downgraded hold");
+    assert!(theirs.write().try_acquire().await.unwrap().is_none());
+    let info = b.inspect("down").await.unwrap().expect("held");
+    assert_eq!(info.mode, Some(RwMode::Read), "{info:?}");
+    shared.release().await.unwrap();
+    read.release().await.unwrap();
+    assert!(free(&b, Kind::Write, "down").await);
+
+    // A writer waiting behind the write waits for the read too.
+    let write = ours.write().acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let theirs = b.read_write_lock("down");
+        async move { theirs.write().wait(WITHIN).acquire().await }
+    });
+    store.until_waiting(Kind::Write, "down", 1, WITHIN).await;
+    let read = write.scope(ours.read().acquire()).await.unwrap();
+    write.release().await.unwrap();
+    assert!(!read.is_lost());
+    assert!(
+        !waiter.is_finished(),
+        "a writer got the lock while a downgraded read held it"
+    );
+    let token = read.token();
+    read.release().await.unwrap();
+    let next = finish(WITHIN, waiter).await;
+    assert!(next.token() > token);
+    next.release().await.unwrap();
+    assert!(b.inspect("down").await.unwrap().is_none());
 }
 
 async fn the_watchdog_keeps_a_hold_past_its_lease(store: &Store) {

@@ -30,6 +30,23 @@ async fn until_nodes(zk: &ZooKeeper, name: &str, n: usize) {
     .await;
 }
 
+/// A raw session of `zk` (no lock client), the root `/locks` made with it,
+/// and the create options it was made with (persistent, open to anyone).
+async fn raw_with_root(
+    zk: &ZooKeeper,
+) -> (
+    zookeeper_client::Client,
+    zookeeper_client::CreateOptions<'static>,
+) {
+    use zookeeper_client as zk;
+    let raw = zk::Client::connect(&zk.connect_string())
+        .await
+        .expect("a raw session");
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    raw.create("/locks", b"", &open).await.unwrap();
+    (raw, open)
+}
+
 /// Whether `child` is named as Curator's protected `InterProcessMutex`
 /// names its contenders: `_c_<uuid>-lock-<ten digits>`.
 fn curator_mutex_node(child: &str) -> bool {
@@ -459,18 +476,12 @@ async fn a_mutex_keeps_readers_of_the_same_name_out() {
 
 /// A lock's node whose ACL lets contenders in but refuses writes to the
 /// node itself (Curator's recipe needs only CREATE, READ and DELETE there)
-/// still locks and excludes: our first call, a create that also touches
-/// the lock's node, is refused as a whole, and the acquisition makes its
-/// node the other way.
+/// locks and excludes: taking a lock never writes the lock's node.
 #[tokio::test]
 async fn a_lock_node_that_refuses_writes_to_itself_still_locks() {
     use zookeeper_client as zk;
     let zk = ZooKeeper::start();
-    let raw = zk::Client::connect(&zk.connect_string())
-        .await
-        .expect("a raw session");
-    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-    raw.create("/locks", b"", &open).await.unwrap();
+    let (raw, _) = raw_with_root(&zk).await;
     let no_writes = [zk::Acl::new(
         zk::Permission::CREATE | zk::Permission::READ | zk::Permission::DELETE,
         zk::AuthId::anyone(),
@@ -505,13 +516,8 @@ async fn a_lock_node_that_refuses_writes_to_itself_still_locks() {
 /// alone, by a holder alone, a contended holder and a reader alike.
 #[tokio::test]
 async fn taking_a_lock_leaves_the_lock_node_alone() {
-    use zookeeper_client as zk;
     let zk = ZooKeeper::start();
-    let raw = zk::Client::connect(&zk.connect_string())
-        .await
-        .expect("a raw session");
-    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-    raw.create("/locks", b"", &open).await.unwrap();
+    let (raw, open) = raw_with_root(&zk).await;
     raw.create("/locks/owned", b"the owner's data", &open)
         .await
         .unwrap();

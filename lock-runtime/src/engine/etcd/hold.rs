@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use tokio::sync::{OwnedMutexGuard, watch};
 
 use super::layout::Side;
@@ -20,6 +20,7 @@ use crate::holder::{Chain, ScopedHold};
 use crate::own::Listed;
 use crate::request::{Options, backoff};
 use crate::telemetry::HeldMetric;
+use crate::turns::Downgrade;
 
 /// The end of a key's value (its holder id) while the key is kept only by
 /// a `hold_at_least` minimum.
@@ -71,6 +72,14 @@ pub(crate) struct Record {
     /// A mutex key's turn in the process queue: passed on when the record
     /// goes, or as soon as its key is known gone.
     pub(super) turn: Mutex<Option<OwnedMutexGuard<()>>>,
+    /// A read's write, or a write's reads (see [`Downgrade`]).
+    pub(super) downgrade: Downgrade<Record>,
+}
+
+impl crate::turns::Held for Record {
+    fn holds(&self) -> usize {
+        self.holds.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for Record {
@@ -112,7 +121,7 @@ impl Record {
         }
     }
 
-    fn is_lost(&self) -> bool {
+    pub(super) fn is_lost(&self) -> bool {
         if *self.deleted.borrow() {
             return true;
         }
@@ -241,25 +250,15 @@ pub(super) async fn reenter(
     options: &Options,
     metric: &'static str,
 ) -> Result<EtcdHold, LockError> {
-    match (record.side, side) {
-        (Side::Mutex, Side::Mutex) | (Side::Read, Side::Read) | (Side::Write, _) => {}
-        (Side::Read, Side::Write) => {
-            return Err(LockError::NotHeld {
-                name: record.name.clone(),
-                reason: "this scope holds it for reading; a reader cannot take the write lock \
-                         (release the read hold first)"
-                    .into(),
-            });
-        }
-        (held, asked) => {
-            return Err(LockError::NotHeld {
-                name: record.name.clone(),
-                reason: format!(
-                    "this scope holds it as a {held:?} lock, not as a {asked:?} lock (one name, \
-                     one kind)"
-                ),
-            });
-        }
+    let over_holds = record
+        .downgrade
+        .over
+        .as_ref()
+        .is_some_and(|w| w.holds.load(Ordering::Acquire) > 0);
+    if crate::turns::may_reenter(&record.name, record.side.kind(), side.kind(), over_holds)? {
+        // A read under this chain's own write: the write re-entered.
+        let write = record.downgrade.over.clone().unwrap_or(record);
+        return Box::pin(reenter(alive, write, side, chain, options, metric)).await;
     }
     if record.is_lost() {
         return Err(lost(&record.name));
@@ -529,6 +528,61 @@ impl Drop for Resume {
 /// its turn in the process queue) kept until then: a key on the session's
 /// lease would otherwise be kept alive for good.
 async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
+    if record.side == Side::Write && keep.is_none_or(|k| k <= Instant::now()) {
+        match waits_for_reads(&record).await {
+            Ok(true) => return Ok(!record.is_lost()),
+            Ok(false) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let over = record.downgrade.over.clone();
+    let released = give_back_key(record, keep).await;
+    if let Some(write) = over {
+        after_read(write).await;
+    }
+    released
+}
+
+/// Whether the give-back of `write`'s key waits for the reads taken under
+/// it (see [`Downgrade`]): a key that keeps readers out was made between
+/// the write's and a holding read's. If so, the last read gives it back.
+async fn waits_for_reads(write: &Arc<Record>) -> Result<bool, LockError> {
+    let reads = write.downgrade.holding_reads();
+    let Some(last) = reads.iter().map(|r| r.create_revision).max() else {
+        return Ok(false);
+    };
+    let etcd = &write.etcd;
+    let mut between = false;
+    for (start, end) in Side::Read.blockers(&write.name) {
+        // Keys, not a count: etcd counts a range before it filters it by
+        // create revision.
+        let options = GetOptions::new()
+            .with_range(end)
+            .with_keys_only()
+            .with_limit(1)
+            .with_min_create_revision(write.create_revision + 1)
+            .with_max_create_revision(last - 1);
+        let found = etcd
+            .kv(|mut kv| async move { kv.get(start, Some(options)).await })
+            .await?;
+        between |= !found.kvs().is_empty();
+    }
+    Ok(between && write.downgrade.defer())
+}
+
+/// After a read under `write` was given back: the last such read gives
+/// back the write's key if its give-back waited for them.
+async fn after_read(write: Arc<Record>) {
+    if !write.downgrade.take_deferred() {
+        return;
+    }
+    if let Err(e) = Box::pin(give_back_key(write, None)).await {
+        tracing::warn!(error = %e, "the give-back of a write kept for the reads under it failed");
+    }
+}
+
+/// [`give_back`] of the record's own key.
+async fn give_back_key(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
     // A plain delete that was sent counts as the first try: a later try
     // that finds the key gone finds what it most likely deleted.
     let mut tries = match give_back_plain(&record, keep).await {

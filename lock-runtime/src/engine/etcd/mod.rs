@@ -64,9 +64,8 @@ mod session;
 mod take;
 mod watches;
 
-use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, KvClient};
@@ -99,7 +98,7 @@ pub(crate) struct Etcd {
     turns: crate::turns::Turns,
     /// Per lock name and holder id, its record (for re-entries; a multi
     /// lock's holds share one holder id over several names).
-    records: Mutex<HashMap<(String, String), Weak<hold::Record>>>,
+    records: crate::turns::Records<hold::Record>,
     /// This client's live guards, for `inspect`.
     pub(crate) own: OwnHolds,
 }
@@ -208,17 +207,7 @@ impl Etcd {
     /// (issue 34).
     pub(crate) fn deleted(&self, name: &str, keys: &[(&[u8], i64)]) {
         use session::Gone as _;
-        let records: Vec<Arc<hold::Record>> = self
-            .records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|((named, _), _)| named == name)
-            .filter_map(|(_, record)| record.upgrade())
-            .collect();
-        // Told with the map unlocked: dropping a last `Arc<Record>` locks
-        // it.
-        for record in records {
+        for record in crate::turns::records_of(&self.records, name) {
             if keys.iter().any(|(key, created)| {
                 *key == record.key.as_bytes() && *created == record.create_revision
             }) {

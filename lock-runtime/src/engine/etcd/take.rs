@@ -20,7 +20,7 @@ use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder;
 use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
-use crate::turns::{OneRecord, Queued};
+use crate::turns::{Downgrade, OneRecord, Queued};
 
 /// An acquisition on this engine is [`crate::turns::acquire`]: the
 /// shared queueing in the process, then [`take_hold`].
@@ -66,6 +66,7 @@ fn take_hold(
             turn,
             deadline,
         } = queued;
+        let mut under = None;
         let side = Side::of(target)?;
         let name = target.name();
         let metric = options.metric.unwrap_or(target.kind());
@@ -81,7 +82,15 @@ fn take_hold(
             let Some(record) = record.and_then(|r| r.upgrade()) else {
                 return Err(lost(name));
             };
-            return reenter(alive, record, side, chain, &options, metric).await;
+            if !(record.side == Side::Write && side == Side::Read) {
+                return reenter(alive, record, side, chain, &options, metric).await;
+            }
+            // A read in the scope of this client's write: a key of its own,
+            // taken at once (see `Downgrade`).
+            if record.holds.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return Err(lost(name));
+            }
+            under = Some(record);
         }
         let number = options.number.unwrap_or_else(holder::fresh_number);
         let holder = holder::id(&etcd.id, number);
@@ -105,6 +114,7 @@ fn take_hold(
                 holder: &holder,
                 number,
                 deadline,
+                under: under.as_ref(),
             };
             match take(&etcd, target, &options, &how, &mut pending).await {
                 Ok(taken) => break taken,
@@ -155,7 +165,11 @@ fn take_hold(
             deleted: watch::channel(false).0,
             watcher: OnceLock::new(),
             turn: Mutex::new(turn),
+            downgrade: Downgrade::new(under.clone()),
         });
+        if let Some(write) = &under {
+            write.downgrade.add(&record);
+        }
         etcd.records
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -183,6 +197,8 @@ struct How<'a> {
     /// The holder number (a read-write key's own part).
     number: u64,
     deadline: Option<Instant>,
+    /// A read's: this client's write hold whose scope it is taken in.
+    under: Option<&'a Arc<Record>>,
 }
 
 /// What an acquisition has made in etcd so far, undone when it fails or
@@ -458,7 +474,16 @@ async fn take(
         Some((found, _)) => found,
     };
     let blocked = first.is_some_and(|first| first < create_revision);
-    if blocked {
+    if let Some(write) = how.under {
+        // Under this client's write: ours at once if the write's key is
+        // still there now that ours is made (it keeps everyone else out).
+        sent = Instant::now();
+        let (there, at) = still_there(etcd, write.key.as_bytes(), write.create_revision).await?;
+        if !there || write.is_lost() {
+            return Err(lost(name));
+        }
+        token = at;
+    } else if blocked {
         if options.wait == Some(Duration::ZERO) {
             return Err(timed_out(target, options));
         }
@@ -649,16 +674,9 @@ async fn wait_gone(
         let mut watch = etcd.watches.watch(key, 0);
         let mut note = next_within(&mut watch, deadline, target, options).await?;
         if note == Note::Created {
-            let key = key.to_vec();
-            let found = etcd
-                .kv(|mut kv| async move { kv.get(key, None).await })
-                .await?;
-            let there = found
-                .kvs()
-                .first()
-                .is_some_and(|kv| kv.create_revision() == create_revision);
+            let (there, at) = still_there(etcd, key, create_revision).await?;
             if !there {
-                return Ok(i64::try_from(revision(found.header())).unwrap_or(i64::MAX));
+                return Ok(i64::try_from(at).unwrap_or(i64::MAX));
             }
             note = next_within(&mut watch, deadline, target, options).await?;
         }
@@ -671,6 +689,24 @@ async fn wait_gone(
             }
         }
     }
+}
+
+/// Whether `key` is there with its create revision (the same key, not
+/// one made again), and the revision at which that was read.
+async fn still_there(
+    etcd: &Etcd,
+    key: &[u8],
+    create_revision: i64,
+) -> Result<(bool, u64), LockError> {
+    let key = key.to_vec();
+    let found = etcd
+        .kv(|mut kv| async move { kv.get(key, None).await })
+        .await?;
+    let there = found
+        .kvs()
+        .first()
+        .is_some_and(|kv| kv.create_revision() == create_revision);
+    Ok((there, revision(found.header())))
 }
 
 /// The next note of `watch`, or the error of a wait that ran out.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{OwnedMutexGuard, watch};
 use zookeeper_client as zk;
 
-use super::layout::{self, Side, Term};
+use super::layout::{self, Contender, Side, Term, contenders};
 use super::session::{Bound, Gone, Session};
 use super::{Zk, store_error, transient};
 use crate::background::Background;
@@ -19,6 +19,7 @@ use crate::holder::{Chain, ScopedHold};
 use crate::own::Listed;
 use crate::request::{Options, backoff};
 use crate::telemetry::HeldMetric;
+use crate::turns::Downgrade;
 
 /// A client's one node for one name, shared by a hold and its re-entries.
 /// The process queue's turn is kept until it is dropped, after the node
@@ -47,6 +48,14 @@ pub(crate) struct Record {
     /// A mutex node's turn in the process queue: passed on when the record
     /// goes, or as soon as its node is known gone.
     pub(super) turn: Mutex<Option<OwnedMutexGuard<()>>>,
+    /// A read's write, or a write's reads (see [`Downgrade`]).
+    pub(super) downgrade: Downgrade<Record>,
+}
+
+impl crate::turns::Held for Record {
+    fn holds(&self) -> usize {
+        self.holds.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for Record {
@@ -93,7 +102,7 @@ impl Record {
             .map(|until| *until.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn is_lost(&self) -> bool {
+    pub(super) fn is_lost(&self) -> bool {
         *self.deleted.borrow()
             || self.session.is_lost()
             || self
@@ -195,25 +204,15 @@ pub(super) async fn reenter(
     options: &Options,
     metric: &'static str,
 ) -> Result<ZkHold, LockError> {
-    match (record.side, side) {
-        (Side::Mutex, Side::Mutex) | (Side::Read, Side::Read) | (Side::Write, _) => {}
-        (Side::Read, Side::Write) => {
-            return Err(LockError::NotHeld {
-                name: record.name.clone(),
-                reason: "this scope holds it for reading; a reader cannot take the write lock \
-                         (release the read hold first)"
-                    .into(),
-            });
-        }
-        (held, asked) => {
-            return Err(LockError::NotHeld {
-                name: record.name.clone(),
-                reason: format!(
-                    "this scope holds it as a {held:?} lock, not as a {asked:?} lock (one name, \
-                     one kind)"
-                ),
-            });
-        }
+    let over_holds = record
+        .downgrade
+        .over
+        .as_ref()
+        .is_some_and(|w| w.holds.load(Ordering::Acquire) > 0);
+    if crate::turns::may_reenter(&record.name, record.side.kind(), side.kind(), over_holds)? {
+        // A read under this chain's own write: the write re-entered.
+        let write = record.downgrade.over.clone().unwrap_or(record);
+        return Box::pin(reenter(alive, write, side, chain, options, metric)).await;
     }
     if record.is_lost() {
         return Err(lost(&record.name));
@@ -482,6 +481,50 @@ impl Drop for Resume {
 /// background while the session lives. A session that is over took its
 /// nodes with it.
 async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
+    if record.side == Side::Write
+        && keep.is_none_or(|k| k <= Instant::now())
+        && waits_for_reads(&record).await?
+    {
+        return Ok(!record.is_lost());
+    }
+    let over = record.downgrade.over.clone();
+    let released = give_back_node(record, keep).await;
+    if let Some(write) = over
+        && write.downgrade.take_deferred()
+        && let Err(e) = Box::pin(give_back_now(write)).await
+    {
+        tracing::warn!(error = %e, "the give-back of a write kept for the reads under it failed");
+    }
+    released
+}
+
+/// Whether the give-back of `write`'s node waits for the reads taken
+/// under it (see [`Downgrade`]): a contender that keeps readers out came
+/// between the write and a holding read. If so, the last read gives it
+/// back.
+async fn waits_for_reads(write: &Arc<Record>) -> Result<bool, LockError> {
+    let sequence = |path: &str| {
+        Contender::of(path.rsplit('/').next().unwrap_or(path)).map_or(0, |c| c.sequence)
+    };
+    let reads = write.downgrade.holding_reads();
+    let Some(last) = reads.iter().map(|r| sequence(&r.path)).max() else {
+        return Ok(false);
+    };
+    let first = sequence(&write.path);
+    let (zk, session) = (&write.zk, &write.session);
+    let lock = zk.lock_path(&write.name);
+    let children = zk
+        .call(session, session.client.list_children(&lock))
+        .await
+        .map_err(store_error)?;
+    let between = contenders(&children)
+        .iter()
+        .any(|c| c.side != Side::Read && c.sequence > first && c.sequence < last);
+    Ok(between && write.downgrade.defer())
+}
+
+/// [`give_back`] of the record's own node.
+async fn give_back_node(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
     if let Some(keep) = keep.filter(|k| *k > Instant::now()) {
         if let Some(bound) = record.bound.get() {
             bound.released();

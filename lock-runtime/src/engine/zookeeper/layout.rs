@@ -39,6 +39,15 @@ pub(crate) enum Side {
 }
 
 impl Side {
+    /// The shared name of this side (see `turns::may_reenter`).
+    pub(crate) fn kind(self) -> crate::turns::Kind {
+        match self {
+            Side::Mutex => crate::turns::Kind::Mutex,
+            Side::Read => crate::turns::Kind::Read,
+            Side::Write => crate::turns::Kind::Write,
+        }
+    }
+
     /// The side `target` takes; refuses a name with a `/` (its node would
     /// be another lock's child).
     pub(crate) fn of(target: &Target) -> Result<Side, LockError> {

@@ -63,8 +63,7 @@ mod ops;
 mod session;
 mod take;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::runtime::Handle;
@@ -99,7 +98,7 @@ pub(crate) struct Zk {
     turns: crate::turns::Turns,
     /// Per lock name and holder id, its record (for re-entries; a multi
     /// lock's holds share one holder id over several names).
-    records: Mutex<HashMap<(String, String), Weak<hold::Record>>>,
+    records: crate::turns::Records<hold::Record>,
     /// This client's live guards, for `inspect`.
     pub(crate) own: OwnHolds,
 }

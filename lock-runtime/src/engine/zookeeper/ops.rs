@@ -182,17 +182,7 @@ pub(crate) async fn force_unlock(zk: &Arc<Zk>, name: &str) -> Result<bool, LockE
 /// `force_unlock`, learns it at once (others' at their session's next
 /// heartbeat).
 fn told_at_once(zk: &Zk, name: &str, path: &str) {
-    let records: Vec<_> = zk
-        .records
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .filter(|((n, _), _)| n == name)
-        .map(|(_, record)| record.clone())
-        .collect();
-    // Upgraded with the map unlocked: dropping a last `Arc<Record>` locks
-    // the map.
-    for record in records.iter().filter_map(std::sync::Weak::upgrade) {
+    for record in crate::turns::records_of(&zk.records, name) {
         if record.path == path {
             super::session::Gone::gone(&*record);
         }

@@ -19,7 +19,7 @@ use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder;
 use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
-use crate::turns::{OneRecord, Queued};
+use crate::turns::{Downgrade, OneRecord, Queued};
 
 /// An acquisition on this engine is [`crate::turns::acquire`]: the
 /// shared queueing in the process, then [`take_hold`].
@@ -65,6 +65,7 @@ fn take_hold(
             turn,
             deadline,
         } = queued;
+        let mut under = None;
         let side = Side::of(target)?;
         let name = target.name();
         let metric = options.metric.unwrap_or(target.kind());
@@ -80,7 +81,15 @@ fn take_hold(
             let Some(record) = record.and_then(|r| r.upgrade()) else {
                 return Err(lost(name));
             };
-            return reenter(alive, record, side, chain, &options, metric).await;
+            if !(record.side == Side::Write && side == Side::Read) {
+                return reenter(alive, record, side, chain, &options, metric).await;
+            }
+            // A read in the scope of this client's write: a node of its
+            // own, taken at once (see `Downgrade`).
+            if record.holds.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return Err(lost(name));
+            }
+            under = Some(record);
         }
         let number = options.number.unwrap_or_else(holder::fresh_number);
         let holder = holder::id(&zk.id, number);
@@ -95,6 +104,7 @@ fn take_hold(
             side,
             holder: &holder,
             deadline,
+            under: under.as_ref(),
         };
         let mut tries = 0;
         let taken = loop {
@@ -146,7 +156,11 @@ fn take_hold(
             deleted: watch::channel(false).0,
             timer: OnceLock::new(),
             turn: Mutex::new(turn),
+            downgrade: Downgrade::new(under.clone()),
         });
+        if let Some(write) = &under {
+            write.downgrade.add(&record);
+        }
         zk.records
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -168,6 +182,8 @@ struct How<'a> {
     side: Side,
     holder: &'a str,
     deadline: Option<Instant>,
+    /// A read's: this client's write hold whose scope it is taken in.
+    under: Option<&'a Arc<Record>>,
 }
 
 /// A node an acquisition made, or may have made (a create whose answer
@@ -399,7 +415,26 @@ async fn take(
     // ours alone: the hold begins there, after every earlier holder's
     // end, and no reader let in with ours shares it.
     let alone = matches!(&listed, Ok((children, _)) if children.len() == 1);
-    let first = listed.map(|(children, stat)| first_in_line(&children, &ours, &stat));
+    let first = match how.under {
+        // Under this client's write: ours at once if the write's node is
+        // still there now that ours is made (it keeps everyone else out);
+        // a write of its own (below) gives it its token.
+        Some(write) => {
+            let (children, stat) = match listed {
+                Ok(listed) => listed,
+                Err(_) => zk
+                    .call(&session, session.client.get_children(&lock))
+                    .await
+                    .map_err(store_error)?,
+            };
+            let child = write.path.rsplit('/').next().unwrap_or_default();
+            if write.is_lost() || !children.iter().any(|c| c == child) {
+                return Err(lost(target.name()));
+            }
+            Ok(Some(u64::try_from(stat.pzxid).unwrap_or(0)))
+        }
+        None => listed.map(|(children, stat)| first_in_line(&children, &ours, &stat)),
+    };
     // A read that failed: the wait reads again.
     let token = first.unwrap_or(None);
     let mut waited = false;
