@@ -14,7 +14,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::Poll;
 
 use tokio::runtime::Handle;
@@ -76,7 +75,8 @@ impl Background {
     /// `fut` is done even when this was the client's last reference: the
     /// undo of an acquisition dropped with its client must not be dropped
     /// unrun with the runtime (issue 34).
-    pub(crate) fn spawn_keeping<F>(self: &Arc<Background>, fut: F)
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    pub(crate) fn spawn_keeping<F>(self: &std::sync::Arc<Background>, fut: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
