@@ -89,11 +89,12 @@ public final class CuratorLock {
             // Stdin is gone either way.
         }
         // Stdin closed: the test is done with us, or gone. Close the session
-        // (its lock nodes go with it), but never linger: there may be no
-        // server left to answer the close.
+        // (its lock nodes go with it), but never linger long: there may be
+        // no server left to answer the close. 15 s: a close on a machine
+        // whose cores are busy can take seconds.
         Thread halt = new Thread(() -> {
             try {
-                Thread.sleep(5000);
+                Thread.sleep(15000);
             } catch (InterruptedException e) {
                 // halting anyway
             }

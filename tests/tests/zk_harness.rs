@@ -118,9 +118,16 @@ async fn a_server_pauses_resumes_and_restarts_with_its_sessions() {
     zk.restart().await;
     assert!(zk.is_serving());
     assert_eq!(zk_children(&connect, "/locks/p1").await, held);
-    // A clean close ends the session, which deletes the node at once.
+    // A clean close ends the session, which deletes the node: well before
+    // the 30 s session could expire (a close on a busy machine can take
+    // seconds, so it is awaited, not assumed done at once).
     curator.close().await;
-    assert!(zk_children(&connect, "/locks/p1").await.is_empty());
+    eventually(
+        "the closed session's node is gone",
+        Duration::from_secs(25),
+        || async { zk_children(&connect, "/locks/p1").await.is_empty() },
+    )
+    .await;
 }
 
 #[tokio::test]
