@@ -83,16 +83,16 @@ pub(crate) enum Kind {
 }
 
 /// Whether a re-entry asking `asked` in the scope of a record of lock
-/// `name` held as `held` joins it (`Ok(false)`), joins the write that
-/// read was taken under (`Ok(true)`: `over_holds` says that write still
-/// holds; see [`Downgrade`]), or is refused. A read in a write's scope
-/// is no re-entry: the engine takes it as a record of its own.
-pub(crate) fn may_reenter(
+/// `name` held as `held` joins it (`Ok(None)`), joins the write that read
+/// was taken under (`Ok(Some(write))`, while that write holds; see
+/// [`Downgrade`]), or is refused. A read in a write's scope is no
+/// re-entry: the engine takes it as a record of its own.
+pub(crate) fn may_reenter<R: Held>(
     name: &str,
     held: Kind,
     asked: Kind,
-    over_holds: bool,
-) -> Result<bool, LockError> {
+    downgrade: &Downgrade<R>,
+) -> Result<Option<Arc<R>>, LockError> {
     let refused = |reason: String| {
         Err(LockError::NotHeld {
             name: name.to_owned(),
@@ -101,9 +101,11 @@ pub(crate) fn may_reenter(
     };
     match (held, asked) {
         (Kind::Mutex, Kind::Mutex) | (Kind::Read, Kind::Read) | (Kind::Write, Kind::Write) => {
-            Ok(false)
+            Ok(None)
         }
-        (Kind::Read, Kind::Write) if over_holds => Ok(true),
+        (Kind::Read, Kind::Write) if downgrade.over.as_ref().is_some_and(|w| w.holds() > 0) => {
+            Ok(downgrade.over.clone())
+        }
         (Kind::Write, Kind::Read) => {
             refused("a read under a write is taken as a record of its own".into())
         }

@@ -250,14 +250,11 @@ pub(super) async fn reenter(
     options: &Options,
     metric: &'static str,
 ) -> Result<EtcdHold, LockError> {
-    let over_holds = record
-        .downgrade
-        .over
-        .as_ref()
-        .is_some_and(|w| w.holds.load(Ordering::Acquire) > 0);
-    if crate::turns::may_reenter(&record.name, record.side.kind(), side.kind(), over_holds)? {
+    let kinds = (record.side.kind(), side.kind());
+    if let Some(write) =
+        crate::turns::may_reenter(&record.name, kinds.0, kinds.1, &record.downgrade)?
+    {
         // A read under this chain's own write: the write re-entered.
-        let write = record.downgrade.over.clone().unwrap_or(record);
         return Box::pin(reenter(alive, write, side, chain, options, metric)).await;
     }
     if record.is_lost() {
@@ -528,12 +525,11 @@ impl Drop for Resume {
 /// its turn in the process queue) kept until then: a key on the session's
 /// lease would otherwise be kept alive for good.
 async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
-    if record.side == Side::Write && keep.is_none_or(|k| k <= Instant::now()) {
-        match waits_for_reads(&record).await {
-            Ok(true) => return Ok(!record.is_lost()),
-            Ok(false) => {}
-            Err(e) => return Err(e),
-        }
+    if record.side == Side::Write
+        && keep.is_none_or(|k| k <= Instant::now())
+        && waits_for_reads(&record).await?
+    {
+        return Ok(!record.is_lost());
     }
     let over = record.downgrade.over.clone();
     let released = give_back_key(record, keep).await;

@@ -204,14 +204,11 @@ pub(super) async fn reenter(
     options: &Options,
     metric: &'static str,
 ) -> Result<ZkHold, LockError> {
-    let over_holds = record
-        .downgrade
-        .over
-        .as_ref()
-        .is_some_and(|w| w.holds.load(Ordering::Acquire) > 0);
-    if crate::turns::may_reenter(&record.name, record.side.kind(), side.kind(), over_holds)? {
+    let kinds = (record.side.kind(), side.kind());
+    if let Some(write) =
+        crate::turns::may_reenter(&record.name, kinds.0, kinds.1, &record.downgrade)?
+    {
         // A read under this chain's own write: the write re-entered.
-        let write = record.downgrade.over.clone().unwrap_or(record);
         return Box::pin(reenter(alive, write, side, chain, options, metric)).await;
     }
     if record.is_lost() {
