@@ -150,3 +150,16 @@ impl LockError {
         matches!(self, LockError::Timeout { .. })
     }
 }
+
+/// Whether `e` is a store's fault that may heal by itself (tried again
+/// within a wait).
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) fn transient(e: &LockError) -> bool {
+    matches!(
+        e,
+        LockError::Store {
+            transient: true,
+            ..
+        }
+    )
+}

@@ -334,8 +334,10 @@
 // - error, config, clock (the loss clock), holder (call-chain identity and
 //   scopes), own, telemetry, background (the client's runtime thread),
 //   request (what an acquisition asks for), turns (one client's turns at
-//   a name, and the acquisition up to its turn, for etcd and ZooKeeper):
-//   plain parts the engines use;
+//   a name, and the acquisition up to its turn, for etcd and ZooKeeper),
+//   kept (above turns: the hold on a record per client and name, its
+//   re-entries, release and give-back, and the undo of an acquisition,
+//   for the same engines): plain parts the engines use;
 // - engine: one module per store behind the seam (`engine::redis`: its
 //   connections, scripts, pub/sub, in-process queues, holds, acquire loop
 //   and watchdog;
@@ -363,6 +365,8 @@ mod holder;
 mod info;
 mod inspect;
 mod inventory;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod kept;
 mod lock;
 mod near;
 mod own;

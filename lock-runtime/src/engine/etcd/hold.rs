@@ -9,18 +9,19 @@ use std::time::{Duration, Instant};
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use tokio::sync::{OwnedMutexGuard, watch};
 
+use super::Etcd;
 use super::layout::Side;
 use super::session::{Bound, Gone, Session, ttl_secs};
 use super::watches::Note;
-use super::{Etcd, transient};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::{Chain, ScopedHold};
-use crate::own::Listed;
+use crate::holder::Chain;
+pub(super) use crate::kept::lost;
+use crate::kept::{Counted, Hold, give_back_retried};
+use crate::own::OwnHolds;
 use crate::request::{Options, backoff};
-use crate::telemetry::HeldMetric;
-use crate::turns::Downgrade;
+use crate::turns::{Downgrade, Kind};
 
 /// The end of a key's value (its holder id) while the key is kept only by
 /// a `hold_at_least` minimum.
@@ -76,22 +77,12 @@ pub(crate) struct Record {
     pub(super) downgrade: Downgrade<Record>,
 }
 
-impl crate::turns::Held for Record {
-    fn holds(&self) -> usize {
-        self.holds.load(Ordering::Acquire)
-    }
-}
-
 impl Drop for Record {
     fn drop(&mut self) {
         if let Some(watcher) = self.watcher.get() {
             watcher.abort();
         }
-        let key = (self.name.clone(), self.holder.clone());
-        let mut records = self.etcd.records.lock().unwrap_or_else(|p| p.into_inner());
-        if records.get(&key).is_some_and(|r| r.strong_count() == 0) {
-            records.remove(&key);
-        }
+        crate::kept::unlist(&self.etcd.records, &self.name, &self.holder);
     }
 }
 
@@ -226,17 +217,74 @@ impl Record {
 }
 
 /// A hold on etcd: the record it shares with its chain, and its own token.
-pub(crate) struct EtcdHold {
-    /// Keeps the client's runtime running until the hold is given back.
-    alive: Arc<Background>,
-    record: Arc<Record>,
-    token: u64,
-    _listed: Listed,
-    metric: &'static str,
-    _held: HeldMetric,
-    /// `hold_at_least`: until when the lock stays taken.
-    keep: Option<Instant>,
-    chain: OnceLock<Chain>,
+pub(crate) type EtcdHold = Hold<Record>;
+
+impl crate::kept::Record for Record {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    fn client_id(&self) -> &str {
+        &self.etcd.id
+    }
+
+    fn own(&self) -> &OwnHolds {
+        &self.etcd.own
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.etcd.runtime
+    }
+
+    fn kind(&self) -> Kind {
+        self.side.kind()
+    }
+
+    fn downgrade(&self) -> &Downgrade<Record> {
+        &self.downgrade
+    }
+
+    fn count(&self) -> &AtomicUsize {
+        &self.holds
+    }
+
+    fn is_lost(&self) -> bool {
+        Record::is_lost(self)
+    }
+
+    fn remaining(&self) -> Duration {
+        Record::remaining(self)
+    }
+
+    fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
+        Record::lost(self)
+    }
+
+    fn expire_by(&self, at: Instant) {
+        if let Lease::Fixed { until, .. } = &self.lease {
+            let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
+            *until = (*until).min(at);
+        }
+    }
+
+    fn give_back(
+        self: Arc<Self>,
+        keep: Option<Instant>,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static {
+        give_back(self, keep)
+    }
+
+    async fn give_back_once(self: Arc<Self>, keep: Option<Instant>) -> Result<bool, LockError> {
+        give_back_once(&self, keep).await
+    }
+
+    fn may_outlive(&self) -> bool {
+        !Record::is_lost(self)
+    }
 }
 
 /// A re-entry of `record`'s hold: its key bumped (a put that keeps it, its
@@ -250,38 +298,8 @@ pub(super) async fn reenter(
     options: &Options,
     metric: &'static str,
 ) -> Result<EtcdHold, LockError> {
-    let kinds = (record.side.kind(), side.kind());
-    if let Some(write) =
-        crate::turns::may_reenter(&record.name, kinds.0, kinds.1, &record.downgrade)?
-    {
-        // A read under this chain's own write: the write re-entered.
-        return Box::pin(reenter(alive, write, side, chain, options, metric)).await;
-    }
-    if record.is_lost() {
-        return Err(lost(&record.name));
-    }
-    // Counted first, never from 0: a last release under way meanwhile has
-    // given the key back.
-    let counted = record
-        .holds
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n > 0).then_some(n + 1)
-        });
-    if counted.is_err() {
-        return Err(lost(&record.name));
-    }
-    // Counted down again when the re-entry fails; if the chain's other
-    // holds were given back meanwhile, this was the last: it gives the key
-    // back (in the background: the caller has its error).
-    let uncount = |record: &Arc<Record>| {
-        if record.holds.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let record = record.clone();
-            let runtime = record.etcd.runtime.clone();
-            runtime.spawn(async move {
-                let _ = give_back(record, None).await;
-            });
-        }
-    };
+    let counted = Counted::count(record, side.kind(), chain)?;
+    let record = counted.record().clone();
     let etcd = record.etcd.clone();
     let sent = Instant::now();
     let bump = Txn::new().when([record.ours()]).and_then([TxnOp::put(
@@ -289,137 +307,44 @@ pub(super) async fn reenter(
         record.holder.as_str(),
         Some(PutOptions::new().with_ignore_lease()),
     )]);
-    let answer = match etcd.kv(|mut kv| async move { kv.txn(bump).await }).await {
-        Ok(answer) => answer,
-        Err(e) => {
-            uncount(&record);
-            return Err(e);
-        }
-    };
+    let answer = etcd.kv(|mut kv| async move { kv.txn(bump).await }).await?;
     if !answer.succeeded() {
-        uncount(&record);
         record.gone();
         return Err(lost(&record.name));
     }
     let token = revision(answer.header());
-    let held = EtcdHold::new(alive, record, token, sent, options, metric);
-    let _ = held.chain.set(chain);
-    if let (Some(chain), Some(keep)) = (held.chain.get(), held.keep) {
-        chain.keep_until(keep);
-    }
-    Ok(held)
+    Ok(counted.hold(alive, token, sent, options, metric))
 }
 
 pub(super) fn revision(header: Option<&etcd_client::ResponseHeader>) -> u64 {
     header.map_or(0, |h| u64::try_from(h.revision()).unwrap_or(0))
 }
 
-pub(super) fn lost(name: &str) -> LockError {
-    LockError::Lost {
-        name: name.to_owned(),
-    }
-}
-
 impl EtcdHold {
-    pub(super) fn new(
-        alive: Arc<Background>,
-        record: Arc<Record>,
-        token: u64,
-        sent: Instant,
-        options: &Options,
-        metric: &'static str,
-    ) -> EtcdHold {
-        let listed = record
-            .etcd
-            .own
-            .list(&record.name, &record.holder, token, sent, options.lease);
-        let keep = options
-            .hold_at_least
-            .and_then(|minimum| Instant::now().checked_add(minimum));
-        EtcdHold {
-            alive,
-            record,
-            token,
-            _listed: listed,
-            metric,
-            _held: HeldMetric::start(metric),
-            keep,
-            chain: OnceLock::new(),
-        }
-    }
-
-    pub(crate) fn name(&self) -> &str {
-        &self.record.name
-    }
-
-    pub(crate) fn token(&self) -> u64 {
-        self.token
-    }
-
-    pub(crate) fn holder(&self) -> &str {
-        &self.record.holder
-    }
-
-    pub(crate) fn runtime(&self) -> tokio::runtime::Handle {
-        self.record.etcd.runtime.clone()
-    }
-
-    /// What the holds of this hold's call chain share (made on first use,
-    /// holding this hold's minimum).
-    fn chain(&self) -> &Chain {
-        self.chain.get_or_init(|| Chain::keeping(self.keep))
-    }
-
-    pub(crate) fn scoped(&self) -> ScopedHold {
-        ScopedHold {
-            client: self.record.etcd.id.clone(),
-            name: self.record.name.clone(),
-            holder: self.record.holder.clone(),
-            chain: self.chain().clone(),
-        }
-    }
-
-    pub(crate) fn expire_by(&mut self, at: Instant) {
-        if let Lease::Fixed { until, .. } = &self.record.lease {
-            let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
-            *until = (*until).min(at);
-        }
-    }
-
-    pub(crate) fn is_lost(&self) -> bool {
-        self.record.is_lost()
-    }
-
-    pub(crate) fn remaining(&self) -> Duration {
-        self.record.remaining()
-    }
-
-    pub(crate) async fn lost(&self) {
-        self.record.lost().await;
-    }
-
     /// Moves the key to a new lease of TTL `lease` (a put keeps its create
     /// revision), then lets the old lease go. A fixed lease only; one that
     /// already lasts at least that long is left as it is (a lease never
     /// shrinks).
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
-        let name = self.record.name.clone();
-        let Lease::Fixed { id, until } = &self.record.lease else {
+        let record = self.record().clone();
+        let name = record.name.clone();
+        let Lease::Fixed { id, until } = &record.lease else {
             return Err(LockError::Config(format!(
                 "lock `{name}`: extend is for fixed leases (acquired with .lease(..)); the \
                  session's keep-alive renews this guard's lease until release"
             )));
         };
-        if self.record.is_lost() {
+        if record.is_lost() {
             return Err(lost(&name));
         }
         let current = *until.lock().unwrap_or_else(|p| p.into_inner());
         if valid_until(Instant::now(), lease) <= current {
             return Ok(());
         }
-        let record = self.record.clone();
-        let runtime = self.record.etcd.runtime.clone();
+        let runtime = record.etcd.runtime.clone();
+        let moving = record.clone();
         let moved = crate::background::run(&runtime, async move {
+            let record = moving;
             let etcd = &record.etcd;
             let sent = Instant::now();
             let mut leases = etcd.client().lease_client();
@@ -440,7 +365,7 @@ impl EtcdHold {
         })
         .await??;
         let Some((new_id, new_until)) = moved else {
-            self.record.gone();
+            record.gone();
             return Err(lost(&name));
         };
         let old = id.swap(new_id, Ordering::AcqRel);
@@ -448,71 +373,13 @@ impl EtcdHold {
             let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
             *until = (*until).max(new_until);
         }
-        let etcd = self.record.etcd.clone();
+        let etcd = record.etcd.clone();
         etcd.runtime.clone().spawn(async move {
             let mut leases = etcd.client().lease_client();
             let _ = etcd.call(leases.revoke(old)).await;
         });
         crate::telemetry::renewed(1);
         Ok(())
-    }
-
-    /// Gives the hold back: the chain's last release deletes the key (or,
-    /// before a `hold_at_least` minimum, moves it to a lease that ends
-    /// then); the others only count down. [`LockError::Lost`] when the
-    /// lease counted as lost or the key was not this record's any more.
-    pub(crate) async fn release(self) -> Result<(), LockError> {
-        let was_lost = self.record.is_lost();
-        let keep = self.chain.get().map_or(self.keep, Chain::kept_until);
-        let EtcdHold {
-            alive,
-            record,
-            metric,
-            _listed,
-            ..
-        } = self;
-        drop(_listed);
-        let name = record.name.clone();
-        let last = record.holds.fetch_sub(1, Ordering::AcqRel) == 1;
-        let released = if last {
-            // In the caller's task, with no thread hop: if the caller
-            // leaves before it is done, it is done again on the client's
-            // runtime (it is idempotent: it names the key's create
-            // revision), never finished on the caller's, which may be gone.
-            let mut resume = Resume(Some((record.clone(), keep)));
-            let released = give_back(record, keep).await;
-            resume.0 = None;
-            released
-        } else {
-            Ok(true)
-        };
-        drop(alive);
-        let result = match released {
-            Ok(true) if !was_lost => Ok(()),
-            Ok(_) => Err(lost(&name)),
-            Err(e) => Err(e),
-        };
-        if matches!(result, Err(LockError::Lost { .. })) {
-            crate::telemetry::lost(metric);
-        }
-        result
-    }
-}
-
-/// A release whose caller left before it was done: done again on the
-/// client's runtime when dropped armed.
-struct Resume(Option<(Arc<Record>, Option<Instant>)>);
-
-impl Drop for Resume {
-    fn drop(&mut self) {
-        if let Some((record, keep)) = self.0.take() {
-            let runtime = record.etcd.runtime.clone();
-            runtime.spawn(async move {
-                if let Err(e) = give_back(record, keep).await {
-                    tracing::warn!(error = %e, "the release of a hold whose caller left failed");
-                }
-            });
-        }
     }
 }
 
@@ -581,36 +448,12 @@ async fn after_read(write: Arc<Record>) {
 async fn give_back_key(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
     // A plain delete that was sent counts as the first try: a later try
     // that finds the key gone finds what it most likely deleted.
-    let mut tries = match give_back_plain(&record, keep).await {
+    let tries = match give_back_plain(&record, keep).await {
         Plain::Released(released) => return released,
         Plain::Unanswered => 1,
         Plain::Careful => 0,
     };
-    let etcd = record.etcd.clone();
-    loop {
-        tries += 1;
-        match give_back_once(&etcd, &record, keep).await {
-            Err(e) if transient(&e) && tries < crate::config::UNLOCK_TRIES => {
-                tokio::time::sleep(Duration::from_millis(50 * u64::from(tries))).await;
-            }
-            Err(e) if transient(&e) => {
-                etcd.runtime.spawn(async move {
-                    let mut tries = 0;
-                    while !record.is_lost() {
-                        tries += 1;
-                        tokio::time::sleep(backoff(tries)).await;
-                        match give_back_once(&record.etcd, &record, keep).await {
-                            Err(e) if transient(&e) => {}
-                            _ => return,
-                        }
-                    }
-                });
-                return Err(e);
-            }
-            Ok(false) if tries > 1 => return Ok(true),
-            result => return result,
-        }
-    }
+    give_back_retried(record, keep, tries).await
 }
 
 /// The common release, as etcd's own recipe makes it: a plain delete of a
@@ -677,11 +520,9 @@ impl Drop for Unanswered {
     }
 }
 
-async fn give_back_once(
-    etcd: &Etcd,
-    record: &Record,
-    keep: Option<Instant>,
-) -> Result<bool, LockError> {
+/// One give-back of `record`'s key (see [`give_back`]).
+async fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, LockError> {
+    let etcd = &record.etcd;
     let here = etcd.here();
     let (mut kv, mut leases) = (here.client.kv_client(), here.client.lease_client());
     let kept = keep.map(|k| k.saturating_duration_since(Instant::now()));

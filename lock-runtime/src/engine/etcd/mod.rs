@@ -429,20 +429,10 @@ fn timeout_error() -> LockError {
     }
 }
 
-/// Whether `e` may heal by itself (retried within a wait).
-pub(crate) fn transient(e: &LockError) -> bool {
-    matches!(
-        e,
-        LockError::Store {
-            transient: true,
-            ..
-        }
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::transient;
 
     fn grpc(status: tonic::Status) -> LockError {
         store_error(etcd_client::Error::GRpcStatus(status))

@@ -8,17 +8,18 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, SortOrder, Txn, TxnOp, TxnOpResponse};
-use tokio::sync::{OwnedMutexGuard, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 use super::hold::{EtcdHold, Lease, Record, lost, reenter, revision};
 use super::layout::{Side, one_of};
 use super::session::{Claim, Session, ttl_secs};
 use super::watches::Note;
-use super::{ENGINE, Etcd, Here, transient};
+use super::{ENGINE, Etcd, Here};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder;
+use crate::kept::{InScope, Pending, Undo, in_scope, list, try_again};
 use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
 use crate::turns::{Downgrade, OneRecord, Queued};
 
@@ -71,34 +72,18 @@ fn take_hold(
         let name = target.name();
         let metric = options.metric.unwrap_or(target.kind());
         if let Some((holder, chain)) = reentry {
-            let record = etcd
-                .records
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&(name.to_owned(), holder))
-                .cloned();
-            // Upgraded with the map unlocked: dropping a last `Arc<Record>`
-            // locks the map.
-            let Some(record) = record.and_then(|r| r.upgrade()) else {
-                return Err(lost(name));
-            };
-            if !(record.side == Side::Write && side == Side::Read) {
-                return reenter(alive, record, side, chain, &options, metric).await;
+            match in_scope(&etcd.records, name, holder, side.kind())? {
+                InScope::Reenter(record) => {
+                    return reenter(alive, record, side, chain, &options, metric).await;
+                }
+                InScope::Under(write) => under = Some(write),
             }
-            // A read in the scope of this client's write: a key of its own,
-            // taken at once (see `Downgrade`).
-            if record.holds.load(std::sync::atomic::Ordering::Acquire) == 0 {
-                return Err(lost(name));
-            }
-            under = Some(record);
         }
         let number = options.number.unwrap_or_else(holder::fresh_number);
         let holder = holder::id(&etcd.id, number);
         let _waiting = crate::telemetry::WaiterMetric::start(metric);
-        let mut pending = Pending {
+        let made = Made {
             etcd: etcd.clone(),
-            alive: alive.clone(),
-            turn,
             session: None,
             key: None,
             fixed: None,
@@ -106,6 +91,7 @@ fn take_hold(
             sent: false,
             holder: holder.clone(),
         };
+        let mut pending = Pending::new(alive.clone(), turn, made);
         let mut tries = 0;
         let taken = loop {
             tries += 1;
@@ -116,34 +102,23 @@ fn take_hold(
                 deadline,
                 under: under.as_ref(),
             };
-            match take(&etcd, target, &options, &how, &mut pending).await {
+            match take(&etcd, target, &options, &how, &mut pending.made).await {
                 Ok(taken) => break taken,
-                Err(e) if transient(&e) && deadline.is_none_or(|d| Instant::now() < d) => {
-                    if tries == 1 && deadline.is_none() {
-                        tracing::warn!(lock = name, error = %e, "an attempt failed; waiting without a deadline, so trying again with backoff until etcd answers");
-                    }
-                    let pause = backoff(tries);
-                    pause_within(deadline, pause).await;
-                }
                 Err(e) => {
-                    pending.give_up().await;
-                    // One attempt reports its fault as it is; a wait that ran
-                    // out on faults that may heal was a wait that ran out.
-                    let waited = options.wait != Some(Duration::ZERO);
-                    return Err(if transient(&e) && waited {
-                        timed_out(target, &options)
-                    } else {
-                        e
-                    });
+                    if let Err(e) = try_again(e, tries, deadline, target, &options, ENGINE).await {
+                        pending.give_up().await;
+                        return Err(e);
+                    }
                 }
             }
         };
         let turn = pending.turn.take();
         // The claim on the key is kept until the hold is bound to the session.
-        let (Some(session), Some(claim)) = (pending.session.take(), pending.key.take()) else {
+        let made = &mut pending.made;
+        let (Some(session), Some(claim)) = (made.session.take(), made.key.take()) else {
             return Err(lost(name));
         };
-        let lease = match pending.fixed.take() {
+        let lease = match made.fixed.take() {
             Some((id, until)) => Lease::Fixed {
                 id: AtomicI64::new(id),
                 until: Mutex::new(until),
@@ -167,13 +142,7 @@ fn take_hold(
             turn: Mutex::new(turn),
             downgrade: Downgrade::new(under.clone()),
         });
-        if let Some(write) = &under {
-            write.downgrade.add(&record);
-        }
-        etcd.records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((name.to_owned(), holder), Arc::downgrade(&record));
+        list(&etcd.records, &record, under.as_ref());
         match record.lease {
             Lease::Fixed { .. } => record.watch_deletion(),
             Lease::Session { .. } => record.bind(),
@@ -202,13 +171,9 @@ struct How<'a> {
 }
 
 /// What an acquisition has made in etcd so far, undone when it fails or
-/// is dropped (in a task of the client's runtime): its key deleted, its
-/// fixed lease revoked, and only then the process queue's turn passed on.
-struct Pending {
+/// is dropped (see [`Pending`]): its key deleted, its fixed lease revoked.
+struct Made {
     etcd: Arc<Etcd>,
-    /// The client's runtime, kept running until the undo is done.
-    alive: Arc<Background>,
-    turn: Option<OwnedMutexGuard<()>>,
     /// The session the key is bound to while it waits.
     session: Option<Arc<Session>>,
     /// The key, claimed on the session (see `Session::claim`) once a create
@@ -228,86 +193,44 @@ struct Pending {
     holder: String,
 }
 
-/// What an undo undoes (see [`Pending`]).
-struct Made {
-    session: Option<Arc<Session>>,
-    key: Option<Claim>,
-    fixed: Option<(i64, Instant)>,
-    turn: Option<OwnedMutexGuard<()>>,
-    answered: Option<oneshot::Receiver<()>>,
-    holder: String,
-}
-
-impl Pending {
-    /// Takes what is to be undone.
-    fn made(&mut self) -> Made {
-        Made {
+/// The undo deletes the key and revokes the fixed lease once the last
+/// create sent has its answer (at most twice the response timeout). The
+/// delete names the holder id (the key's value), so it never takes a key
+/// made by another acquisition: a later one of this client (the turn
+/// passes on after the first try), or an earlier hold kept by
+/// `hold_at_least`. If the first try failed, the key may still be there,
+/// and the client's next acquisition of the name waits for it like any
+/// earlier key, while this keeps trying, as long as the session lives; a
+/// create that lands later still is swept by the session (see
+/// `Session::claim`).
+impl Undo for Made {
+    fn take(&mut self) -> Option<Made> {
+        if self.key.is_none() && self.fixed.is_none() {
+            return None;
+        }
+        Some(Made {
+            etcd: self.etcd.clone(),
             session: self.session.clone(),
             key: self.key.take(),
             fixed: self.fixed.take(),
-            turn: self.turn.take(),
             answered: self.answered.take(),
+            sent: self.sent,
             holder: self.holder.clone(),
-        }
+        })
     }
 
-    /// Undoes what was made (see [`Pending`]), waiting for it.
-    async fn give_up(&mut self) {
+    async fn clear(&mut self) -> Result<(), LockError> {
         let etcd = self.etcd.clone();
-        let made = self.made();
-        let (passed_in, passed) = oneshot::channel();
-        self.alive
-            .spawn_keeping(async move { undo(&etcd, made, Some(passed_in)).await });
-        // Until the first try is done (the turn passed on): any later tries
-        // go on in the background.
-        let _ = passed.await;
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if self.turn.is_none() && self.key.is_none() && self.fixed.is_none() {
-            return;
+        if let Some(answered) = self.answered.take() {
+            let _ = tokio::time::timeout(etcd.config.response_timeout * 2, answered).await;
         }
-        let etcd = self.etcd.clone();
-        let made = self.made();
-        self.alive
-            .spawn_keeping(async move { undo(&etcd, made, None).await });
-    }
-}
-
-/// Deletes the key and revokes the fixed lease once the last create sent
-/// has its answer (at most twice the response timeout). The delete names
-/// the holder id (the key's value), so it never takes a key made by
-/// another acquisition: a later one of this client (the turn passes on
-/// after the first try), or an earlier hold kept by `hold_at_least`. If the
-/// first try failed, the key may still be there, and the client's next
-/// acquisition of the name waits for it like any earlier key, while this
-/// keeps trying, as long as the session lives; a create that lands later
-/// still is swept by the session (see `Session::claim`).
-async fn undo(etcd: &Etcd, made: Made, passed: Option<oneshot::Sender<()>>) {
-    let Made {
-        session,
-        mut key,
-        mut fixed,
-        turn,
-        answered,
-        holder,
-    } = made;
-    if let Some(answered) = answered {
-        let _ = tokio::time::timeout(etcd.config.response_timeout * 2, answered).await;
-    }
-    // Until it is done or cannot be: a key left on the session's lease
-    // would be kept alive for good.
-    let (mut turn, mut passed) = (turn, passed);
-    for tries in 1.. {
-        let deleted = match &key {
+        let deleted = match &self.key {
             Some(claim) => {
                 let delete = Txn::new()
                     .when([Compare::value(
                         claim.key(),
                         CompareOp::Equal,
-                        holder.as_str(),
+                        self.holder.as_str(),
                     )])
                     .and_then([TxnOp::delete(claim.key(), None)]);
                 let mut kv = etcd.client().kv_client();
@@ -317,9 +240,9 @@ async fn undo(etcd: &Etcd, made: Made, passed: Option<oneshot::Sender<()>>) {
         };
         if deleted.is_ok() {
             // Done: the claim goes with it.
-            key = None;
+            self.key = None;
         }
-        let revoked = match fixed {
+        let revoked = match self.fixed {
             Some((id, _)) => {
                 let mut leases = etcd.client().lease_client();
                 etcd.call(leases.revoke(id)).await.map(drop)
@@ -327,25 +250,19 @@ async fn undo(etcd: &Etcd, made: Made, passed: Option<oneshot::Sender<()>>) {
             None => Ok(()),
         };
         if revoked.is_ok() {
-            fixed = None;
+            self.fixed = None;
         }
-        drop(turn.take());
-        if let Some(passed) = passed.take() {
-            let _ = passed.send(());
-        }
-        match deleted.and(revoked) {
-            Err(e) if transient(&e) && !session.as_ref().is_some_and(|s| s.is_lost()) => {
-                if tries == crate::config::UNLOCK_TRIES {
-                    tracing::warn!(key = ?key.as_ref().map(Claim::key), error = %e, "an abandoned lock key is not deleted yet; trying on");
-                }
-                tokio::time::sleep(backoff(tries)).await;
-            }
-            Err(e) => {
-                tracing::warn!(key = ?key.as_ref().map(Claim::key), error = %e, "could not delete an abandoned lock key");
-                break;
-            }
-            Ok(()) => break,
-        }
+        deleted.and(revoked)
+    }
+
+    fn may_outlive(&self) -> bool {
+        !self.session.as_ref().is_some_and(|s| s.is_lost())
+    }
+
+    fn what(&self) -> String {
+        self.key
+            .as_ref()
+            .map_or_else(String::new, |claim| claim.key().to_owned())
     }
 }
 
@@ -366,7 +283,7 @@ async fn take(
     target: &Target,
     options: &Options,
     how: &How<'_>,
-    pending: &mut Pending,
+    pending: &mut Made,
 ) -> Result<Taken, LockError> {
     let name = target.name();
     let session = match pending.session.take().filter(|s| s.is_usable()) {

@@ -2,7 +2,7 @@
 //! (shared by a hold and its re-entries), and the guard's side of it:
 //! loss, `extend`, release. Taking one is in `take`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -11,15 +11,16 @@ use zookeeper_client as zk;
 
 use super::layout::{self, Contender, Side, Term, contenders};
 use super::session::{Bound, Gone, Session};
-use super::{Zk, store_error, transient};
+use super::{Zk, store_error};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::{Chain, ScopedHold};
-use crate::own::Listed;
-use crate::request::{Options, backoff};
-use crate::telemetry::HeldMetric;
-use crate::turns::Downgrade;
+use crate::holder::Chain;
+pub(super) use crate::kept::lost;
+use crate::kept::{Counted, Hold, give_back_retried};
+use crate::own::OwnHolds;
+use crate::request::Options;
+use crate::turns::{Downgrade, Kind};
 
 /// A client's one node for one name, shared by a hold and its re-entries.
 /// The process queue's turn is kept until it is dropped, after the node
@@ -52,12 +53,6 @@ pub(crate) struct Record {
     pub(super) downgrade: Downgrade<Record>,
 }
 
-impl crate::turns::Held for Record {
-    fn holds(&self) -> usize {
-        self.holds.load(Ordering::Acquire)
-    }
-}
-
 impl Drop for Record {
     fn drop(&mut self) {
         if let Some(timer) = self.timer.get() {
@@ -69,11 +64,7 @@ impl Drop for Record {
         if !*self.deleted.borrow() && !self.session.client.state().is_terminated() {
             drop(self.session.client.delete(&self.path, None));
         }
-        let key = (self.name.clone(), self.holder.clone());
-        let mut records = self.zk.records.lock().unwrap_or_else(|p| p.into_inner());
-        if records.get(&key).is_some_and(|r| r.strong_count() == 0) {
-            records.remove(&key);
-        }
+        crate::kept::unlist(&self.zk.records, &self.name, &self.holder);
     }
 }
 
@@ -181,17 +172,74 @@ impl Record {
 
 /// A hold on ZooKeeper: the record it shares with its chain, and its own
 /// token.
-pub(crate) struct ZkHold {
-    /// Keeps the client's runtime running until the hold is given back.
-    alive: Arc<Background>,
-    record: Arc<Record>,
-    token: u64,
-    _listed: Listed,
-    metric: &'static str,
-    _held: HeldMetric,
-    /// `hold_at_least`: until when the lock stays taken.
-    keep: Option<Instant>,
-    chain: OnceLock<Chain>,
+pub(crate) type ZkHold = Hold<Record>;
+
+impl crate::kept::Record for Record {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    fn client_id(&self) -> &str {
+        &self.zk.id
+    }
+
+    fn own(&self) -> &OwnHolds {
+        &self.zk.own
+    }
+
+    fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.zk.runtime
+    }
+
+    fn kind(&self) -> Kind {
+        self.side.kind()
+    }
+
+    fn downgrade(&self) -> &Downgrade<Record> {
+        &self.downgrade
+    }
+
+    fn count(&self) -> &AtomicUsize {
+        &self.holds
+    }
+
+    fn is_lost(&self) -> bool {
+        Record::is_lost(self)
+    }
+
+    fn remaining(&self) -> Duration {
+        Record::remaining(self)
+    }
+
+    fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
+        Record::lost(self)
+    }
+
+    fn expire_by(&self, at: Instant) {
+        if let Some(until) = &self.fixed {
+            let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
+            *until = (*until).min(at);
+        }
+    }
+
+    fn give_back(
+        self: Arc<Self>,
+        keep: Option<Instant>,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static {
+        give_back(self, keep)
+    }
+
+    async fn give_back_once(self: Arc<Self>, _keep: Option<Instant>) -> Result<bool, LockError> {
+        give_back_once(&self).await
+    }
+
+    fn may_outlive(&self) -> bool {
+        !self.session.is_lost()
+    }
 }
 
 /// A re-entry of `record`'s hold: a write to its node (which keeps it)
@@ -204,30 +252,8 @@ pub(super) async fn reenter(
     options: &Options,
     metric: &'static str,
 ) -> Result<ZkHold, LockError> {
-    let kinds = (record.side.kind(), side.kind());
-    if let Some(write) =
-        crate::turns::may_reenter(&record.name, kinds.0, kinds.1, &record.downgrade)?
-    {
-        // A read under this chain's own write: the write re-entered.
-        return Box::pin(reenter(alive, write, side, chain, options, metric)).await;
-    }
-    if record.is_lost() {
-        return Err(lost(&record.name));
-    }
-    // Counted first, never from 0: a last release under way meanwhile has
-    // given the node back.
-    let counted = record
-        .holds
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n > 0).then_some(n + 1)
-        });
-    if counted.is_err() {
-        return Err(lost(&record.name));
-    }
-    // Counted down again when the re-entry fails or is dropped; if the
-    // chain's other holds were given back meanwhile, this was the last: it
-    // gives the node back (in the background: the caller has its error).
-    let mut counted = Uncount(Some((record.clone(), chain.kept_until())));
+    let counted = Counted::count(record, side.kind(), chain)?;
+    let record = counted.record().clone();
     let sent = Instant::now();
     let session = &record.session;
     let data = record.data();
@@ -243,32 +269,8 @@ pub(super) async fn reenter(
         }
         Err(e) => return Err(store_error(e)),
     };
-    counted.0 = None;
     let token = u64::try_from(stat.mzxid).unwrap_or(0);
-    let held = ZkHold::new(alive, record, token, sent, options, metric);
-    let _ = held.chain.set(chain);
-    if let (Some(chain), Some(keep)) = (held.chain.get(), held.keep) {
-        chain.keep_until(keep);
-    }
-    Ok(held)
-}
-
-/// A re-entry's count of its record's holds, taken back when dropped armed
-/// (the re-entry failed or was dropped); the last one gives the node back,
-/// keeping the chain's minimum.
-struct Uncount(Option<(Arc<Record>, Option<Instant>)>);
-
-impl Drop for Uncount {
-    fn drop(&mut self) {
-        if let Some((record, keep)) = self.0.take()
-            && record.holds.fetch_sub(1, Ordering::AcqRel) == 1
-        {
-            let runtime = record.zk.runtime.clone();
-            runtime.spawn(async move {
-                let _ = give_back(record, keep).await;
-            });
-        }
-    }
+    Ok(counted.hold(alive, token, sent, options, metric))
 }
 
 /// `at` by the wall clock.
@@ -280,102 +282,20 @@ fn wall(at: Instant) -> SystemTime {
     }
 }
 
-pub(super) fn lost(name: &str) -> LockError {
-    LockError::Lost {
-        name: name.to_owned(),
-    }
-}
-
 impl ZkHold {
-    pub(super) fn new(
-        alive: Arc<Background>,
-        record: Arc<Record>,
-        token: u64,
-        sent: Instant,
-        options: &Options,
-        metric: &'static str,
-    ) -> ZkHold {
-        let listed = record
-            .zk
-            .own
-            .list(&record.name, &record.holder, token, sent, options.lease);
-        let keep = options
-            .hold_at_least
-            .and_then(|minimum| Instant::now().checked_add(minimum));
-        ZkHold {
-            alive,
-            record,
-            token,
-            _listed: listed,
-            metric,
-            _held: HeldMetric::start(metric),
-            keep,
-            chain: OnceLock::new(),
-        }
-    }
-
-    pub(crate) fn name(&self) -> &str {
-        &self.record.name
-    }
-
-    pub(crate) fn token(&self) -> u64 {
-        self.token
-    }
-
-    pub(crate) fn holder(&self) -> &str {
-        &self.record.holder
-    }
-
-    pub(crate) fn runtime(&self) -> tokio::runtime::Handle {
-        self.record.zk.runtime.clone()
-    }
-
-    /// What the holds of this hold's call chain share (made on first use,
-    /// holding this hold's minimum).
-    fn chain(&self) -> &Chain {
-        self.chain.get_or_init(|| Chain::keeping(self.keep))
-    }
-
-    pub(crate) fn scoped(&self) -> ScopedHold {
-        ScopedHold {
-            client: self.record.zk.id.clone(),
-            name: self.record.name.clone(),
-            holder: self.record.holder.clone(),
-            chain: self.chain().clone(),
-        }
-    }
-
-    pub(crate) fn expire_by(&mut self, at: Instant) {
-        if let Some(until) = &self.record.fixed {
-            let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
-            *until = (*until).min(at);
-        }
-    }
-
-    pub(crate) fn is_lost(&self) -> bool {
-        self.record.is_lost()
-    }
-
-    pub(crate) fn remaining(&self) -> Duration {
-        self.record.remaining()
-    }
-
-    pub(crate) async fn lost(&self) {
-        self.record.lost().await;
-    }
-
     /// Moves a fixed lease's end to `lease` from now (the holder enforces
     /// it: no call); one that already lasts at least that long is left as
     /// it is (a lease never shrinks). The session still bounds it.
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
-        let name = &self.record.name;
-        let Some(until) = &self.record.fixed else {
+        let record = self.record().clone();
+        let name = &record.name;
+        let Some(until) = &record.fixed else {
             return Err(LockError::Config(format!(
                 "lock `{name}`: extend is for fixed leases (acquired with .lease(..)); the \
                  session's heartbeat keeps this guard's hold until release"
             )));
         };
-        if self.record.is_lost() {
+        if record.is_lost() {
             return Err(lost(name));
         }
         {
@@ -389,9 +309,10 @@ impl ZkHold {
             *until = (*until).max(valid_until(now, lease));
         }
         // The node says the new end, for every client's `inspect`.
-        let record = self.record.clone();
         let runtime = record.zk.runtime.clone();
+        let writing = record.clone();
         let written = crate::background::run(&runtime, async move {
+            let record = writing;
             let session = &record.session;
             let data = record.data();
             record
@@ -403,70 +324,13 @@ impl ZkHold {
         match written {
             Ok(_) => {}
             Err(zk::Error::NoNode) => {
-                self.record.gone();
+                record.gone();
                 return Err(lost(name));
             }
             Err(e) => return Err(store_error(e)),
         }
         crate::telemetry::renewed(1);
         Ok(())
-    }
-
-    /// Gives the hold back: the chain's last release deletes the node (or,
-    /// before a `hold_at_least` minimum, deletes it then, from the client's
-    /// runtime); the others only count down. [`LockError::Lost`] when the
-    /// hold counted as lost or the node was gone.
-    pub(crate) async fn release(self) -> Result<(), LockError> {
-        let was_lost = self.record.is_lost();
-        let keep = self.chain.get().map_or(self.keep, Chain::kept_until);
-        let ZkHold {
-            alive,
-            record,
-            metric,
-            _listed,
-            ..
-        } = self;
-        drop(_listed);
-        let name = record.name.clone();
-        let last = record.holds.fetch_sub(1, Ordering::AcqRel) == 1;
-        let released = if last {
-            // In the caller's task: if the caller leaves before it is done,
-            // it is done again on the client's runtime (deleting a node
-            // twice is harmless: its name is this acquisition's alone).
-            let mut resume = Resume(Some((record.clone(), keep)));
-            let released = give_back(record, keep).await;
-            resume.0 = None;
-            released
-        } else {
-            Ok(true)
-        };
-        drop(alive);
-        let result = match released {
-            Ok(true) if !was_lost => Ok(()),
-            Ok(_) => Err(lost(&name)),
-            Err(e) => Err(e),
-        };
-        if matches!(result, Err(LockError::Lost { .. })) {
-            crate::telemetry::lost(metric);
-        }
-        result
-    }
-}
-
-/// A release whose caller left before it was done: done again on the
-/// client's runtime when dropped armed.
-struct Resume(Option<(Arc<Record>, Option<Instant>)>);
-
-impl Drop for Resume {
-    fn drop(&mut self) {
-        if let Some((record, keep)) = self.0.take() {
-            let runtime = record.zk.runtime.clone();
-            runtime.spawn(async move {
-                if let Err(e) = give_back(record, keep).await {
-                    tracing::warn!(error = %e, "the release of a hold whose caller left failed");
-                }
-            });
-        }
     }
 }
 
@@ -552,32 +416,7 @@ async fn give_back_node(record: Arc<Record>, keep: Option<Instant>) -> Result<bo
 
 /// [`give_back`] with no minimum to keep.
 async fn give_back_now(record: Arc<Record>) -> Result<bool, LockError> {
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match give_back_once(&record).await {
-            Err(e) if transient(&e) && tries < crate::config::UNLOCK_TRIES => {
-                tokio::time::sleep(Duration::from_millis(50 * u64::from(tries))).await;
-            }
-            Err(e) if transient(&e) => {
-                let runtime = record.zk.runtime.clone();
-                runtime.spawn(async move {
-                    let mut tries = 0;
-                    while !record.session.is_lost() {
-                        tries += 1;
-                        tokio::time::sleep(backoff(tries)).await;
-                        match give_back_once(&record).await {
-                            Err(e) if transient(&e) => {}
-                            _ => return,
-                        }
-                    }
-                });
-                return Err(e);
-            }
-            Ok(false) if tries > 1 => return Ok(true),
-            result => return result,
-        }
-    }
+    give_back_retried(record, None, 0).await
 }
 
 /// One delete of `record`'s node: whether it was there. Then the turn

@@ -351,17 +351,6 @@ pub(crate) fn store_error(e: zk::Error) -> LockError {
     }
 }
 
-/// Whether `e` may heal by itself (retried within a wait).
-pub(crate) fn transient(e: &LockError) -> bool {
-    matches!(
-        e,
-        LockError::Store {
-            transient: true,
-            ..
-        }
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,18 +7,19 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::{OwnedMutexGuard, oneshot, watch};
+use tokio::sync::watch;
 use zookeeper_client as zk;
 
 use super::hold::{Record, ZkHold, lost, reenter};
 use super::layout::{self, Contender, Side, Term, blocker, contenders};
 use super::session::Session;
-use super::{Zk, store_error, transient};
+use super::{Zk, store_error};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder;
-use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
+use crate::kept::{InScope, Pending, Undo, in_scope, list, try_again};
+use crate::request::{Options, Target, timed_out, within};
 use crate::turns::{Downgrade, OneRecord, Queued};
 
 /// An acquisition on this engine is [`crate::turns::acquire`]: the
@@ -70,36 +71,21 @@ fn take_hold(
         let name = target.name();
         let metric = options.metric.unwrap_or(target.kind());
         if let Some((holder, chain)) = reentry {
-            let record = zk
-                .records
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&(name.to_owned(), holder))
-                .cloned();
-            // Upgraded with the map unlocked: dropping a last `Arc<Record>`
-            // locks the map.
-            let Some(record) = record.and_then(|r| r.upgrade()) else {
-                return Err(lost(name));
-            };
-            if !(record.side == Side::Write && side == Side::Read) {
-                return reenter(alive, record, side, chain, &options, metric).await;
+            match in_scope(&zk.records, name, holder, side.kind())? {
+                InScope::Reenter(record) => {
+                    return reenter(alive, record, side, chain, &options, metric).await;
+                }
+                InScope::Under(write) => under = Some(write),
             }
-            // A read in the scope of this client's write: a node of its
-            // own, taken at once (see `Downgrade`).
-            if record.holds.load(std::sync::atomic::Ordering::Acquire) == 0 {
-                return Err(lost(name));
-            }
-            under = Some(record);
         }
         let number = options.number.unwrap_or_else(holder::fresh_number);
         let holder = holder::id(&zk.id, number);
         let _waiting = crate::telemetry::WaiterMetric::start(metric);
-        let mut pending = Pending {
+        let made = Made {
             zk: zk.clone(),
-            alive: alive.clone(),
-            turn,
-            made: None,
+            node: None,
         };
+        let mut pending = Pending::new(alive.clone(), turn, made);
         let how = How {
             side,
             holder: &holder,
@@ -109,34 +95,24 @@ fn take_hold(
         let mut tries = 0;
         let taken = loop {
             tries += 1;
-            match take(&zk, target, &options, &how, &mut pending).await {
+            match take(&zk, target, &options, &how, &mut pending.made).await {
                 Ok(taken) => break taken,
-                Err(e) if transient(&e) && deadline.is_none_or(|d| Instant::now() < d) => {
-                    if tries == 1 && deadline.is_none() {
-                        tracing::warn!(lock = name, error = %e, "an attempt failed; waiting without a deadline, so trying again with backoff until ZooKeeper answers");
-                    }
-                    pause_within(deadline, backoff(tries)).await;
-                }
                 Err(e) => {
-                    pending.give_up().await;
-                    // One attempt reports its fault as it is; a wait that ran
-                    // out on faults that may heal was a wait that ran out.
-                    let waited = options.wait != Some(Duration::ZERO);
-                    return Err(if transient(&e) && waited {
-                        timed_out(target, &options)
-                    } else {
-                        e
-                    });
+                    let engine = super::ENGINE;
+                    if let Err(e) = try_again(e, tries, deadline, target, &options, engine).await {
+                        pending.give_up().await;
+                        return Err(e);
+                    }
                 }
             }
         };
         let turn = pending.turn.take();
-        let Some(Made {
+        let Some(Node {
             session,
             child: Some(child),
             lock,
             ..
-        }) = pending.made.take()
+        }) = pending.made.node.take()
         else {
             return Err(lost(name));
         };
@@ -158,13 +134,7 @@ fn take_hold(
             turn: Mutex::new(turn),
             downgrade: Downgrade::new(under.clone()),
         });
-        if let Some(write) = &under {
-            write.downgrade.add(&record);
-        }
-        zk.records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((name.to_owned(), holder), Arc::downgrade(&record));
+        list(&zk.records, &record, under.as_ref());
         record.start();
         Ok(ZkHold::new(
             alive,
@@ -188,7 +158,7 @@ struct How<'a> {
 
 /// A node an acquisition made, or may have made (a create whose answer
 /// was lost): undone when the acquisition fails or is dropped.
-struct Made {
+struct Node {
     session: Arc<Session>,
     /// The lock's node.
     lock: String,
@@ -198,76 +168,37 @@ struct Made {
     child: Option<String>,
 }
 
-/// What an acquisition has made so far, undone when it fails or is
-/// dropped (in a task of the client's runtime): its node deleted, and
-/// only then the process queue's turn passed on.
-struct Pending {
+/// What an acquisition has made so far (see [`Pending`]): its node,
+/// deleted by the undo while its session lives.
+struct Made {
     zk: Arc<Zk>,
-    /// The client's runtime, kept running until the undo is done.
-    alive: Arc<Background>,
-    turn: Option<OwnedMutexGuard<()>>,
-    made: Option<Made>,
+    node: Option<Node>,
 }
 
-impl Pending {
-    /// Undoes what was made, waiting until its first try is done (the
-    /// turn passed on): any later tries go on in the background.
-    async fn give_up(&mut self) {
-        let zk = self.zk.clone();
-        let (made, turn) = (self.made.take(), self.turn.take());
-        let (passed_in, passed) = oneshot::channel();
-        self.alive
-            .spawn_keeping(async move { undo(&zk, made, turn, Some(passed_in)).await });
-        let _ = passed.await;
+impl Undo for Made {
+    fn take(&mut self) -> Option<Made> {
+        let node = self.node.take()?;
+        Some(Made {
+            zk: self.zk.clone(),
+            node: Some(node),
+        })
     }
-}
 
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if self.turn.is_none() && self.made.is_none() {
-            return;
-        }
-        let zk = self.zk.clone();
-        let (made, turn) = (self.made.take(), self.turn.take());
-        self.alive
-            .spawn_keeping(async move { undo(&zk, made, turn, None).await });
-    }
-}
-
-/// Deletes what `made` made (see [`clear`]), trying again while its
-/// session lives, then passes the turn on (after the first try).
-async fn undo(
-    zk: &Zk,
-    made: Option<Made>,
-    turn: Option<OwnedMutexGuard<()>>,
-    passed: Option<oneshot::Sender<()>>,
-) {
-    let (mut turn, mut passed) = (turn, passed);
-    if let Some(made) = made {
-        for tries in 1.. {
-            let cleared = clear(zk, &made).await;
-            drop(turn.take());
-            if let Some(passed) = passed.take() {
-                let _ = passed.send(());
-            }
-            match cleared {
-                Err(e) if transient(&e) && !made.session.is_lost() => {
-                    if tries == crate::config::UNLOCK_TRIES {
-                        tracing::warn!(lock = made.lock, error = %e, "an abandoned lock node is not deleted yet; trying on");
-                    }
-                    tokio::time::sleep(backoff(tries)).await;
-                }
-                Err(e) => {
-                    tracing::warn!(lock = made.lock, error = %e, "could not delete an abandoned lock node");
-                    break;
-                }
-                Ok(()) => break,
-            }
+    async fn clear(&mut self) -> Result<(), LockError> {
+        match &self.node {
+            Some(node) => clear(&self.zk, node).await,
+            None => Ok(()),
         }
     }
-    drop(turn);
-    if let Some(passed) = passed {
-        let _ = passed.send(());
+
+    fn may_outlive(&self) -> bool {
+        self.node.as_ref().is_some_and(|n| !n.session.is_lost())
+    }
+
+    fn what(&self) -> String {
+        self.node
+            .as_ref()
+            .map_or_else(String::new, |n| n.lock.clone())
     }
 }
 
@@ -279,7 +210,7 @@ async fn undo(
 /// runtime that drove it shut down, its link is down) may still be alive
 /// on the server, its node with it: any session may delete a node, and
 /// the client's own does, as a hold's release does (issue 34).
-async fn clear(zk: &Zk, made: &Made) -> Result<(), LockError> {
+async fn clear(zk: &Zk, made: &Node) -> Result<(), LockError> {
     let session = &made.session;
     if session.client.state().is_terminated() {
         return Ok(());
@@ -302,7 +233,7 @@ async fn clear(zk: &Zk, made: &Made) -> Result<(), LockError> {
 }
 
 /// [`clear`] through `session`: the first failure, if any.
-async fn clear_on(zk: &Zk, made: &Made, session: &Session) -> Result<(), zk::Error> {
+async fn clear_on(zk: &Zk, made: &Node, session: &Session) -> Result<(), zk::Error> {
     let children = match &made.child {
         Some(child) => vec![child.clone()],
         None => match zk
@@ -345,14 +276,14 @@ async fn take(
     target: &Target,
     options: &Options,
     how: &How<'_>,
-    pending: &mut Pending,
+    pending: &mut Made,
 ) -> Result<Taken, LockError> {
     // An earlier try's node (its answer lost, or its session gone) first.
     // Cleared by reference: dropped meanwhile, the acquisition's undo
     // still knows it.
-    if let Some(made) = &pending.made {
+    if let Some(made) = &pending.node {
         clear(zk, made).await?;
-        pending.made = None;
+        pending.node = None;
     }
     let session = zk.session().await?;
     let lock = zk.lock_path(target.name());
@@ -366,7 +297,7 @@ async fn take(
     let data = layout::data(how.holder, term(&session));
     let mut sent;
     let (ours, listed) = loop {
-        pending.made = Some(Made {
+        pending.node = Some(Node {
             session: session.clone(),
             lock: lock.clone(),
             id: id.clone(),
@@ -380,7 +311,7 @@ async fn take(
         };
         match created {
             Ok((child, listed)) => {
-                if let Some(made) = pending.made.as_mut() {
+                if let Some(made) = pending.node.as_mut() {
                     made.child = Some(child.clone());
                 }
                 let ours = Contender::of(&child).ok_or_else(|| LockError::Store {
@@ -396,7 +327,7 @@ async fn take(
             // The lock's node (or the root) is missing: made, as
             // containers, and the create sent again.
             Err(zk::Error::NoNode) => {
-                pending.made = None;
+                pending.node = None;
                 let parents = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
                 Box::pin(zk.call(&session, session.client.mkdir(&lock, &parents)))
                     .await
@@ -405,7 +336,7 @@ async fn take(
             Err(e) => {
                 // Refused: nothing was made.
                 if super::is_refusal(&e) {
-                    pending.made = None;
+                    pending.node = None;
                 }
                 return Err(store_error(e));
             }
@@ -453,7 +384,7 @@ async fn take(
                 None => {
                     // Our node went while we waited (the session expired,
                     // someone deleted it): try again, at the back of the line.
-                    pending.made = None;
+                    pending.node = None;
                     return Err(LockError::Store {
                         engine: super::ENGINE,
                         message: format!("lock `{}`: the waiter's node was deleted", target.name()),
@@ -477,7 +408,7 @@ async fn take(
             Ok(stat) => u64::try_from(stat.mzxid).unwrap_or(0),
             // Deleted at its turn: try again, at the back of the line.
             Err(zk::Error::NoNode) => {
-                pending.made = None;
+                pending.node = None;
                 return Err(LockError::Store {
                     engine: super::ENGINE,
                     message: format!("lock `{}`: the node was deleted at its turn", target.name()),
