@@ -47,6 +47,15 @@ impl Store {
         }
     }
 
+    /// The URL scheme of the engine (`redis`, `etcd`, `zk`).
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            Store::Redis(_) => "redis",
+            Store::Etcd(_) => "etcd",
+            Store::ZooKeeper(_) => "zk",
+        }
+    }
+
     /// The URL a lock client (or `lockctl --url`) is configured with.
     pub fn url(&self) -> String {
         match self {

@@ -1,14 +1,63 @@
-//! What `lockctl` shows, checked the same way on every engine.
+//! What `lockctl` shows, checked the same way on every engine: running it
+//! as a process ([`Lockctl`]) and reading what it printed.
 
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use lock_runtime::LockClient;
+use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 /// Generous bound on one line of output (it asserts no speed).
 const WITHIN: Duration = Duration::from_secs(20);
+
+/// The `lockctl` binary a test drives (`env!("CARGO_BIN_EXE_lockctl")`,
+/// which only a test target knows).
+#[derive(Clone, Copy)]
+pub struct Lockctl(pub &'static str);
+
+impl Lockctl {
+    /// `lockctl` with no URL from the environment (`REDIS_URL`,
+    /// `LOCK_URL` removed), killed when dropped.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(self.0);
+        cmd.env_remove("REDIS_URL")
+            .env_remove("LOCK_URL")
+            .kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs lockctl with `args` (stdin closed) and waits for it.
+    pub async fn run(&self, args: &[&str]) -> Output {
+        run_with(self.command(), args).await
+    }
+}
+
+/// Runs `cmd` (a [`Lockctl::command`] with more set up) with `args`
+/// (stdin closed) and waits for it.
+pub async fn run_with(mut cmd: Command, args: &[&str]) -> Output {
+    tokio::time::timeout(WITHIN, cmd.args(args).stdin(Stdio::null()).output())
+        .await
+        .expect("lockctl finished")
+        .expect("lockctl ran")
+}
+
+/// What lockctl printed on stdout.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What lockctl printed on stderr.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The JSON lockctl printed; panics with its stderr when it failed.
+pub fn json(out: &Output) -> Value {
+    assert!(out.status.success(), "lockctl failed: {}", stderr(out));
+    serde_json::from_slice(&out.stdout).expect("lockctl printed JSON")
+}
 
 /// `lockctl --url <url> watch stock:7` (`lockctl` is the command to run)
 /// prints the lock free, then an acquire by `client` naming its holder,

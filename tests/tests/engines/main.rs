@@ -13,6 +13,9 @@
 //! API, so a case asserts only what every engine promises. Layouts,
 //! interop and faults stay in the engine's own test files.
 //!
+//! The same holds for `lockctl` (the `lockctl` module here): what it
+//! shows and does on any engine's URL.
+//!
 //! Run one engine's part with `cargo test -p tests --test engines on_etcd`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,6 +58,8 @@ macro_rules! on_every_engine {
         )+
     };
 }
+
+mod lockctl;
 
 on_every_engine!(
     waiting_runs_out_with_a_typed_timeout_and_a_release_wakes_a_waiter,
