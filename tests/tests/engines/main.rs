@@ -13,8 +13,10 @@
 //! API, so a case asserts only what every engine promises. Layouts,
 //! interop and faults stay in the engine's own test files.
 //!
-//! The same holds for `lockctl` (the `lockctl` module here): what it
-//! shows and does on any engine's URL.
+//! The same holds for `lockctl` (the `lockctl` module here: what it shows
+//! and does on any engine's URL) and for the metrics (`metrics`: each
+//! engine's case in a child process, with a recorder of its own) and the
+//! global client (`global`: `LOCK_URL` of any scheme, in a child process).
 //!
 //! Run one engine's part with `cargo test -p tests --test engines on_etcd`.
 
@@ -59,7 +61,9 @@ macro_rules! on_every_engine {
     };
 }
 
+mod global;
 mod lockctl;
+mod metrics;
 
 on_every_engine!(
     waiting_runs_out_with_a_typed_timeout_and_a_release_wakes_a_waiter,
