@@ -1,5 +1,5 @@
 //! One store of any engine, for the contract tests that run on every one
-//! (`tests/tests/engines.rs`): a [`Store`] starts a Redis [`Server`], an
+//! (`tests/tests/engines/`): a [`Store`] starts a Redis [`Server`], an
 //! [`Etcd`] server or a [`ZooKeeper`] server, hands out lock clients for it, and tells, the way
 //! another program would see it in the store, how many callers wait for a
 //! lock (an event a test awaits instead of sleeping).

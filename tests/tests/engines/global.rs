@@ -6,36 +6,20 @@
 //! `LOCK_URL` naming the engine's server and `REDIS_URL` a live Redis
 //! decoy the locks must not go to.
 
-use std::process::Command;
-
 use lock_runtime::{Config, LockClient, LockError, distributed_lock};
 use redis::AsyncCommands;
 use tests::engines::Store;
 use tests::{Section, Server, eventually};
 
-use super::WITHIN;
+use super::{WITHIN, run_in_child};
 
 /// Set in the child process: the engine whose case it runs.
 const ENGINE: &str = "ENGINES_GLOBAL_ENGINE";
 
-mod without_init_the_global_client_and_the_attribute_use_lock_url {
-    use tests::engines::Store;
-
-    #[test]
-    fn on_redis() {
-        super::in_child("redis", Store::redis);
-    }
-
-    #[test]
-    fn on_etcd() {
-        super::in_child("etcd", Store::etcd);
-    }
-
-    #[test]
-    fn on_zookeeper() {
-        super::in_child("zookeeper", Store::zookeeper);
-    }
-}
+in_a_child_on_every_engine!(
+    without_init_the_global_client_and_the_attribute_use_lock_url,
+    super::in_child
+);
 
 /// In the test process: starts the store and a Redis decoy, runs this
 /// test again in a child process with `LOCK_URL` and `REDIS_URL` naming
@@ -50,14 +34,12 @@ fn in_child(engine: &str, start: fn() -> Store) {
     );
     let store = start();
     let decoy = Server::start();
-    let status = Command::new(std::env::current_exe().expect("the test binary"))
-        .args([test.as_str(), "--exact", "--nocapture"])
-        .env(ENGINE, engine)
-        .env("LOCK_URL", store.url())
-        .env("REDIS_URL", decoy.url())
-        .status()
-        .expect("the child test runs");
-    assert!(status.success(), "{test} failed in the child");
+    let vars = [
+        (ENGINE, engine.to_owned()),
+        ("LOCK_URL", store.url()),
+        ("REDIS_URL", decoy.url()),
+    ];
+    run_in_child(&test, &vars);
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let mut raw = decoy.raw().await;
         let keys: Vec<String> = raw.keys("*").await.unwrap();

@@ -61,6 +61,45 @@ macro_rules! on_every_engine {
     };
 }
 
+/// Makes `$case` three tests in a module of its name, `on_redis`,
+/// `on_etcd` and `on_zookeeper`, each calling `$run(engine, start)`: for
+/// the cases that run in a child process of their own (see
+/// [`run_in_child`]), where the server is started.
+macro_rules! in_a_child_on_every_engine {
+    ($case:ident, $run:path) => {
+        mod $case {
+            use tests::engines::Store;
+
+            #[test]
+            fn on_redis() {
+                $run("redis", Store::redis);
+            }
+
+            #[test]
+            fn on_etcd() {
+                $run("etcd", Store::etcd);
+            }
+
+            #[test]
+            fn on_zookeeper() {
+                $run("zookeeper", Store::zookeeper);
+            }
+        }
+    };
+}
+
+/// Runs this binary's test `test` again in a child process, with `vars`
+/// set there, and fails when it fails there: for what is one per process
+/// (the metrics recorder, the global client, the environment).
+fn run_in_child(test: &str, vars: &[(&str, String)]) {
+    let status = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([test, "--exact", "--nocapture"])
+        .envs(vars.iter().map(|(k, v)| (k, v)))
+        .status()
+        .expect("the child test runs");
+    assert!(status.success(), "{test} failed in the child");
+}
+
 mod global;
 mod lockctl;
 mod metrics;

@@ -6,7 +6,6 @@
 //! and its own server. What only one store does (ZooKeeper's heartbeat
 //! and holder-ended fixed leases) is in that engine's `metrics_*.rs`.
 
-use std::process::Command;
 use std::time::Duration;
 
 use lock_runtime::LockError;
@@ -15,45 +14,24 @@ use tests::engines::Store;
 use tests::eventually;
 use tests::recorded::Seen;
 
-use super::WITHIN;
+use super::{WITHIN, run_in_child};
 
 /// Set in the child process: the engine whose case it runs.
 const ENGINE: &str = "ENGINES_METRICS_ENGINE";
 
-mod every_metric_moves_as_locks_are_taken_waited_for_renewed_and_lost {
-    use tests::engines::Store;
-
-    #[test]
-    fn on_redis() {
-        super::in_child("redis", Store::redis);
-    }
-
-    #[test]
-    fn on_etcd() {
-        super::in_child("etcd", Store::etcd);
-    }
-
-    #[test]
-    fn on_zookeeper() {
-        super::in_child("zookeeper", Store::zookeeper);
-    }
-}
+in_a_child_on_every_engine!(
+    every_metric_moves_as_locks_are_taken_waited_for_renewed_and_lost,
+    super::in_child
+);
 
 /// In the child process for `engine`: the case, on a store `start` makes.
-/// In the test process: runs this test again in a child process, and
-/// fails when it fails there.
+/// In the test process: this test again, in a child process.
 fn in_child(engine: &str, start: fn() -> Store) {
     if std::env::var(ENGINE).ok().as_deref() != Some(engine) {
         let test = format!(
             "metrics::every_metric_moves_as_locks_are_taken_waited_for_renewed_and_lost::on_{engine}"
         );
-        let status = Command::new(std::env::current_exe().expect("the test binary"))
-            .args([test.as_str(), "--exact", "--nocapture"])
-            .env(ENGINE, engine)
-            .status()
-            .expect("the child test runs");
-        assert!(status.success(), "{test} failed in the child");
-        return;
+        return run_in_child(&test, &[(ENGINE, engine.to_owned())]);
     }
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async { every_metric_moves(&mut start()).await });
