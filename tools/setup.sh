@@ -14,8 +14,15 @@
 #                                   client the ZooKeeper interop tests drive
 #   default-jdk-headless            javac (and java), which compiles and runs
 #                                   that client; only when javac is missing
+#   postgresql                      the PostgreSQL engine's servers: the tests
+#                                   run initdb and postgres from
+#                                   /usr/lib/postgresql/<version>/bin (and
+#                                   psql), not the package's cluster
+#   mariadb-server                  the MariaDB engine's servers: the tests
+#                                   run mariadb-install-db and mariadbd (and
+#                                   the mariadb client), not the system service
 # The tests start their own servers on free loopback ports; a system service
-# (6379, 2379, 2181) is never used.
+# (6379, 2379, 2181, 5432, 3306) is never used, and may run or not.
 set -euo pipefail
 
 missing=()
@@ -29,6 +36,12 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 [ -f /usr/share/java/curator-recipes.jar ] || missing+=(libcurator-recipes-java)
 command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
+# PostgreSQL's server programs live in a versioned directory, off the PATH.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
+# mariadbd is in /usr/sbin, which not every user's PATH holds.
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
+command -v mariadb-install-db >/dev/null 2>&1 || missing+=(mariadb-server)
 
 if [ "${#missing[@]}" -gt 0 ]; then
     # One name each.
@@ -52,7 +65,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
             sleep 5
         done
     else
-        echo "setup: please install ${missing[*]} (Redis 6 or newer, etcd 3.4 or newer, protoc, ZooKeeper 3.8 and Curator 5 jars, a JDK) and re-run" >&2
+        echo "setup: please install ${missing[*]} (Redis 6 or newer, etcd 3.4 or newer, protoc, ZooKeeper 3.8 and Curator 5 jars, a JDK, PostgreSQL 13 or newer, MariaDB 10.11 or newer) and re-run" >&2
         exit 1
     fi
 fi
@@ -67,3 +80,7 @@ fi
 redis-server --version >&2 || true
 etcd_version=$(etcd --version 2>&1) || true
 echo "${etcd_version%%$'\n'*}" >&2
+for postgres in /usr/lib/postgresql/*/bin/postgres; do
+    "$postgres" --version >&2 || true
+done
+"$(command -v mariadbd || echo /usr/sbin/mariadbd)" --version >&2 || true

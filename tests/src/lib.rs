@@ -5,8 +5,11 @@
 pub mod engines;
 pub mod etcd;
 pub mod lockctl;
+pub mod mariadb;
+pub mod postgres;
 pub mod proxy;
 pub mod recorded;
+pub mod sql_server;
 pub mod topology;
 pub mod zookeeper;
 
