@@ -27,11 +27,12 @@
 //!    counting allocator), and how many connections the waiting client
 //!    uses (its own and the near connection of the runtime it waits on: 2);
 //! 7. to 10. the etcd engine against its floor on the same etcd
-//!    (`examples::etcd_rows`: uncontended, 64 tasks, handoff, 10,000
-//!    waiters), unless `--no-etcd`; `etcd_bench` runs them alone;
+//!    (`examples::rows`: uncontended, 64 tasks, handoff, 10,000 waiters;
+//!    the floor in `examples::etcd_rows`), unless `--no-etcd`; `etcd_bench`
+//!    runs them alone;
 //! 11. to 14. the ZooKeeper engine against its floor on the same server
-//!     (`examples::zk_rows`: the same four rows), unless `--no-zookeeper`;
-//!     `zk_bench` runs them alone.
+//!     (the same four rows; the floor in `examples::zk_rows`), unless
+//!     `--no-zookeeper`; `zk_bench` runs them alone.
 //!
 //! ```text
 //! cargo run --release -p examples --example lock_bench
@@ -50,6 +51,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use examples::etcd_rows::EtcdFloor;
+use examples::rows::{self, Floor, Server};
+use examples::zk_rows::ZkFloor;
 use examples::{Redis, median, per_second, percentile};
 use lock_runtime::{Config, LockClient, LockError, distributed_lock};
 use redis::aio::MultiplexedConnection;
@@ -1042,50 +1046,31 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
     }
     if args.etcd {
         println!();
-        etcd_rows(args)?;
+        engine_rows::<EtcdFloor>(args, 7, "--no-etcd")?;
     }
     if args.zookeeper {
         println!();
-        zk_rows(args)?;
+        engine_rows::<ZkFloor>(args, 11, "--no-zookeeper")?;
     }
     Ok(())
 }
 
-/// Rows 11-14: the ZooKeeper engine against its floor
-/// (`examples::zk_rows`), sized as `zk_bench`'s defaults but for the
-/// waiters.
-fn zk_rows(args: Args) -> Result<(), BenchError> {
-    let server = examples::ZooKeeper::from_env_or_start().map_err(|e| {
-        BenchError::Broken(format!(
-            "the ZooKeeper rows (--no-zookeeper skips them): {e}"
-        ))
+/// Rows 7-10 (etcd) or 11-14 (ZooKeeper), numbered from `first`: the
+/// engine against its floor (`examples::rows`), sized as `etcd_bench`'s and
+/// `zk_bench`'s defaults but for the waiters. `skip` is the flag that skips
+/// them.
+fn engine_rows<F: Floor>(args: Args, first: usize, skip: &str) -> Result<(), BenchError> {
+    let server = F::Server::from_env_or_start().map_err(|e| {
+        BenchError::Broken(format!("the {} rows ({skip} skips them): {e}", F::NAME))
     })?;
-    let sizes = examples::zk_rows::Args {
+    let sizes = rows::Args {
         waiters: args.waiters,
         names: args.names,
         ..Default::default()
     };
     let multi = runtime(true)?;
     on(&multi, async move {
-        examples::zk_rows::run(&server, sizes, 11)
-            .await
-            .map_err(|e| BenchError::Broken(e.to_string()))
-    })
-}
-
-/// Rows 7-10: the etcd engine against its floor (`examples::etcd_rows`),
-/// sized as `etcd_bench`'s defaults but for the waiters.
-fn etcd_rows(args: Args) -> Result<(), BenchError> {
-    let etcd = examples::Etcd::from_env_or_start()
-        .map_err(|e| BenchError::Broken(format!("the etcd rows (--no-etcd skips them): {e}")))?;
-    let sizes = examples::etcd_rows::Args {
-        waiters: args.waiters,
-        names: args.names,
-        ..Default::default()
-    };
-    let multi = runtime(true)?;
-    on(&multi, async move {
-        examples::etcd_rows::run(&etcd, sizes, 7)
+        rows::run::<F>(&server, sizes, first)
             .await
             .map_err(|e| BenchError::Broken(e.to_string()))
     })

@@ -1,368 +1,123 @@
-//! The etcd rows of the benchmarks: what a lock costs against the floor on
-//! the same etcd, all measured in one run, every lock call from spawned
-//! tasks. `etcd_bench` runs them alone (rows 1-4); `lock_bench` runs them
-//! after the Redis rows (rows 7-10).
+//! The etcd engine's floor for the shared rows ([`crate::rows`]):
+//! `etcd_bench` runs them alone (rows 1-4); `lock_bench` runs them after
+//! the Redis rows (rows 7-10).
 //!
 //! - **floor**: on one `etcd-client` connection with one lease granted up
 //!   front, a txn "put the key with the lease if it does not exist" plus a
 //!   delete (2 round trips, 2 writes). The least an etcd lock can do.
-//! - **ours**: `client.lock(name).acquire()` + `guard.release()` on a
-//!   `LockClient` of `etcd://`.
-//!
-//! Rows (variants take turns inside each round; ratios are medians of
-//! per-round ratios):
-//!
-//! 1. uncontended acquire + release, 1 task;
-//! 2. 64 tasks on one client, distinct names;
-//! 3. handoff: from the start of `release()` to the instant another
-//!    client's waiter returns, p50 / p99, also in round trips of one write
-//!    (a plain put, measured alongside);
-//! 4. 10,000 waiters on 1,000 names: release all → all done, the memory
-//!    each waiter holds while waiting (live heap, counted by a counting
-//!    allocator), and the watch streams the waiting client opened (etcd's
-//!    own `etcd_debugging_mvcc_watch_stream_total`).
+//! - row 3's round trip: a plain put;
+//! - row 4 also counts the watch streams the waiting client opened (etcd's
+//!   own `etcd_debugging_mvcc_watch_stream_total`).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Compare, CompareOp, KvClient, PutOptions, Txn, TxnOp};
-use lock_runtime::{Config, LockClient};
+use etcd_client::{Compare, CompareOp, GetOptions, KvClient, PutOptions, Txn, TxnOp};
 
-use crate::{Etcd, median, per_second, percentile};
+use crate::Etcd;
+use crate::rows::{BenchError, DRAIN, Floor, Streams};
 
-/// What a row can fail with.
-pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
-
-/// What the etcd rows run: their sizes.
-#[derive(Debug, Clone, Copy)]
-pub struct Args {
-    /// Measured rounds of rows 1-2, each running both variants.
-    pub rounds: usize,
-    /// Pairs per round of row 1 (row 2: a quarter per task).
-    pub ops: usize,
-    /// Handoffs measured in row 3.
-    pub handoffs: usize,
-    /// Waiters of row 4.
-    pub waiters: usize,
-    /// Names they wait on.
-    pub names: usize,
+/// The etcd floor: a raw client of the same etcd, and its lease.
+pub struct EtcdFloor {
+    kv: KvClient,
+    lease: i64,
+    /// The client `kv` came from, kept for the whole run.
+    _client: etcd_client::Client,
+    /// Where row 4 reads the watch streams and connects its probe.
+    endpoint: String,
 }
 
-impl Default for Args {
-    fn default() -> Args {
-        Args {
-            rounds: 5,
-            ops: 300,
-            handoffs: 300,
-            waiters: 10_000,
-            names: 1_000,
-        }
+impl EtcdFloor {
+    /// How many keys begin with `prefix`.
+    async fn count(kv: &mut KvClient, prefix: &str) -> Result<i64, BenchError> {
+        let found = kv
+            .get(
+                prefix,
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            )
+            .await?;
+        Ok(found.count())
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Variant {
-    Floor,
-    Ours,
-}
+impl Floor for EtcdFloor {
+    type Server = Etcd;
+    /// Row 4's probe: a client of its own.
+    type Probe = KvClient;
+    const LABEL: &'static str = "etcd";
+    const NAME: &'static str = "etcd";
+    const ISSUE: u32 = 24;
+    const STREAMS: Option<Streams> = Some(Streams {
+        unit: "watch stream(s)",
+        goal: "one watch stream",
+        most: 1,
+    });
 
-/// What both variants run on.
-struct Peers {
-    kv: KvClient,
-    lease: i64,
-    ours: LockClient,
-}
+    async fn connect(etcd: &Etcd) -> Result<EtcdFloor, BenchError> {
+        let endpoint = etcd.endpoint();
+        let client = etcd_client::Client::connect([endpoint.as_str()], None).await?;
+        let lease = client.lease_client().grant(30, None).await?.id();
+        Ok(EtcdFloor {
+            kv: client.kv_client(),
+            lease,
+            _client: client,
+            endpoint,
+        })
+    }
 
-impl Peers {
-    /// `n` acquire + release pairs of `variant` on `name`.
-    async fn pairs(&self, variant: Variant, name: &str, n: usize) -> Result<(), BenchError> {
+    async fn pairs(&self, name: &str, n: usize) -> Result<(), BenchError> {
         let mut kv = self.kv.clone();
         for _ in 0..n {
-            match variant {
-                Variant::Floor => {
-                    let key = format!("{name}/{:x}", self.lease);
-                    let txn = Txn::new()
-                        .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-                        .and_then([TxnOp::put(
-                            key.as_str(),
-                            "",
-                            Some(PutOptions::new().with_lease(self.lease)),
-                        )]);
-                    if !kv.txn(txn).await?.succeeded() {
-                        return Err("the floor's key was taken".into());
-                    }
-                    kv.delete(key, None).await?;
-                }
-                Variant::Ours => {
-                    self.ours.lock(name).acquire().await?.release().await?;
-                }
+            let key = format!("{name}/{:x}", self.lease);
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.as_str(),
+                    "",
+                    Some(PutOptions::new().with_lease(self.lease)),
+                )]);
+            if !kv.txn(txn).await?.succeeded() {
+                return Err("the floor's key was taken".into());
             }
+            kv.delete(key, None).await?;
         }
         Ok(())
     }
-}
 
-/// Pairs per second of each variant, round by round (`tasks` tasks each
-/// doing `per_task` pairs on a name of its own).
-async fn interleaved(
-    peers: &Arc<Peers>,
-    args: Args,
-    tasks: usize,
-    per_task: usize,
-) -> Result<[Vec<f64>; 2], BenchError> {
-    let variants = [Variant::Floor, Variant::Ours];
-    let mut rates = [Vec::new(), Vec::new()];
-    for round in 0..=args.rounds {
-        for i in 0..2 {
-            let index = (i + round) % 2;
-            let variant = variants[index];
-            let started = Instant::now();
-            let runs: Vec<_> = (0..tasks)
-                .map(|t| {
-                    let peers = peers.clone();
-                    let name = format!("bench-{variant:?}-{tasks}-{t}");
-                    tokio::spawn(async move { peers.pairs(variant, &name, per_task).await })
-                })
-                .collect();
-            for run in runs {
-                run.await??;
-            }
-            // Round 0 warms up (connections, the session, the allocator).
-            if round > 0 {
-                rates[index].push(per_second((tasks * per_task) as u64, started.elapsed()));
-            }
-        }
-    }
-    Ok(rates)
-}
-
-/// Median of the per-round ratios ours / floor, and ours' median rate.
-fn ratio(rates: &[Vec<f64>; 2]) -> (f64, f64) {
-    let ratios: Vec<f64> = rates[1].iter().zip(&rates[0]).map(|(o, f)| o / f).collect();
-    (median(&ratios), median(&rates[1]))
-}
-
-/// Row 3: client A holds, client B's waiter is woken by the release.
-async fn handoff(
-    url: &str,
-    kv: &KvClient,
-    n: usize,
-) -> Result<(Vec<Duration>, Duration), BenchError> {
-    let (a, b) = (
-        LockClient::connect(Config::new(url)).await?,
-        LockClient::connect(Config::new(url)).await?,
-    );
-    let mut samples = Vec::with_capacity(n);
-    let mut writes = Vec::with_capacity(n);
-    let mut kv = kv.clone();
-    for _ in 0..n {
-        let held = a.lock("bench-handoff").acquire().await?;
-        let (queued_in, queued) = tokio::sync::oneshot::channel();
-        let waiter = tokio::spawn({
-            let b = b.clone();
-            async move {
-                let acquire = b.lock("bench-handoff").acquire();
-                let _ = queued_in.send(());
-                let guard = acquire.await?;
-                let at = Instant::now();
-                guard.release().await?;
-                Ok::<_, BenchError>(at)
-            }
-        });
-        queued.await?;
-        // The waiter's key is in etcd: two contenders.
-        let prefix = "bench-handoff/";
-        loop {
-            let found = kv
-                .get(
-                    prefix,
-                    Some(
-                        etcd_client::GetOptions::new()
-                            .with_prefix()
-                            .with_count_only(),
-                    ),
-                )
-                .await?;
-            if found.count() >= 2 {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        let released = Instant::now();
-        held.release().await?;
-        let woken = waiter.await??;
-        samples.push(woken.saturating_duration_since(released));
+    async fn round_trip(&self) -> Result<Duration, BenchError> {
+        let mut kv = self.kv.clone();
         let put = Instant::now();
         kv.put("bench-rt", "x", None).await?;
-        writes.push(put.elapsed());
+        Ok(put.elapsed())
     }
-    writes.sort();
-    Ok((samples, writes[writes.len() / 2]))
-}
 
-/// Live heap bytes of this process.
-fn live_heap() -> i64 {
-    let s = stats_alloc::INSTRUMENTED_SYSTEM.stats();
-    s.bytes_allocated as i64 - s.bytes_deallocated as i64 + s.bytes_reallocated as i64
-}
+    async fn contenders(&self, name: &str) -> Result<usize, BenchError> {
+        let found = Self::count(&mut self.kv.clone(), &format!("{name}/")).await?;
+        Ok(found as usize)
+    }
 
-/// etcd's count of open watch streams, from its metrics endpoint.
-fn watch_streams(endpoint: &str) -> Result<i64, BenchError> {
-    use std::io::{Read, Write};
-    let host = endpoint.trim_start_matches("http://");
-    let mut conn = std::net::TcpStream::connect(host)?;
-    write!(conn, "GET /metrics HTTP/1.0\r\nHost: {host}\r\n\r\n")?;
-    let mut body = String::new();
-    conn.read_to_string(&mut body)?;
-    body.lines()
-        .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watch_stream_total "))
-        .and_then(|n| n.trim().parse::<f64>().ok())
-        .map(|n| n as i64)
-        .ok_or_else(|| "no watch stream gauge in etcd's metrics".into())
-}
+    async fn drain_probe(&self) -> Result<KvClient, BenchError> {
+        Ok(etcd_client::Client::connect([self.endpoint.as_str()], None)
+            .await?
+            .kv_client())
+    }
 
-/// Row 4's result.
-struct Drain {
-    drained: Duration,
-    bytes_per_waiter: f64,
-    streams: i64,
-}
+    /// Each name's holder and head waiter have their keys (2 per name).
+    async fn all_queued(&self, kv: &mut KvClient, names: &[String]) -> Result<bool, BenchError> {
+        Ok(Self::count(kv, DRAIN).await? >= 2 * names.len() as i64)
+    }
 
-/// Row 4: a holder takes `names` locks; `waiters` tasks on another client
-/// wait for them, as many per name; then the holder releases them all.
-async fn drain(url: &str, endpoint: &str, args: Args) -> Result<Drain, BenchError> {
-    let names: Vec<String> = (0..args.names)
-        .map(|n| format!("bench-drain-{n}"))
-        .collect();
-    let holder = LockClient::connect(Config::new(url)).await?;
-    let mut held = Vec::new();
-    for name in &names {
-        held.push(holder.lock(name.clone()).acquire().await?);
+    /// etcd's count of open watch streams, from its metrics endpoint.
+    fn streams(&self) -> Result<i64, BenchError> {
+        use std::io::{Read, Write};
+        let host = self.endpoint.trim_start_matches("http://");
+        let mut conn = std::net::TcpStream::connect(host)?;
+        write!(conn, "GET /metrics HTTP/1.0\r\nHost: {host}\r\n\r\n")?;
+        let mut body = String::new();
+        conn.read_to_string(&mut body)?;
+        body.lines()
+            .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watch_stream_total "))
+            .and_then(|n| n.trim().parse::<f64>().ok())
+            .map(|n| n as i64)
+            .ok_or_else(|| "no watch stream gauge in etcd's metrics".into())
     }
-    let client = LockClient::connect(Config::new(url)).await?;
-    let streams_before = watch_streams(endpoint)?;
-    let before = live_heap();
-    let started = Arc::new(AtomicUsize::new(0));
-    let tasks = crate::spawn_waiters::<BenchError>(&client, &names, args.waiters, &started);
-    while started.load(Ordering::Relaxed) < args.waiters {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    // Every name's head waiter has its key (2 per name).
-    let mut kv = etcd_client::Client::connect([endpoint], None)
-        .await?
-        .kv_client();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let found = kv
-            .get(
-                "bench-drain-",
-                Some(
-                    etcd_client::GetOptions::new()
-                        .with_prefix()
-                        .with_count_only(),
-                ),
-            )
-            .await?;
-        if found.count() >= 2 * args.names as i64 {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err("the waiters never queued".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let bytes = live_heap() - before;
-    let streams = watch_streams(endpoint)? - streams_before;
-    let released = Instant::now();
-    let mut releases = Vec::new();
-    for guard in held {
-        releases.push(tokio::spawn(guard.release()));
-    }
-    let drained = crate::drained(released, tasks, releases).await?;
-    Ok(Drain {
-        drained,
-        bytes_per_waiter: bytes as f64 / args.waiters as f64,
-        streams,
-    })
-}
-
-/// Runs the rows against `etcd` and prints them, numbered from `first`,
-/// then the goals of issue 24. The live heap is read from
-/// `stats_alloc::INSTRUMENTED_SYSTEM`: the program must make it its global
-/// allocator.
-pub async fn run(etcd: &Etcd, args: Args, first: usize) -> Result<(), BenchError> {
-    let row = |n: usize| first + n - 1;
-    let url = etcd.url();
-    let endpoint = etcd.endpoint();
-    let raw = etcd_client::Client::connect([endpoint.as_str()], None).await?;
-    let lease = raw.lease_client().grant(30, None).await?.id();
-    let peers = Arc::new(Peers {
-        kv: raw.kv_client(),
-        lease,
-        ours: LockClient::connect(Config::new(url)).await?,
-    });
-    println!("etcd: {}", etcd.describe());
-    let one = interleaved(&peers, args, 1, args.ops).await?;
-    let (r1, o1) = ratio(&one);
-    println!(
-        "{}. uncontended pair, 1 task:      ours {o1:>8.0}/s   floor {:>8.0}/s   ours/floor {r1:.2}x",
-        row(1),
-        median(&one[0])
-    );
-    let many = interleaved(&peers, args, 64, (args.ops / 4).max(5)).await?;
-    let (r2, o2) = ratio(&many);
-    println!(
-        "{}. 64 tasks, distinct names:      ours {o2:>8.0}/s   floor {:>8.0}/s   ours/floor {r2:.2}x",
-        row(2),
-        median(&many[0])
-    );
-    let (mut samples, write) = handoff(url, &peers.kv, args.handoffs).await?;
-    let (p50, p99) = (
-        percentile(&mut samples, 50.0),
-        percentile(&mut samples, 99.0),
-    );
-    let rt = |d: Duration| d.as_secs_f64() / write.as_secs_f64().max(1e-9);
-    println!(
-        "{}. handoff: p50 {p50:>8.1?} ({:.1} RT)   p99 {p99:>8.1?} ({:.1} RT)   one write RT {write:.1?}",
-        row(3),
-        rt(p50),
-        rt(p99)
-    );
-    let d = drain(url, &endpoint, args).await?;
-    println!(
-        "{}. {} waiters on {} names: drained in {:.1?}, {:.0} B per waiter, {} watch stream(s)",
-        row(4),
-        args.waiters,
-        args.names,
-        d.drained,
-        d.bytes_per_waiter,
-        d.streams
-    );
-    println!();
-    println!("goals of the etcd rows (issue 24)");
-    let goals = [
-        ("uncontended >= 0.8x floor", format!("{r1:.2}x"), r1 >= 0.8),
-        ("64 tasks >= 0.8x floor", format!("{r2:.2}x"), r2 >= 0.8),
-        (
-            "handoff p50 <= 2 RT",
-            format!("{:.1} RT", rt(p50)),
-            rt(p50) <= 2.0,
-        ),
-        (
-            "<= 1.5 KiB per waiter",
-            format!("{:.0} B", d.bytes_per_waiter),
-            d.bytes_per_waiter <= 1536.0,
-        ),
-        ("one watch stream", d.streams.to_string(), d.streams <= 1),
-    ];
-    for (goal, value, met) in goals {
-        println!(
-            "  {:<28} {value:>10}  {}",
-            goal,
-            if met { "met" } else { "NOT met" }
-        );
-    }
-    Ok(())
 }

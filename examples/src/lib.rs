@@ -1,9 +1,11 @@
 //! Shared helpers of the examples: finding a Redis server to run against
-//! (`REDIS_URL`, or a throwaway local `redis-server`) or an etcd
-//! (`LOCK_URL`, or a throwaway `etcd`), small statistics for the reports,
-//! and the etcd rows the benchmarks share ([`etcd_rows`]).
+//! (`REDIS_URL`, or a throwaway local `redis-server`), an etcd or a
+//! ZooKeeper (`LOCK_URL`, or a throwaway one), small statistics for the
+//! reports, and the rows the benchmarks share for every engine but Redis
+//! ([`rows`]; each engine's floor in [`etcd_rows`], [`zk_rows`]).
 
 pub mod etcd_rows;
+pub mod rows;
 pub mod zk_rows;
 
 use std::fmt;
@@ -172,6 +174,16 @@ pub fn start<A>(
     parse: impl FnOnce() -> Result<A, String>,
     usage: &str,
 ) -> Result<(A, Redis), ExitCode> {
+    start_with(parse, usage, Redis::from_env_or_start)
+}
+
+/// [`start`] with another server than Redis: the one `server` finds or
+/// starts (its error is printed, and the example ends with a failure).
+pub fn start_with<A, S>(
+    parse: impl FnOnce() -> Result<A, String>,
+    usage: &str,
+    server: impl FnOnce() -> Result<S, NoRedis>,
+) -> Result<(A, S), ExitCode> {
     let args = match parse() {
         Ok(args) => args,
         Err(e) if e.is_empty() => {
@@ -183,8 +195,8 @@ pub fn start<A>(
             return Err(ExitCode::from(2));
         }
     };
-    match Redis::from_env_or_start() {
-        Ok(redis) => Ok((args, redis)),
+    match server() {
+        Ok(server) => Ok((args, server)),
         Err(e) => {
             eprintln!("{e}");
             Err(ExitCode::FAILURE)
