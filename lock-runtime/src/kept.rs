@@ -26,7 +26,7 @@ use crate::holder::{Chain, ScopedHold};
 use crate::own::{Listed, OwnHolds};
 use crate::request::{Options, Target, backoff, pause_within, timed_out};
 use crate::telemetry::HeldMetric;
-use crate::turns::{Downgrade, Held, Kind, Records, may_reenter};
+use crate::turns::{Downgrade, Held, Kind, Queued, Records, may_reenter};
 
 /// An engine's record of one client's hold of one name, shared by a hold
 /// and its re-entries: what the shared [`Hold`] needs of it.
@@ -419,6 +419,152 @@ pub(crate) fn unlist<R>(records: &Records<R>, name: &str, holder: &str) {
     let mut records = records.lock().unwrap_or_else(|p| p.into_inner());
     if records.get(&key).is_some_and(|r| r.strong_count() == 0) {
         records.remove(&key);
+    }
+}
+
+/// Who takes a hold, and on which side: what each try of an acquisition
+/// knows.
+pub(crate) struct How<'a, R, S> {
+    pub(crate) side: S,
+    pub(crate) holder: &'a str,
+    /// The holder number (the part of the holder id after the client's).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) number: u64,
+    pub(crate) deadline: Option<Instant>,
+    /// A read's: this client's write hold whose scope it is taken in.
+    pub(crate) under: Option<&'a Arc<R>>,
+}
+
+/// A hold taken in the store: its token, when the call that confirmed it
+/// was sent, and what else the engine learnt.
+pub(crate) struct Taken<X> {
+    pub(crate) token: u64,
+    pub(crate) sent: Instant,
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) more: X,
+}
+
+/// An engine whose acquisitions [`take_hold`] drives: what each try does
+/// in its store, and the record a hold taken gets.
+pub(crate) trait Taking: Send + Sync + Sized + 'static {
+    type Record: Record;
+    /// Which kind of contender an acquisition is, in the store's terms.
+    type Side: Copy + Send + Sync + 'static;
+    type Made: Undo;
+    type More: Send;
+    /// The engine's name, for the log.
+    const ENGINE: &'static str;
+    /// The client's id.
+    fn id(&self) -> &str;
+    /// The client's records, per lock name and holder id.
+    fn records(&self) -> &Records<Self::Record>;
+    /// The side `target` takes (a name the store refuses is an error).
+    fn side(target: &Target) -> Result<Self::Side, LockError>;
+    fn kind(side: Self::Side) -> Kind;
+    /// A re-entry of `record`'s hold.
+    fn reenter<'a>(
+        alive: Arc<Background>,
+        record: Arc<Self::Record>,
+        side: Self::Side,
+        chain: Chain,
+        options: &'a Options,
+        metric: &'static str,
+    ) -> impl Future<Output = Result<Hold<Self::Record>, LockError>> + Send + 'a;
+    /// Nothing made yet, by `holder`.
+    fn made(self: &Arc<Self>, holder: &str) -> Self::Made;
+    /// One try at the hold.
+    fn take<'a>(
+        self: &'a Arc<Self>,
+        target: &'a Target,
+        options: &'a Options,
+        how: &'a How<'a, Self::Record, Self::Side>,
+        made: &'a mut Self::Made,
+    ) -> impl Future<Output = Result<Taken<Self::More>, LockError>> + Send + 'a;
+    /// The record of the hold `taken` (what `made` made), listed in the
+    /// client's records and started (bound to what keeps it, or timed),
+    /// keeping `turn` until it goes; [`LockError::Lost`] when what was
+    /// made is gone.
+    fn record(
+        self: &Arc<Self>,
+        name: &str,
+        options: &Options,
+        how: &How<'_, Self::Record, Self::Side>,
+        taken: &Taken<Self::More>,
+        made: &mut Self::Made,
+        turn: Option<OwnedMutexGuard<()>>,
+    ) -> Result<Arc<Self::Record>, LockError>;
+}
+
+/// An acquisition on a [`Taking`] engine once the options are checked and
+/// its turn is in: a re-entry when the caller runs in the scope of this
+/// client's hold, else tries in the store (the undo of what they made
+/// when the acquisition fails or is dropped) until the hold is taken.
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn keeps its arguments twice (see the comment inside)"
+)]
+pub(crate) fn take_hold<S: Taking>(
+    alive: Arc<Background>,
+    store: Arc<S>,
+    target: &Target,
+    options: Options,
+    queued: Queued,
+) -> impl Future<Output = Result<Hold<S::Record>, LockError>> + Send + '_ {
+    // An async block, not an async fn: a head waits in it, and an async
+    // fn keeps its arguments twice (as they came and as moved).
+    async move {
+        let Queued {
+            reentry,
+            turn,
+            deadline,
+        } = queued;
+        let mut under = None;
+        let side = S::side(target)?;
+        let name = target.name();
+        let metric = options.metric.unwrap_or(target.kind());
+        if let Some((holder, chain)) = reentry {
+            match in_scope(store.records(), name, holder, S::kind(side))? {
+                InScope::Reenter(record) => {
+                    return S::reenter(alive, record, side, chain, &options, metric).await;
+                }
+                InScope::Under(write) => under = Some(write),
+            }
+        }
+        let number = options.number.unwrap_or_else(crate::holder::fresh_number);
+        let holder = crate::holder::id(store.id(), number);
+        let _waiting = crate::telemetry::WaiterMetric::start(metric);
+        let mut pending = Pending::new(alive.clone(), turn, store.made(&holder));
+        let how = How {
+            side,
+            holder: &holder,
+            number,
+            deadline,
+            under: under.as_ref(),
+        };
+        let mut tries = 0;
+        let taken = loop {
+            tries += 1;
+            match store.take(target, &options, &how, &mut pending.made).await {
+                Ok(taken) => break taken,
+                Err(e) => {
+                    if let Err(e) = try_again(e, tries, deadline, target, &options, S::ENGINE).await
+                    {
+                        pending.give_up().await;
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        let turn = pending.turn.take();
+        let record = store.record(name, &options, &how, &taken, &mut pending.made, turn)?;
+        Ok(Hold::new(
+            alive,
+            record,
+            taken.token,
+            taken.sent,
+            &options,
+            metric,
+        ))
     }
 }
 

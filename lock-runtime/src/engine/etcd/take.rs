@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, SortOrder, Txn, TxnOp, TxnOpResponse};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{OwnedMutexGuard, oneshot, watch};
 
 use super::hold::{EtcdHold, Lease, Record, lost, reenter, revision};
 use super::layout::{Side, one_of};
@@ -18,13 +18,13 @@ use super::{ENGINE, Etcd, Here};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder;
-use crate::kept::{InScope, Pending, Undo, in_scope, list, try_again};
+use crate::holder::Chain;
+use crate::kept::{Taking, Undo, list};
 use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
-use crate::turns::{Downgrade, OneRecord, Queued};
+use crate::turns::{Downgrade, Kind, OneRecord, Queued};
 
 /// An acquisition on this engine is [`crate::turns::acquire`]: the
-/// shared queueing in the process, then [`take_hold`].
+/// shared queueing in the process, then [`crate::kept::take_hold`].
 impl OneRecord for Etcd {
     type Hold = EtcdHold;
 
@@ -43,78 +43,82 @@ impl OneRecord for Etcd {
         options: Options,
         queued: Queued,
     ) -> impl Future<Output = Result<EtcdHold, LockError>> + Send + '_ {
-        take_hold(alive, self, target, options, queued)
+        crate::kept::take_hold(alive, self, target, options, queued)
     }
 }
 
-/// An acquisition once the options are checked and its turn is in.
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an async fn keeps its arguments twice (see the comment inside)"
-)]
-fn take_hold(
-    alive: Arc<Background>,
-    etcd: Arc<Etcd>,
-    target: &Target,
-    options: Options,
-    queued: Queued,
-) -> impl Future<Output = Result<EtcdHold, LockError>> + Send + '_ {
-    // An async block, not an async fn: a head waits in it, and an async
-    // fn keeps its arguments twice (as they came and as moved).
-    async move {
-        let Queued {
-            reentry,
-            turn,
-            deadline,
-        } = queued;
-        let mut under = None;
-        let side = Side::of(target)?;
-        let name = target.name();
-        let metric = options.metric.unwrap_or(target.kind());
-        if let Some((holder, chain)) = reentry {
-            match in_scope(&etcd.records, name, holder, side.kind())? {
-                InScope::Reenter(record) => {
-                    return reenter(alive, record, side, chain, &options, metric).await;
-                }
-                InScope::Under(write) => under = Some(write),
-            }
-        }
-        let number = options.number.unwrap_or_else(holder::fresh_number);
-        let holder = holder::id(&etcd.id, number);
-        let _waiting = crate::telemetry::WaiterMetric::start(metric);
-        let made = Made {
-            etcd: etcd.clone(),
+/// Who takes the hold, and on which side.
+type How<'a> = crate::kept::How<'a, Record, Side>;
+
+/// A hold taken in etcd: its key's create revision beside the token.
+type Taken = crate::kept::Taken<i64>;
+
+impl Taking for Etcd {
+    type Record = Record;
+    type Side = Side;
+    type Made = Made;
+    type More = i64;
+    const ENGINE: &'static str = ENGINE;
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn records(&self) -> &crate::turns::Records<Record> {
+        &self.records
+    }
+
+    fn side(target: &Target) -> Result<Side, LockError> {
+        Side::of(target)
+    }
+
+    fn kind(side: Side) -> Kind {
+        side.kind()
+    }
+
+    fn reenter<'a>(
+        alive: Arc<Background>,
+        record: Arc<Record>,
+        side: Side,
+        chain: Chain,
+        options: &'a Options,
+        metric: &'static str,
+    ) -> impl Future<Output = Result<EtcdHold, LockError>> + Send + 'a {
+        reenter(alive, record, side, chain, options, metric)
+    }
+
+    fn made(self: &Arc<Self>, holder: &str) -> Made {
+        Made {
+            etcd: self.clone(),
             session: None,
             key: None,
             fixed: None,
             answered: None,
             sent: false,
-            holder: holder.clone(),
-        };
-        let mut pending = Pending::new(alive.clone(), turn, made);
-        let mut tries = 0;
-        let taken = loop {
-            tries += 1;
-            let how = How {
-                side,
-                holder: &holder,
-                number,
-                deadline,
-                under: under.as_ref(),
-            };
-            match take(&etcd, target, &options, &how, &mut pending.made).await {
-                Ok(taken) => break taken,
-                Err(e) => {
-                    if let Err(e) = try_again(e, tries, deadline, target, &options, ENGINE).await {
-                        pending.give_up().await;
-                        return Err(e);
-                    }
-                }
-            }
-        };
-        let turn = pending.turn.take();
+            holder: holder.to_owned(),
+        }
+    }
+
+    fn take<'a>(
+        self: &'a Arc<Self>,
+        target: &'a Target,
+        options: &'a Options,
+        how: &'a How<'a>,
+        made: &'a mut Made,
+    ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
+        take(self, target, options, how, made)
+    }
+
+    fn record(
+        self: &Arc<Self>,
+        name: &str,
+        _options: &Options,
+        how: &How<'_>,
+        taken: &Taken,
+        made: &mut Made,
+        turn: Option<OwnedMutexGuard<()>>,
+    ) -> Result<Arc<Record>, LockError> {
         // The claim on the key is kept until the hold is bound to the session.
-        let made = &mut pending.made;
         let (Some(session), Some(claim)) = (made.session.take(), made.key.take()) else {
             return Err(lost(name));
         };
@@ -129,50 +133,33 @@ fn take_hold(
             },
         };
         let record = Arc::new(Record {
-            etcd: etcd.clone(),
+            etcd: self.clone(),
             name: name.to_owned(),
-            side,
+            side: how.side,
             key: claim.key().to_owned(),
-            holder: holder.clone(),
-            create_revision: taken.create_revision,
+            holder: how.holder.to_owned(),
+            create_revision: taken.more,
             lease,
             holds: AtomicUsize::new(1),
             deleted: watch::channel(false).0,
             watcher: OnceLock::new(),
             turn: Mutex::new(turn),
-            downgrade: Downgrade::new(under.clone()),
+            downgrade: Downgrade::new(how.under.cloned()),
         });
-        list(&etcd.records, &record, under.as_ref());
+        list(&self.records, &record, how.under);
         match record.lease {
             Lease::Fixed { .. } => record.watch_deletion(),
             Lease::Session { .. } => record.bind(),
         }
         drop(claim);
-        Ok(EtcdHold::new(
-            alive,
-            record,
-            taken.token,
-            taken.sent,
-            &options,
-            metric,
-        ))
+        Ok(record)
     }
 }
 
-/// Who takes the hold, and on which side.
-struct How<'a> {
-    side: Side,
-    holder: &'a str,
-    /// The holder number (a read-write key's own part).
-    number: u64,
-    deadline: Option<Instant>,
-    /// A read's: this client's write hold whose scope it is taken in.
-    under: Option<&'a Arc<Record>>,
-}
-
 /// What an acquisition has made in etcd so far, undone when it fails or
-/// is dropped (see [`Pending`]): its key deleted, its fixed lease revoked.
-struct Made {
+/// is dropped (see [`crate::kept::Pending`]): its key deleted, its fixed
+/// lease revoked.
+pub(crate) struct Made {
     etcd: Arc<Etcd>,
     /// The session the key is bound to while it waits.
     session: Option<Arc<Session>>,
@@ -264,14 +251,6 @@ impl Undo for Made {
             .as_ref()
             .map_or_else(String::new, |claim| claim.key().to_owned())
     }
-}
-
-/// A hold taken in etcd.
-struct Taken {
-    create_revision: i64,
-    token: u64,
-    /// When the call that confirmed it was sent.
-    sent: Instant,
 }
 
 /// One try at the hold: the key made on the session's lease (or found
@@ -482,9 +461,9 @@ async fn take(
         }
     }
     Ok(Taken {
-        create_revision,
         token,
         sent,
+        more: create_revision,
     })
 }
 

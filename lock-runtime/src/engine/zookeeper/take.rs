@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::watch;
+use tokio::sync::{OwnedMutexGuard, watch};
 use zookeeper_client as zk;
 
 use super::hold::{Record, ZkHold, lost, reenter};
@@ -17,13 +17,13 @@ use super::{Zk, store_error};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder;
-use crate::kept::{InScope, Pending, Undo, in_scope, list, try_again};
+use crate::holder::Chain;
+use crate::kept::{Taking, Undo, list};
 use crate::request::{Options, Target, timed_out, within};
-use crate::turns::{Downgrade, OneRecord, Queued};
+use crate::turns::{Downgrade, Kind, OneRecord, Queued};
 
 /// An acquisition on this engine is [`crate::turns::acquire`]: the
-/// shared queueing in the process, then [`take_hold`].
+/// shared queueing in the process, then [`crate::kept::take_hold`].
 impl OneRecord for Zk {
     type Hold = ZkHold;
 
@@ -42,77 +42,82 @@ impl OneRecord for Zk {
         options: Options,
         queued: Queued,
     ) -> impl Future<Output = Result<ZkHold, LockError>> + Send + '_ {
-        take_hold(alive, self, target, options, queued)
+        crate::kept::take_hold(alive, self, target, options, queued)
     }
 }
 
-/// An acquisition once the options are checked and its turn is in.
-#[expect(
-    clippy::manual_async_fn,
-    reason = "an async fn keeps its arguments twice (see the comment inside)"
-)]
-fn take_hold(
-    alive: Arc<Background>,
-    zk: Arc<Zk>,
-    target: &Target,
-    options: Options,
-    queued: Queued,
-) -> impl Future<Output = Result<ZkHold, LockError>> + Send + '_ {
-    // An async block, not an async fn: a head waits in it, and an async
-    // fn keeps its arguments twice (as they came and as moved).
-    async move {
-        let Queued {
-            reentry,
-            turn,
-            deadline,
-        } = queued;
-        let mut under = None;
-        let side = Side::of(target)?;
-        let name = target.name();
-        let metric = options.metric.unwrap_or(target.kind());
-        if let Some((holder, chain)) = reentry {
-            match in_scope(&zk.records, name, holder, side.kind())? {
-                InScope::Reenter(record) => {
-                    return reenter(alive, record, side, chain, &options, metric).await;
-                }
-                InScope::Under(write) => under = Some(write),
-            }
-        }
-        let number = options.number.unwrap_or_else(holder::fresh_number);
-        let holder = holder::id(&zk.id, number);
-        let _waiting = crate::telemetry::WaiterMetric::start(metric);
-        let made = Made {
-            zk: zk.clone(),
+/// Who takes the hold, and on which side.
+type How<'a> = crate::kept::How<'a, Record, Side>;
+
+/// A hold taken in ZooKeeper.
+type Taken = crate::kept::Taken<()>;
+
+impl Taking for Zk {
+    type Record = Record;
+    type Side = Side;
+    type Made = Made;
+    type More = ();
+    const ENGINE: &'static str = super::ENGINE;
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn records(&self) -> &crate::turns::Records<Record> {
+        &self.records
+    }
+
+    fn side(target: &Target) -> Result<Side, LockError> {
+        Side::of(target)
+    }
+
+    fn kind(side: Side) -> Kind {
+        side.kind()
+    }
+
+    fn reenter<'a>(
+        alive: Arc<Background>,
+        record: Arc<Record>,
+        side: Side,
+        chain: Chain,
+        options: &'a Options,
+        metric: &'static str,
+    ) -> impl Future<Output = Result<ZkHold, LockError>> + Send + 'a {
+        reenter(alive, record, side, chain, options, metric)
+    }
+
+    fn made(self: &Arc<Self>, _holder: &str) -> Made {
+        Made {
+            zk: self.clone(),
             node: None,
-        };
-        let mut pending = Pending::new(alive.clone(), turn, made);
-        let how = How {
-            side,
-            holder: &holder,
-            deadline,
-            under: under.as_ref(),
-        };
-        let mut tries = 0;
-        let taken = loop {
-            tries += 1;
-            match take(&zk, target, &options, &how, &mut pending.made).await {
-                Ok(taken) => break taken,
-                Err(e) => {
-                    let engine = super::ENGINE;
-                    if let Err(e) = try_again(e, tries, deadline, target, &options, engine).await {
-                        pending.give_up().await;
-                        return Err(e);
-                    }
-                }
-            }
-        };
-        let turn = pending.turn.take();
+        }
+    }
+
+    fn take<'a>(
+        self: &'a Arc<Self>,
+        target: &'a Target,
+        options: &'a Options,
+        how: &'a How<'a>,
+        made: &'a mut Made,
+    ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
+        take(self, target, options, how, made)
+    }
+
+    fn record(
+        self: &Arc<Self>,
+        name: &str,
+        options: &Options,
+        how: &How<'_>,
+        taken: &Taken,
+        made: &mut Made,
+        turn: Option<OwnedMutexGuard<()>>,
+    ) -> Result<Arc<Record>, LockError> {
         let Some(Node {
             session,
             child: Some(child),
             lock,
             ..
-        }) = pending.made.node.take()
+        }) = made.node.take()
         else {
             return Err(lost(name));
         };
@@ -120,11 +125,11 @@ fn take_hold(
             .lease
             .map(|lease| Mutex::new(valid_until(taken.sent, lease)));
         let record = Arc::new(Record {
-            zk: zk.clone(),
+            zk: self.clone(),
             name: name.to_owned(),
-            side,
+            side: how.side,
             path: format!("{lock}/{child}"),
-            holder: holder.clone(),
+            holder: how.holder.to_owned(),
             session,
             bound: OnceLock::new(),
             fixed,
@@ -132,28 +137,12 @@ fn take_hold(
             deleted: watch::channel(false).0,
             timer: OnceLock::new(),
             turn: Mutex::new(turn),
-            downgrade: Downgrade::new(under.clone()),
+            downgrade: Downgrade::new(how.under.cloned()),
         });
-        list(&zk.records, &record, under.as_ref());
+        list(&self.records, &record, how.under);
         record.start();
-        Ok(ZkHold::new(
-            alive,
-            record,
-            taken.token,
-            taken.sent,
-            &options,
-            metric,
-        ))
+        Ok(record)
     }
-}
-
-/// Who takes the hold, and on which side.
-struct How<'a> {
-    side: Side,
-    holder: &'a str,
-    deadline: Option<Instant>,
-    /// A read's: this client's write hold whose scope it is taken in.
-    under: Option<&'a Arc<Record>>,
 }
 
 /// A node an acquisition made, or may have made (a create whose answer
@@ -170,7 +159,7 @@ struct Node {
 
 /// What an acquisition has made so far (see [`Pending`]): its node,
 /// deleted by the undo while its session lives.
-struct Made {
+pub(crate) struct Made {
     zk: Arc<Zk>,
     node: Option<Node>,
 }
@@ -257,13 +246,6 @@ async fn clear_on(zk: &Zk, made: &Node, session: &Session) -> Result<(), zk::Err
         }
     }
     Ok(())
-}
-
-/// A hold taken in ZooKeeper.
-struct Taken {
-    token: u64,
-    /// When the call that confirmed it was sent.
-    sent: Instant,
 }
 
 /// One try at the hold: the node made on the session (its parents made
@@ -420,7 +402,11 @@ async fn take(
     } else {
         token
     };
-    Ok(Taken { token, sent })
+    Ok(Taken {
+        token,
+        sent,
+        more: (),
+    })
 }
 
 /// A create's answer: our child's name and the lock's children read
