@@ -37,6 +37,9 @@ pub(crate) enum Engine {
     /// ZooKeeper.
     #[cfg(feature = "zookeeper")]
     ZooKeeper(Arc<crate::engine::zookeeper::Zk>),
+    /// PostgreSQL.
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<crate::engine::postgres::Pg>),
 }
 
 impl LockClient {
@@ -62,6 +65,10 @@ impl LockClient {
             Store::ZooKeeper => {
                 Engine::ZooKeeper(crate::engine::zookeeper::Zk::connect(config, runtime).await?)
             }
+            #[cfg(feature = "postgres")]
+            Store::Postgres => {
+                Engine::Postgres(crate::engine::postgres::Pg::connect(config, runtime).await?)
+            }
         };
         Ok(LockClient {
             inner: Arc::new(Inner {
@@ -85,7 +92,7 @@ impl LockClient {
     /// The Redis engine's shared state, or [`LockError::Unsupported`]
     /// naming `what` on another engine.
     #[cfg_attr(
-        not(any(feature = "etcd", feature = "zookeeper")),
+        not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),
         allow(unused_variables)
     )]
     pub(crate) fn redis(&self, what: &str) -> Result<&Arc<crate::engine::redis::Core>, LockError> {
@@ -95,6 +102,8 @@ impl LockClient {
             Engine::Etcd(_) => Err(crate::engine::unsupported("etcd", what)),
             #[cfg(feature = "zookeeper")]
             Engine::ZooKeeper(_) => Err(crate::engine::unsupported("zookeeper", what)),
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(_) => Err(crate::engine::unsupported("postgres", what)),
         }
     }
 
@@ -106,6 +115,8 @@ impl LockClient {
             Engine::Etcd(_) => "etcd",
             #[cfg(feature = "zookeeper")]
             Engine::ZooKeeper(_) => "zookeeper",
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(_) => "postgres",
         }
     }
 
@@ -140,6 +151,8 @@ impl LockClient {
             Engine::Etcd(etcd) => &etcd.runtime,
             #[cfg(feature = "zookeeper")]
             Engine::ZooKeeper(zk) => &zk.runtime,
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(pg) => &pg.runtime,
         }
     }
 
@@ -165,6 +178,8 @@ impl LockClient {
             Engine::Etcd(etcd) => &etcd.id,
             #[cfg(feature = "zookeeper")]
             Engine::ZooKeeper(zk) => &zk.id,
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(pg) => &pg.id,
         }
     }
 
@@ -176,6 +191,8 @@ impl LockClient {
             Engine::Etcd(etcd) => &etcd.config,
             #[cfg(feature = "zookeeper")]
             Engine::ZooKeeper(zk) => &zk.config,
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(pg) => &pg.config,
         }
     }
 
@@ -187,6 +204,8 @@ impl LockClient {
             Engine::Etcd(etcd) => etcd.renewed(),
             #[cfg(feature = "zookeeper")]
             Engine::ZooKeeper(zk) => zk.renewed(),
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(pg) => pg.renewed(),
         }
     }
 }

@@ -19,6 +19,9 @@ pub(crate) enum Held {
     /// On ZooKeeper (see `engine::zookeeper`).
     #[cfg(feature = "zookeeper")]
     ZooKeeper(crate::engine::zookeeper::ZkHold),
+    /// On PostgreSQL (see `engine::postgres`).
+    #[cfg(feature = "postgres")]
+    Postgres(crate::engine::postgres::PgHold),
 }
 
 /// Calls `$call` on whichever engine's hold `$held` is.
@@ -30,6 +33,8 @@ macro_rules! on_engine {
             Held::Etcd($h) => $call,
             #[cfg(feature = "zookeeper")]
             Held::ZooKeeper($h) => $call,
+            #[cfg(feature = "postgres")]
+            Held::Postgres($h) => $call,
         }
     };
 }

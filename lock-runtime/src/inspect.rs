@@ -4,6 +4,8 @@
 use crate::client::Engine;
 #[cfg(feature = "etcd")]
 use crate::engine::etcd;
+#[cfg(feature = "postgres")]
+use crate::engine::postgres;
 use crate::engine::redis::inspect::{force_unlock, inspect, locks};
 #[cfg(feature = "zookeeper")]
 use crate::engine::zookeeper;
@@ -41,6 +43,12 @@ impl crate::client::LockClient {
                 self.on_background(async move { zookeeper::inspect(&zk, &name).await })
                     .await?
             }
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(pg) => {
+                let pg = pg.clone();
+                self.on_background(async move { postgres::inspect(&pg, &name).await })
+                    .await?
+            }
         }
     }
 
@@ -70,6 +78,12 @@ impl crate::client::LockClient {
             Engine::ZooKeeper(zk) => {
                 let zk = zk.clone();
                 self.on_background(async move { zookeeper::locks(&zk, &pattern).await })
+                    .await?
+            }
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(pg) => {
+                let pg = pg.clone();
+                self.on_background(async move { postgres::locks(&pg, &pattern).await })
                     .await?
             }
         }
@@ -104,6 +118,12 @@ impl crate::client::LockClient {
             Engine::ZooKeeper(zk) => {
                 let zk = zk.clone();
                 self.on_background(async move { zookeeper::force_unlock(&zk, &name).await })
+                    .await?
+            }
+            #[cfg(feature = "postgres")]
+            Engine::Postgres(pg) => {
+                let pg = pg.clone();
+                self.on_background(async move { postgres::force_unlock(&pg, &name).await })
                     .await?
             }
         }

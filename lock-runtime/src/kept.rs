@@ -425,6 +425,7 @@ pub(crate) fn unlist<R>(records: &Records<R>, name: &str, holder: &str) {
 /// Who takes a hold, and on which side: what each try of an acquisition
 /// knows.
 pub(crate) struct How<'a, R, S> {
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     pub(crate) side: S,
     pub(crate) holder: &'a str,
     /// The holder number (the part of the holder id after the client's).

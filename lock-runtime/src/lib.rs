@@ -365,14 +365,14 @@ mod holder;
 mod info;
 mod inspect;
 mod inventory;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 mod kept;
 mod lock;
 mod near;
 mod own;
 mod request;
 mod telemetry;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 mod turns;
 
 #[doc(hidden)]

@@ -87,7 +87,7 @@ pub(crate) fn timed_out(target: &Target, options: &Options) -> LockError {
 /// not a fn: a future passed to a fn is kept twice in its caller's state
 /// (as passed, and as polled), and a waiter carries that state.
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper")),
+    not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),
     allow(unused_macros)
 )]
 macro_rules! within {
@@ -106,13 +106,16 @@ macro_rules! within {
     };
 }
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper")),
+    not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),
     allow(unused_imports)
 )]
 pub(crate) use within;
 
 /// Whether `text` matches `pattern` (`*`: any run, `?`: any one byte).
-#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),
+    allow(dead_code)
+)]
 pub(crate) fn glob(pattern: &[u8], text: &[u8]) -> bool {
     match (pattern.split_first(), text.split_first()) {
         (None, None) => true,

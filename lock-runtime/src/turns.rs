@@ -140,6 +140,7 @@ pub(crate) struct Downgrade<R> {
     /// On a write's record: the reads taken under it.
     under: Mutex<Vec<Weak<R>>>,
     /// On a write's record: its give-back waits for the reads under it.
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     deferred: std::sync::atomic::AtomicBool,
 }
 
@@ -162,6 +163,7 @@ impl<R: Held> Downgrade<R> {
     }
 
     /// On a write's record: the reads under it that still hold.
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     pub(crate) fn holding_reads(&self) -> Vec<Arc<R>> {
         let under = self.under.lock().unwrap_or_else(|p| p.into_inner()).clone();
         under
@@ -174,6 +176,7 @@ impl<R: Held> Downgrade<R> {
     /// On a write's record, being given back, with a contender between it
     /// and a holding read: whether its give-back now waits for the reads
     /// (false when the last of them went meanwhile).
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     pub(crate) fn defer(&self) -> bool {
         use std::sync::atomic::Ordering;
         self.deferred.store(true, Ordering::Release);
@@ -185,6 +188,7 @@ impl<R: Held> Downgrade<R> {
     /// On a write's record, after a read under it was given back: whether
     /// the write is to be given back now (it waited for the reads, and
     /// none holds any more).
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     pub(crate) fn take_deferred(&self) -> bool {
         use std::sync::atomic::Ordering;
         self.holding_reads().is_empty() && self.deferred.swap(false, Ordering::AcqRel)

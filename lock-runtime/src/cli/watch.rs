@@ -30,6 +30,8 @@ pub(super) async fn watch(
         crate::client::Engine::Etcd(_) => (None, None),
         #[cfg(feature = "zookeeper")]
         crate::client::Engine::ZooKeeper(_) => (None, None),
+        #[cfg(feature = "postgres")]
+        crate::client::Engine::Postgres(_) => (None, None),
     };
     let mut state = client.inspect(name).await?;
     let started = Instant::now();

@@ -9,6 +9,8 @@
 
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 pub(crate) mod redis;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
@@ -28,6 +30,9 @@ pub(crate) enum Store {
     /// `zk://`.
     #[cfg(feature = "zookeeper")]
     ZooKeeper,
+    /// `postgres://`, `postgresql://`.
+    #[cfg(feature = "postgres")]
+    Postgres,
 }
 
 impl Store {
@@ -50,13 +55,23 @@ impl Store {
                 "zk:// URLs need lock-runtime's `zookeeper` feature; enable it in Cargo.toml"
                     .into(),
             )),
+            #[cfg(feature = "postgres")]
+            Some("postgres" | "postgresql") => Ok(Store::Postgres),
+            #[cfg(not(feature = "postgres"))]
+            Some("postgres" | "postgresql") => Err(LockError::Config(
+                "postgres:// URLs need lock-runtime's `postgres` feature; enable it in Cargo.toml"
+                    .into(),
+            )),
             _ => Ok(Store::Redis),
         }
     }
 }
 
 /// `what` cannot be done on `engine`.
-#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),
+    allow(dead_code)
+)]
 pub(crate) fn unsupported(engine: &'static str, what: impl Into<String>) -> LockError {
     LockError::Unsupported {
         engine,

@@ -14,7 +14,7 @@ pub(crate) mod segmented;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
 use futures_util::future::Either;
 use tracing::Instrument;
 
@@ -128,7 +128,7 @@ pub(crate) fn acquire_hold(
         Engine::Redis(core) => {
             let redis = crate::engine::redis::acquire(core.clone(), alive, target, options)
                 .map(|held| held.map(Held::Redis));
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
             let redis = Either::Left(redis);
             redis
         }
@@ -136,7 +136,7 @@ pub(crate) fn acquire_hold(
         Engine::Etcd(etcd) => {
             let etcd = crate::turns::acquire(alive, etcd.clone(), target, options)
                 .map(|held| held.map(Held::Etcd));
-            #[cfg(feature = "zookeeper")]
+            #[cfg(any(feature = "zookeeper", feature = "postgres"))]
             let etcd = Either::Left(etcd);
             Either::Right(etcd)
         }
@@ -144,9 +144,21 @@ pub(crate) fn acquire_hold(
         Engine::ZooKeeper(zk) => {
             let zk = crate::turns::acquire(alive, zk.clone(), target, options)
                 .map(|held| held.map(Held::ZooKeeper));
+            #[cfg(feature = "postgres")]
+            let zk = Either::Left(zk);
             #[cfg(feature = "etcd")]
             let zk = Either::Right(zk);
             Either::Right(zk)
+        }
+        #[cfg(feature = "postgres")]
+        Engine::Postgres(pg) => {
+            let pg = crate::turns::acquire(alive, pg.clone(), target, options)
+                .map(|held| held.map(Held::Postgres));
+            #[cfg(feature = "zookeeper")]
+            let pg = Either::Right(pg);
+            #[cfg(feature = "etcd")]
+            let pg = Either::Right(pg);
+            Either::Right(pg)
         }
     };
     acquiring.instrument(span)

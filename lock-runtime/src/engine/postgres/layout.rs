@@ -1,0 +1,284 @@
+//! The lock table on PostgreSQL and the statements that work on it
+//! (DESIGN §10): ShedLock's four columns and our `fence`, every time the
+//! database's clock in UTC, every value a bound parameter, the table's
+//! name validated and quoted.
+
+use crate::error::LockError;
+
+/// The table a client uses when its URL names none.
+pub(crate) const DEFAULT_TABLE: &str = "distributed_locks";
+
+/// The database's clock, in UTC, as a `timestamp` (ShedLock's
+/// `usingDbTime()` convention; `clock_timestamp()`, not the transaction's
+/// start, so that two times of one statement are read when they are
+/// used).
+const NOW: &str = "timezone('utc', clock_timestamp())";
+
+/// The table, validated: letters, digits and `_`, with one optional
+/// schema prefix (`schema.table`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Table {
+    /// The schema, when named.
+    pub(crate) schema: Option<String>,
+    pub(crate) name: String,
+}
+
+impl Table {
+    /// The table `text` names; [`LockError::Config`] when it is not
+    /// letters, digits and `_` (not starting with a digit), with at most
+    /// one `schema.` prefix.
+    pub(crate) fn parse(text: &str) -> Result<Table, LockError> {
+        let ident = |part: &str| {
+            !part.is_empty()
+                && part.len() <= 63
+                && !part.starts_with(|c: char| c.is_ascii_digit())
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        let refused = || {
+            LockError::Config(format!(
+                "table={text:?}: a table is letters, digits and `_` (not starting with a \
+                 digit, at most 63 of them), with an optional `schema.` prefix"
+            ))
+        };
+        match text.split_once('.') {
+            Some((schema, name)) if ident(schema) && ident(name) => Ok(Table {
+                schema: Some(schema.to_owned()),
+                name: name.to_owned(),
+            }),
+            None if ident(text) => Ok(Table {
+                schema: None,
+                name: text.to_owned(),
+            }),
+            _ => Err(refused()),
+        }
+    }
+
+    /// The table's name quoted for a statement (`"schema"."name"`).
+    pub(crate) fn quoted(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("\"{schema}\".\"{}\"", self.name),
+            None => format!("\"{}\"", self.name),
+        }
+    }
+
+    /// The channel the table's releases are announced on (`LISTEN`'s
+    /// identifier, and `pg_notify`'s first argument): the table's name
+    /// with its schema, so that two tables never wake each other.
+    pub(crate) fn channel(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("{schema}.{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    /// The statement that creates the table: ShedLock's columns (names
+    /// compared byte for byte: `COLLATE "C"`) and `fence`.
+    pub(crate) fn ddl(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n    \
+             name VARCHAR(255) COLLATE \"C\" NOT NULL PRIMARY KEY,\n    \
+             lock_until TIMESTAMP NOT NULL,\n    \
+             locked_at TIMESTAMP NOT NULL,\n    \
+             locked_by VARCHAR(255) NOT NULL,\n    \
+             fence BIGINT NOT NULL DEFAULT 0\n);",
+            self.quoted()
+        )
+    }
+}
+
+/// The columns a lock table must have, and the types each may be (as
+/// `pg_type.typname` names them).
+pub(crate) const COLUMNS: [(&str, &[&str]); 5] = [
+    ("name", &["varchar", "text"]),
+    ("lock_until", &["timestamp"]),
+    ("locked_at", &["timestamp"]),
+    ("locked_by", &["varchar", "text"]),
+    ("fence", &["int8"]),
+];
+
+/// The statements on one table, written once per client.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    /// `$1` name, `$2` holder id, `$3` lease in µs: the lock taken (a row
+    /// made, or a free one's taken over) with its token, or the time the
+    /// holder's row has left in µs (no token).
+    pub(crate) acquire: String,
+    /// `$1` names, `$2` holder ids, `$3` lease in µs: the rows still
+    /// held by those holders move their end to the lease from now; the
+    /// rows renewed.
+    pub(crate) renew: String,
+    /// `$1` name, `$2` holder id, `$3` channel: the holder's row deleted
+    /// (kept and freed, with `keep_rows`) and the release announced; a
+    /// row when it was the holder's.
+    pub(crate) release: String,
+    /// `$1` name, `$2` holder id, `$3` how long in µs: the holder's row
+    /// kept taken that long from now (a `hold_at_least` minimum), marked
+    /// kept; a row when it was the holder's.
+    pub(crate) keep: String,
+    /// `$1` name, `$2` holder id: the holder's row's token raised (a
+    /// re-entry's own token); the token, when it is still the holder's.
+    pub(crate) reenter: String,
+    /// `$1` name, `$2` holder id, `$3` lease in µs: a held row's end moved
+    /// to the lease from now, if later; a row when it was the holder's.
+    pub(crate) extend: String,
+    /// `$1` name, `$2` channel: the row freed whoever holds it, and
+    /// announced; its holder, when it was held.
+    pub(crate) force: String,
+    /// `$1` name: the holder, token and time left in µs of a held row.
+    pub(crate) inspect: String,
+    /// The held rows: name, holder, time left in µs.
+    pub(crate) held: String,
+}
+
+/// The end of a row's holder id while the row is kept only by a
+/// `hold_at_least` minimum.
+pub(crate) const KEPT: &str = " kept";
+
+impl Statements {
+    /// The statements on `table`; with `keep_rows`, a release frees a row
+    /// instead of deleting it (ShedLock only ever updates a row it
+    /// inserted once).
+    pub(crate) fn new(table: &Table, keep_rows: bool) -> Statements {
+        let t = table.quoted();
+        let left =
+            |until: &str| format!("(extract(epoch from ({until} - {NOW})) * 1000000)::bigint");
+        // A row made anew starts its tokens from the clock in µs, so a
+        // name's tokens keep rising across deletes (and past a ShedLock
+        // holder, which writes none).
+        let acquire = format!(
+            "WITH now AS (SELECT {NOW} AS t), \
+             taken AS (\
+               INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
+               SELECT $1, now.t + $3::bigint * interval '1 microsecond', now.t, $2, \
+                      (extract(epoch from now.t) * 1000000)::bigint FROM now \
+               ON CONFLICT (name) DO UPDATE SET lock_until = EXCLUDED.lock_until, \
+                 locked_at = EXCLUDED.locked_at, locked_by = EXCLUDED.locked_by, \
+                 fence = GREATEST(l.fence + 1, EXCLUDED.fence) \
+               WHERE l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDED.locked_by \
+               RETURNING fence) \
+             SELECT (SELECT fence FROM taken), \
+                    (SELECT (extract(epoch from (h.lock_until - now.t)) * 1000000)::bigint \
+                     FROM {t} h, now WHERE h.name = $1)"
+        );
+        let renew = format!(
+            "UPDATE {t} AS l SET lock_until = {NOW} + $3::bigint * interval '1 microsecond' \
+             FROM unnest($1::text[], $2::text[]) AS h(name, holder) \
+             WHERE l.name = h.name AND l.locked_by = h.holder \
+             RETURNING l.name::text, l.locked_by::text"
+        );
+        let free = if keep_rows {
+            format!(
+                "UPDATE {t} SET lock_until = {NOW} WHERE name = $1 AND locked_by = $2 \
+                 RETURNING name"
+            )
+        } else {
+            format!("DELETE FROM {t} WHERE name = $1 AND locked_by = $2 RETURNING name")
+        };
+        let release = format!("WITH gone AS ({free}) SELECT pg_notify($3, name) FROM gone");
+        let keep = format!(
+            "UPDATE {t} SET lock_until = {NOW} + $3::bigint * interval '1 microsecond', \
+             locked_by = locked_by || '{KEPT}' \
+             WHERE name = $1 AND locked_by = $2 RETURNING name"
+        );
+        let reenter = format!(
+            "UPDATE {t} SET fence = fence + 1 \
+             WHERE name = $1 AND locked_by = $2 AND lock_until > {NOW} RETURNING fence"
+        );
+        let extend = format!(
+            "UPDATE {t} SET lock_until = \
+               GREATEST(lock_until, {NOW} + $3::bigint * interval '1 microsecond') \
+             WHERE name = $1 AND locked_by = $2 AND lock_until > {NOW} RETURNING name"
+        );
+        let force_free = if keep_rows {
+            format!(
+                "UPDATE {t} SET lock_until = {NOW} WHERE name = $1 AND lock_until > {NOW} \
+                 RETURNING name, locked_by"
+            )
+        } else {
+            format!(
+                "DELETE FROM {t} WHERE name = $1 AND lock_until > {NOW} \
+                 RETURNING name, locked_by"
+            )
+        };
+        let force = format!(
+            "WITH gone AS ({force_free}) \
+             SELECT gone.locked_by::text, pg_notify($2, gone.name) FROM gone"
+        );
+        let inspect = format!(
+            "SELECT locked_by::text, fence, {} FROM {t} WHERE name = $1 AND lock_until > {NOW}",
+            left("lock_until")
+        );
+        let held = format!(
+            "SELECT name::text, locked_by::text, {} FROM {t} WHERE lock_until > {NOW} \
+             ORDER BY name",
+            left("lock_until")
+        );
+        Statements {
+            acquire,
+            renew,
+            release,
+            keep,
+            reenter,
+            extend,
+            force,
+            inspect,
+            held,
+        }
+    }
+}
+
+/// Refuses a name PostgreSQL cannot store or the table cannot hold
+/// (before any write): a NUL byte, or more characters than the `name`
+/// column takes.
+pub(crate) fn check_name(name: &str, longest: Option<usize>) -> Result<(), LockError> {
+    crate::request::check_name(name)?;
+    if name.contains('\0') {
+        return Err(LockError::BadName {
+            name: name.replace('\0', "\\0"),
+            reason: "a name on PostgreSQL must not contain a NUL byte (its text cannot hold one)",
+        });
+    }
+    if longest.is_some_and(|longest| name.chars().count() > longest) {
+        return Err(LockError::BadName {
+            name: name.to_owned(),
+            reason: "the name is longer than the lock table's `name` column",
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_are_letters_digits_and_one_schema() {
+        assert_eq!(
+            Table::parse("locks").unwrap().quoted(),
+            "\"locks\"".to_owned()
+        );
+        let t = Table::parse("ops.job_locks").unwrap();
+        assert_eq!(t.quoted(), "\"ops\".\"job_locks\"");
+        assert_eq!(t.channel(), "ops.job_locks");
+        for bad in ["", "a.b.c", "x;drop", "\"x\"", "1abc", "a b", ".x", "x."] {
+            assert!(
+                matches!(Table::parse(bad), Err(LockError::Config(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_with_nul_or_past_the_column_are_refused() {
+        assert!(check_name("stock:1", Some(255)).is_ok());
+        assert!(matches!(
+            check_name("a\0b", Some(255)),
+            Err(LockError::BadName { .. })
+        ));
+        assert!(matches!(
+            check_name(&"x".repeat(256), Some(255)),
+            Err(LockError::BadName { .. })
+        ));
+        assert!(check_name(&"é".repeat(255), Some(255)).is_ok());
+    }
+}

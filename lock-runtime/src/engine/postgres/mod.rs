@@ -1,0 +1,530 @@
+//! The PostgreSQL engine (DESIGN §10): locks as rows of one table whose
+//! layout is ShedLock's (its JDBC provider shares the table), with leases
+//! by the database's clock, a watchdog, re-entry, fencing tokens and
+//! waiters woken by `LISTEN`/`NOTIFY`.
+//!
+//! # Layout
+//!
+//! A held lock is the row `name` of the lock table (`distributed_locks`,
+//! or the URL's `table=`): `lock_until` (its lease's end), `locked_at`,
+//! `locked_by` (the holder id, `<client id>:<n>`) and `fence`. Every time
+//! is UTC by the database's clock, never the client's. A row whose
+//! `lock_until` has passed is free: the next acquisition takes it over in
+//! one statement (`INSERT ... ON CONFLICT ... WHERE lock_until <= now`).
+//!
+//! - **Leases.** Without a fixed `lease`, a hold's row is renewed by the
+//!   client's watchdog: one `UPDATE` for all of the client's holds every
+//!   third of [`Config::watchdog_timeout`]. A hold counts as lost, by its
+//!   guard's clock, at the send time of its last confirmed renewal plus
+//!   the lease; a row found gone or taken over at a renewal is lost at
+//!   once. With `lease(d)`, the row's end is `d` from its acquisition and
+//!   nothing renews it; `extend` moves it.
+//! - **Fencing token.** `fence` rises by one with every acquisition of the
+//!   name; a row made anew (first use, or after a delete) starts from the
+//!   database clock in microseconds, so a name's tokens keep rising across
+//!   deletes (and past a ShedLock holder, which writes none).
+//! - **Rows.** A release deletes its row (under `hold_at_least`, it keeps
+//!   it taken until the minimum, marked kept, and deletes it then). With
+//!   `keep_rows=true` a release frees the row instead (its `lock_until`
+//!   set to now): **a table shared with ShedLock needs `keep_rows=true`**,
+//!   as ShedLock inserts a name's row once and afterwards only updates it.
+//! - **Waiting.** A client's acquisitions of one name queue in the
+//!   process (FIFO); the head looks at the row and, while it is held,
+//!   sleeps until the table's channel announces the name (a release,
+//!   `force_unlock`), until the holder's `lock_until` (a crashed holder,
+//!   or a ShedLock holder, announces nothing), or its own deadline. One
+//!   `LISTEN` connection per client carries every waiter; its reconnect
+//!   wakes them all to look again.
+//! - **Connections.** A few connections per client ([`POOL`]), each
+//!   pipelining the statements of many tasks, plus the listener.
+//! - **Faults.** An acquisition whose answer was lost is found again by
+//!   its holder id (the next try takes its own row over) or given back by
+//!   the undo of a dropped acquisition. Connection loss and timeouts inside
+//!   `wait` are tried again.
+//!
+//! `fair_lock`, `read_write_lock` and quorum locks are
+//! [`LockError::Unsupported`] on this engine for now, as is replica sync.
+//! A failover of the database to an asynchronous replica can lose or
+//! duplicate a hold, as with Redis: the guard learns it at its next
+//! renewal, and fencing is the defence.
+
+mod hold;
+mod layout;
+mod listen;
+mod ops;
+mod take;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::runtime::Handle;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row, Statement};
+
+pub(crate) use hold::PgHold;
+pub(crate) use layout::Table;
+pub(crate) use ops::{force_unlock, inspect, locks};
+
+use crate::config::Config;
+use crate::error::LockError;
+use crate::own::OwnHolds;
+
+/// The engine's name in errors and metrics.
+pub(crate) const ENGINE: &str = "postgres";
+
+/// How many connections a client keeps for its statements (besides its
+/// listener): each pipelines the statements of many tasks.
+pub(crate) const POOL: usize = 4;
+
+/// What a URL says beyond the connection: the table and how rows go.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) connect: tokio_postgres::Config,
+    pub(crate) table: Table,
+    pub(crate) keep_rows: bool,
+}
+
+impl Target {
+    /// Reads `config`'s URL: `postgres://` or `postgresql://`, a database,
+    /// and the query parameters `table=` and `keep_rows=` of ours (the
+    /// others are the driver's: `connect_timeout`, `application_name`,
+    /// ...).
+    pub(crate) fn parse(config: &Config) -> Result<Target, LockError> {
+        let url = config.url();
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut table = Table::parse(layout::DEFAULT_TABLE)?;
+        let mut keep_rows = false;
+        let mut rest = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("table", value)) => table = Table::parse(value)?,
+                Some(("keep_rows", value)) => {
+                    keep_rows = match value {
+                        "true" | "1" => true,
+                        "false" | "0" => false,
+                        other => {
+                            return Err(LockError::Config(format!(
+                                "keep_rows={other:?}: say true or false"
+                            )));
+                        }
+                    }
+                }
+                _ => rest.push(pair),
+            }
+        }
+        let base = match base.strip_prefix("postgresql://") {
+            Some(rest) => format!("postgres://{rest}"),
+            None => base.to_owned(),
+        };
+        let url = if rest.is_empty() {
+            base
+        } else {
+            format!("{base}?{}", rest.join("&"))
+        };
+        let mut connect: tokio_postgres::Config = url.parse().map_err(|e| {
+            LockError::Config(format!(
+                "a postgres:// URL ({}) that PostgreSQL's driver refuses: {e}",
+                config.origin()
+            ))
+        })?;
+        if connect.get_dbname().is_none_or(str::is_empty) {
+            return Err(LockError::Config(format!(
+                "a postgres:// URL ({}) names no database: postgres://user:password@host:5432/<database>",
+                config.origin()
+            )));
+        }
+        let (user, password) = config.credentials();
+        if let Some(user) = user {
+            connect.user(user);
+        }
+        if let Some(password) = password {
+            connect.password(password);
+        }
+        connect
+            .connect_timeout(config.connect_timeout)
+            .application_name("lock-runtime");
+        Ok(Target {
+            connect,
+            table,
+            keep_rows,
+        })
+    }
+
+    /// Where the server is, for errors (never the password).
+    fn place(&self) -> String {
+        let hosts: Vec<String> = self
+            .connect
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                tokio_postgres::config::Host::Tcp(host) => host.clone(),
+                #[cfg(unix)]
+                tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+            })
+            .collect();
+        let port = self.connect.get_ports().first().copied().unwrap_or(5432);
+        format!(
+            "{}:{port}/{}",
+            hosts.join(","),
+            self.connect.get_dbname().unwrap_or_default()
+        )
+    }
+}
+
+/// A connection just made: its client, and the connection the client
+/// talks through (to be driven by a task).
+pub(crate) struct Connected {
+    pub(crate) client: tokio_postgres::Client,
+    pub(crate) connection:
+        tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+}
+
+/// One of the client's connections, with its statements prepared.
+pub(crate) struct Conn {
+    client: tokio_postgres::Client,
+    st: Prepared,
+}
+
+/// The statements of [`layout::Statements`], prepared on one connection.
+pub(crate) struct Prepared {
+    pub(crate) acquire: Statement,
+    pub(crate) renew: Statement,
+    pub(crate) release: Statement,
+    pub(crate) keep: Statement,
+    pub(crate) reenter: Statement,
+    pub(crate) extend: Statement,
+    pub(crate) force: Statement,
+    pub(crate) inspect: Statement,
+    pub(crate) held: Statement,
+}
+
+/// A place in the pool: its connection once made.
+#[derive(Default)]
+struct Slot {
+    conn: Mutex<Option<Arc<Conn>>>,
+    making: tokio::sync::Mutex<()>,
+}
+
+/// What the tasks of a client on PostgreSQL share.
+pub(crate) struct Pg {
+    /// Random per client: the first half of every holder id.
+    pub(crate) id: String,
+    pub(crate) config: Config,
+    pub(crate) runtime: Handle,
+    target: Target,
+    statements: layout::Statements,
+    /// The `name` column's length (a longer name is refused).
+    pub(crate) longest: Option<usize>,
+    slots: Vec<Slot>,
+    next: AtomicUsize,
+    pub(crate) listener: Arc<listen::Listener>,
+    pub(crate) keeper: hold::Keeper,
+    /// Per name, the turns of its acquisitions (FIFO).
+    turns: crate::turns::Turns,
+    /// Per lock name and holder id, its record (for re-entries).
+    records: crate::turns::Records<hold::Record>,
+    /// This client's live guards, for `inspect`.
+    pub(crate) own: OwnHolds,
+}
+
+impl Pg {
+    /// Connects to the database of `config`'s URL on the client's
+    /// `runtime`, makes the lock table when it is missing (or says, with
+    /// the DDL, why it cannot), checks its shape, and starts the listener
+    /// and the watchdog.
+    pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<Pg>, LockError> {
+        let target = Target::parse(&config)?;
+        if config.replica_sync == crate::config::ReplicaSync::Always {
+            return Err(crate::engine::unsupported(
+                ENGINE,
+                "replica sync (a PostgreSQL primary confirms a write once it is its own; \
+                 synchronous replication is the database's setting)",
+            ));
+        }
+        let handle = runtime.clone();
+        crate::background::run(&runtime, async move {
+            let first = tokio::time::timeout(config.connect_timeout, connect(&target.connect))
+                .await
+                .map_err(|_| connect_error(&target, "no answer in time"))?
+                .map_err(|e| connect_failed(&target, &e))?;
+            let Connected { client, connection } = first;
+            tokio::spawn(connection);
+            let longest = prepare_table(&client, &target).await?;
+            let statements = layout::Statements::new(&target.table, target.keep_rows);
+            let listen_at = target.connect.clone();
+            let listener = listen::Listener::start(target.table.channel(), move || {
+                let at = listen_at.clone();
+                async move { connect(&at).await }
+            });
+            let pg = Arc::new(Pg {
+                id: uuid::Uuid::new_v4().to_string(),
+                runtime: handle,
+                statements,
+                longest,
+                slots: (0..POOL).map(|_| Slot::default()).collect(),
+                next: AtomicUsize::new(0),
+                listener,
+                keeper: hold::Keeper::default(),
+                turns: crate::turns::Turns::default(),
+                records: Mutex::default(),
+                own: OwnHolds::default(),
+                target,
+                config,
+            });
+            // The first connection of the pool is the one that made the
+            // table: its statements prepared now prove the table answers.
+            let conn = pg.prepare(client).await?;
+            *pg.slots[0].conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(conn));
+            hold::Keeper::start(&pg);
+            Ok(pg)
+        })
+        .await?
+    }
+
+    /// Prepares the statements on a connection's `client`.
+    async fn prepare(&self, client: tokio_postgres::Client) -> Result<Conn, LockError> {
+        let s = &self.statements;
+        let prepared = futures_util::future::try_join_all(
+            [
+                &s.acquire, &s.renew, &s.release, &s.keep, &s.reenter, &s.extend, &s.force,
+                &s.inspect, &s.held,
+            ]
+            .map(|text| client.prepare(text)),
+        )
+        .await
+        .map_err(|e| store_error(&e))?;
+        let mut p = prepared.into_iter();
+        let mut next = || p.next().expect("one statement each");
+        let st = Prepared {
+            acquire: next(),
+            renew: next(),
+            release: next(),
+            keep: next(),
+            reenter: next(),
+            extend: next(),
+            force: next(),
+            inspect: next(),
+            held: next(),
+        };
+        Ok(Conn { client, st })
+    }
+
+    /// A connection of the pool (in turn), made again when it broke.
+    async fn conn(&self) -> Result<Arc<Conn>, LockError> {
+        let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
+        let live = |slot: &Slot| {
+            slot.conn
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+                .filter(|c| !c.client.is_closed())
+        };
+        if let Some(conn) = live(slot) {
+            return Ok(conn);
+        }
+        let _making = slot.making.lock().await;
+        if let Some(conn) = live(slot) {
+            return Ok(conn);
+        }
+        let made = tokio::time::timeout(self.config.connect_timeout, connect(&self.target.connect))
+            .await
+            .map_err(|_| connect_error(&self.target, "no answer in time"))?
+            .map_err(|e| connect_failed(&self.target, &e))?;
+        let Connected { client, connection } = made;
+        // Driven by the client's runtime, whoever made it.
+        self.runtime.spawn(connection);
+        let conn = Arc::new(self.prepare(client).await?);
+        *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Runs the prepared statement `which` with `params` on a connection of
+    /// the pool, within the response timeout.
+    pub(crate) async fn query(
+        &self,
+        which: fn(&Prepared) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, LockError> {
+        let answer = tokio::time::timeout(self.config.response_timeout, async {
+            let conn = self.conn().await?;
+            conn.client
+                .query(which(&conn.st), params)
+                .await
+                .map_err(|e| store_error(&e))
+        })
+        .await;
+        answer.unwrap_or_else(|_| Err(timeout_error()))
+    }
+
+    /// The table's announcement channel.
+    pub(crate) fn channel(&self) -> String {
+        self.target.table.channel()
+    }
+
+    /// How many holds the watchdog renews.
+    pub(crate) fn renewed(&self) -> usize {
+        self.keeper.holds()
+    }
+
+    /// Tells this client's records of lock `name` held by `holders` that
+    /// their rows were freed by this client itself: their guards count as
+    /// lost at once, not at the watchdog's next round.
+    pub(crate) fn deleted(&self, name: &str, holders: &[String]) {
+        for record in crate::turns::records_of(&self.records, name) {
+            if holders.iter().any(|h| {
+                h == &record.holder || h.strip_suffix(layout::KEPT) == Some(&record.holder)
+            }) {
+                record.gone();
+            }
+        }
+    }
+}
+
+/// A new connection to `at` (not yet driven).
+async fn connect(at: &tokio_postgres::Config) -> Result<Connected, tokio_postgres::Error> {
+    let (client, connection) = at.connect(NoTls).await?;
+    Ok(Connected { client, connection })
+}
+
+/// Makes the lock table when it is missing and checks its columns; the
+/// `name` column's length. A role that may not create it gets
+/// [`LockError::Config`] with the statement to run.
+async fn prepare_table(
+    client: &tokio_postgres::Client,
+    target: &Target,
+) -> Result<Option<usize>, LockError> {
+    let table = &target.table;
+    let quoted = table.quoted();
+    let exists = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&quoted])
+        .await
+        .map_err(|e| store_error(&e))?
+        .get::<_, bool>(0);
+    if !exists && let Err(e) = client.batch_execute(&table.ddl()).await {
+        return Err(match e.code() {
+            Some(code) if *code == SqlState::INSUFFICIENT_PRIVILEGE => LockError::Config(format!(
+                "the lock table {quoted} is missing and this role may not create it; \
+                         have it made with:\n{}",
+                table.ddl()
+            )),
+            _ => store_error(&e),
+        });
+    }
+    // From the catalog, not `information_schema` (which shows only the
+    // columns this role may use).
+    let columns = client
+        .query(
+            "SELECT a.attname::text, t.typname::text, \
+                    CASE WHEN a.atttypmod > 4 THEN a.atttypmod - 4 END \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&quoted],
+        )
+        .await
+        .map_err(|e| store_error(&e))?;
+    let mut longest = None;
+    for (column, types) in layout::COLUMNS {
+        let found = columns.iter().find(|r| r.get::<_, String>(0) == column);
+        let Some(found) = found else {
+            let fix = if column == "fence" {
+                format!(
+                    " (a ShedLock table gains it with: ALTER TABLE {quoted} ADD COLUMN fence \
+                     BIGINT NOT NULL DEFAULT 0;)"
+                )
+            } else {
+                String::new()
+            };
+            return Err(LockError::Config(format!(
+                "the table {quoted} is not a lock table: it has no `{column}` column{fix}"
+            )));
+        };
+        let kind: String = found.get(1);
+        if !types.contains(&kind.as_str()) {
+            return Err(LockError::Config(format!(
+                "the table {quoted} is not a lock table: its `{column}` column is {kind}, not {}",
+                types.join(" or ")
+            )));
+        }
+        if column == "name" {
+            longest = found
+                .get::<_, Option<i32>>(2)
+                .and_then(|n| usize::try_from(n).ok());
+        }
+    }
+    Ok(longest)
+}
+
+/// A connection that could not be made, as a [`LockError`]: a refusal of
+/// the credentials or the database is [`LockError::Config`]; anything
+/// else may heal.
+fn connect_failed(target: &Target, e: &tokio_postgres::Error) -> LockError {
+    match e.code() {
+        Some(code)
+            if *code == SqlState::INVALID_PASSWORD
+                || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+        {
+            LockError::Config(format!(
+                "PostgreSQL at {} refused the credentials: {}",
+                target.place(),
+                db_message(e)
+            ))
+        }
+        Some(code) if *code == SqlState::INVALID_CATALOG_NAME => LockError::Config(format!(
+            "PostgreSQL at {} has no such database: {}",
+            target.place(),
+            db_message(e)
+        )),
+        _ => connect_error(target, &db_message(e)),
+    }
+}
+
+fn connect_error(target: &Target, reason: &str) -> LockError {
+    LockError::Store {
+        engine: ENGINE,
+        message: format!(
+            "cannot connect to PostgreSQL at {}: {reason}",
+            target.place()
+        ),
+        transient: true,
+    }
+}
+
+/// The server's message for `e`, else the driver's.
+fn db_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => db.message().to_owned(),
+        None => e.to_string(),
+    }
+}
+
+/// A PostgreSQL error as a [`LockError`], saying whether it may heal (a
+/// lost connection, a server shutting down or starting, a serialization
+/// failure or deadlock).
+pub(crate) fn store_error(e: &tokio_postgres::Error) -> LockError {
+    let transient = match e.code() {
+        None => true,
+        Some(code) => {
+            *code == SqlState::T_R_SERIALIZATION_FAILURE
+                || *code == SqlState::T_R_DEADLOCK_DETECTED
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CRASH_SHUTDOWN
+                || *code == SqlState::CANNOT_CONNECT_NOW
+                || *code == SqlState::TOO_MANY_CONNECTIONS
+                || *code == SqlState::QUERY_CANCELED
+        }
+    };
+    LockError::Store {
+        engine: ENGINE,
+        message: db_message(e),
+        transient,
+    }
+}
+
+fn timeout_error() -> LockError {
+    LockError::Store {
+        engine: ENGINE,
+        message: "no answer within the response timeout".into(),
+        transient: true,
+    }
+}

@@ -1,0 +1,254 @@
+//! Taking a hold on PostgreSQL: the process queue, the row taken in one
+//! statement (made, or a free one's taken over), the wait for an
+//! announcement of the name or the holder's lease's end, and the undoing
+//! of all that when the acquisition fails or is dropped.
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedMutexGuard, watch};
+
+use super::hold::{PgHold, Record, micros, reenter};
+use super::{ENGINE, Pg, layout};
+use crate::background::Background;
+use crate::clock::valid_until;
+use crate::error::LockError;
+use crate::holder::Chain;
+use crate::kept::{Taking, Undo, list};
+use crate::request::{Options, Target, timed_out, within};
+use crate::turns::{Downgrade, Kind, OneRecord, Queued};
+
+/// How long a waiter sleeps at most while the listener is not listening
+/// (it cannot count on an announcement).
+const DEAF: Duration = Duration::from_millis(500);
+
+/// An acquisition on this engine is [`crate::turns::acquire`]: the
+/// shared queueing in the process, then [`crate::kept::take_hold`].
+impl OneRecord for Pg {
+    type Hold = PgHold;
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn turns(&self) -> &crate::turns::Turns {
+        &self.turns
+    }
+
+    fn take_hold(
+        self: Arc<Self>,
+        alive: Arc<Background>,
+        target: &Target,
+        options: Options,
+        queued: Queued,
+    ) -> impl Future<Output = Result<PgHold, LockError>> + Send + '_ {
+        crate::kept::take_hold(alive, self, target, options, queued)
+    }
+}
+
+/// Who takes the hold.
+type How<'a> = crate::kept::How<'a, Record, Kind>;
+
+/// A hold taken on PostgreSQL.
+type Taken = crate::kept::Taken<()>;
+
+impl Taking for Pg {
+    type Record = Record;
+    type Side = Kind;
+    type Made = Made;
+    type More = ();
+    const ENGINE: &'static str = ENGINE;
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn records(&self) -> &crate::turns::Records<Record> {
+        &self.records
+    }
+
+    fn side(target: &Target) -> Result<Kind, LockError> {
+        match target {
+            Target::Reentrant { .. } => Ok(Kind::Mutex),
+            Target::Fair { .. } => Err(crate::engine::unsupported(
+                ENGINE,
+                "fair locks (not on the SQL engines yet; a reentrant lock's waiters of one \
+                 client are served in arrival order)",
+            )),
+            Target::Read { .. } | Target::Write { .. } => Err(crate::engine::unsupported(
+                ENGINE,
+                "read-write locks (not on the SQL engines yet)",
+            )),
+        }
+    }
+
+    fn kind(side: Kind) -> Kind {
+        side
+    }
+
+    fn reenter<'a>(
+        alive: Arc<Background>,
+        record: Arc<Record>,
+        _side: Kind,
+        chain: Chain,
+        options: &'a Options,
+        metric: &'static str,
+    ) -> impl Future<Output = Result<PgHold, LockError>> + Send + 'a {
+        reenter(alive, record, chain, options, metric)
+    }
+
+    fn made(self: &Arc<Self>, holder: &str) -> Made {
+        Made {
+            pg: self.clone(),
+            name: String::new(),
+            holder: holder.to_owned(),
+            until: None,
+        }
+    }
+
+    fn take<'a>(
+        self: &'a Arc<Self>,
+        target: &'a Target,
+        options: &'a Options,
+        how: &'a How<'a>,
+        made: &'a mut Made,
+    ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
+        take(self, target, options, how, made)
+    }
+
+    fn record(
+        self: &Arc<Self>,
+        name: &str,
+        options: &Options,
+        how: &How<'_>,
+        taken: &Taken,
+        made: &mut Made,
+        turn: Option<OwnedMutexGuard<()>>,
+    ) -> Result<Arc<Record>, LockError> {
+        // Ours now: nothing to undo.
+        made.until = None;
+        let fixed = options.lease.is_some();
+        let lease = options.lease.unwrap_or(self.config.watchdog_timeout);
+        let record = Arc::new(Record {
+            pg: self.clone(),
+            name: name.to_owned(),
+            holder: how.holder.to_owned(),
+            until: Mutex::new(valid_until(taken.sent, lease)),
+            fixed,
+            holds: AtomicUsize::new(1),
+            deleted: watch::channel(false).0,
+            turn: Mutex::new(turn),
+            downgrade: Downgrade::new(None),
+        });
+        list(&self.records, &record, how.under);
+        if !fixed {
+            self.keeper.keep(&record);
+        }
+        Ok(record)
+    }
+}
+
+/// What an acquisition may have made on PostgreSQL: a row under its
+/// holder id, from a statement whose answer it did not see (or did not
+/// use). The undo frees it (by its holder id: never another's row) while
+/// it may still be there.
+pub(crate) struct Made {
+    pg: Arc<Pg>,
+    name: String,
+    holder: String,
+    /// Until when a row it made may be there (its lease by this client's
+    /// clock); `None` when no statement was sent.
+    until: Option<Instant>,
+}
+
+impl Undo for Made {
+    fn take(&mut self) -> Option<Made> {
+        let until = self.until.take()?;
+        Some(Made {
+            pg: self.pg.clone(),
+            name: self.name.clone(),
+            holder: self.holder.clone(),
+            until: Some(until),
+        })
+    }
+
+    async fn clear(&mut self) -> Result<(), LockError> {
+        let channel = self.pg.channel();
+        self.pg
+            .query(|s| &s.release, &[&self.name, &self.holder, &channel])
+            .await?;
+        self.until = None;
+        Ok(())
+    }
+
+    fn may_outlive(&self) -> bool {
+        self.until.is_some_and(|until| Instant::now() < until)
+    }
+
+    fn what(&self) -> String {
+        format!("{} row {}", self.pg.channel(), self.name)
+    }
+}
+
+/// One try at the hold: the row taken in one statement, or, while it is
+/// held, a sleep until the name is announced free, the holder's lease ends
+/// by the database's clock, or the deadline. A row made by an earlier try
+/// whose answer was lost is taken over by this one (its holder id is
+/// ours).
+async fn take(
+    pg: &Arc<Pg>,
+    target: &Target,
+    options: &Options,
+    how: &How<'_>,
+    made: &mut Made,
+) -> Result<Taken, LockError> {
+    let name = target.name();
+    layout::check_name(name, pg.longest)?;
+    let lease = options.lease.unwrap_or(pg.config.watchdog_timeout);
+    let lease_us = micros(lease);
+    loop {
+        // Made before the look: no announcement after it is missed.
+        let mut wake = pg.listener.wake(name);
+        let sent = Instant::now();
+        made.name = name.to_owned();
+        made.until = Some(sent + lease);
+        let rows = pg
+            .query(|s| &s.acquire, &[&name, &how.holder, &lease_us])
+            .await?;
+        let (token, left) = match rows.first() {
+            Some(row) => (row.get::<_, Option<i64>>(0), row.get::<_, Option<i64>>(1)),
+            None => (None, None),
+        };
+        if let Some(token) = token {
+            return Ok(Taken {
+                token: u64::try_from(token).unwrap_or(0),
+                sent,
+                more: (),
+            });
+        }
+        // Not taken: nothing of ours is there.
+        made.until = None;
+        if options.wait == Some(Duration::ZERO) {
+            return Err(timed_out(target, options));
+        }
+        let Some(left) = left else {
+            // Freed between the statement's two looks: look again.
+            continue;
+        };
+        let left = Duration::from_micros(u64::try_from(left).unwrap_or(0));
+        let sleep = if wake.listening() {
+            left
+        } else {
+            left.min(DEAF)
+        };
+        let until = Instant::now() + sleep;
+        let wait = async {
+            tokio::select! {
+                () = wake.changed() => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+            }
+        };
+        within!(wait, how.deadline, target, options)?;
+    }
+}

@@ -1,0 +1,196 @@
+//! The PostgreSQL engine against real PostgreSQL servers the tests start
+//! (UTC+05:45, never the machine's 5432): what only it has. The table is
+//! made when missing, with ShedLock's columns and `fence`, names compared
+//! byte for byte; a role that may not make it gets the DDL; a table of
+//! another shape, a bad `table=`, a URL without a database and wrong
+//! credentials are typed errors that write nothing; times are UTC by the
+//! database's clock; tokens keep rising across deletes; `keep_rows` keeps
+//! rows; a release wakes another client's waiter by notification.
+//! What every engine does is in `tests/engines/`.
+
+use std::time::Duration;
+
+use lock_runtime::{Config, LockClient, LockError};
+use tests::postgres::{Postgres, UTC_OFFSET_SECONDS};
+
+const WITHIN: Duration = Duration::from_secs(20);
+
+async fn client(url: &str) -> LockClient {
+    LockClient::connect(Config::new(url))
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+#[tokio::test]
+async fn the_table_is_made_with_shedlocks_columns_and_rows_are_utc_by_the_databases_clock() {
+    let pg = Postgres::start();
+    let c = client(&pg.url()).await;
+    assert_eq!(c.engine_name(), "postgres");
+    let columns = pg.sql(
+        "SELECT column_name, data_type FROM information_schema.columns \
+         WHERE table_name = 'distributed_locks' ORDER BY ordinal_position",
+    );
+    assert_eq!(
+        columns,
+        "name|character varying\nlock_until|timestamp without time zone\n\
+         locked_at|timestamp without time zone\nlocked_by|character varying\nfence|bigint"
+    );
+    let guard = c.lock("stock:1").acquire().await.unwrap();
+    let row = pg.sql(
+        "SELECT locked_by, \
+         round(extract(epoch from (locked_at - timezone('utc', clock_timestamp())))), \
+         round(extract(epoch from (lock_until - locked_at))) \
+         FROM distributed_locks WHERE name = 'stock:1'",
+    );
+    let fields: Vec<&str> = row.split('|').collect();
+    assert_eq!(fields[0], guard.holder_id());
+    // locked_at is now in UTC (not the server's +05:45), and the lease is
+    // the watchdog's 30 s.
+    assert_eq!(fields[1].trim_start_matches('-'), "0", "{row}");
+    assert_eq!(fields[2], "30", "{row}");
+    assert_ne!(UTC_OFFSET_SECONDS, 0);
+    // Names are compared byte for byte: another case is another lock.
+    let other = c.lock("Stock:1").try_acquire().await.unwrap();
+    assert!(other.is_some(), "Stock:1 is not stock:1");
+    drop(other);
+    guard.release().await.unwrap();
+    tests::eventually("the released rows are gone", WITHIN, || async {
+        pg.sql("SELECT count(*) FROM distributed_locks") == "0"
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn tokens_keep_rising_across_deletes_and_keep_rows_keeps_rows() {
+    let pg = Postgres::start();
+    let c = client(&pg.url()).await;
+    let mut last = 0;
+    for _ in 0..3 {
+        let g = c.lock("job").acquire().await.unwrap();
+        assert!(g.token() > last, "{} after {last}", g.token());
+        last = g.token();
+        g.release().await.unwrap();
+        assert_eq!(
+            pg.sql("SELECT count(*) FROM distributed_locks WHERE name = 'job'"),
+            "0"
+        );
+    }
+    let kept = client(&format!("{}?table=shedlock&keep_rows=true", pg.url())).await;
+    let g = kept.lock("job").acquire().await.unwrap();
+    assert!(g.token() > last);
+    g.release().await.unwrap();
+    assert_eq!(
+        pg.sql(
+            "SELECT count(*) FROM shedlock WHERE name = 'job' \
+             AND lock_until <= timezone('utc', clock_timestamp())"
+        ),
+        "1",
+        "a released row stays, free"
+    );
+    let again = kept.lock("job").acquire().await.unwrap();
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_wakes_another_clients_waiter() {
+    let pg = Postgres::start();
+    // Waiters are woken by the release's notification, long before the
+    // holder's 120 s lease would end.
+    let a = LockClient::connect(Config::new(pg.url()).watchdog_timeout(Duration::from_secs(120)))
+        .await
+        .unwrap();
+    let b = client(&pg.url()).await;
+    let held = a.lock("handoff").acquire().await.unwrap();
+    let waiter = tokio::spawn(async move { b.lock("handoff").wait(WITHIN).acquire().await });
+    tests::eventually("the waiter waits", WITHIN, || async {
+        pg.sql("SELECT count(*) FROM distributed_locks WHERE name = 'handoff'") == "1"
+    })
+    .await;
+    let first = held.token();
+    held.release().await.unwrap();
+    let next = tests::finish(WITHIN, waiter).await;
+    assert!(next.token() > first);
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_is_a_typed_error_and_writes_nothing() {
+    let pg = Postgres::start();
+    let port = pg.port();
+    let cases = [
+        format!("postgres://app:wrong@127.0.0.1:{port}/locks"),
+        format!("postgres://app:secret@127.0.0.1:{port}"),
+        format!("postgres://app:secret@127.0.0.1:{port}/locks?table=x;drop"),
+        format!("postgres://app:secret@127.0.0.1:{port}/nosuch"),
+    ];
+    for url in &cases {
+        match LockClient::connect(Config::new(url)).await {
+            Err(LockError::Config(message)) => {
+                assert!(!message.contains("wrong"), "no password: {message}");
+                assert!(!message.contains("secret"), "no password: {message}");
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+    let dead = format!(
+        "postgres://app:secret@127.0.0.1:{}/locks",
+        tests::free_port()
+    );
+    assert!(matches!(
+        LockClient::connect(Config::new(&dead).connect_timeout(Duration::from_secs(2))).await,
+        Err(LockError::Store {
+            transient: true,
+            ..
+        })
+    ));
+    assert_eq!(
+        pg.sql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"),
+        "0",
+        "nothing was made"
+    );
+
+    // A role that may not create the table gets the statement to run.
+    let reader = pg.url_as("reader", "secret");
+    match LockClient::connect(Config::new(&reader)).await {
+        Err(LockError::Config(message)) => {
+            assert!(message.contains("CREATE TABLE"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Once made, it may use it.
+    pg.sql(&format!(
+        "SET ROLE app; {}",
+        "CREATE TABLE distributed_locks (name VARCHAR(255) COLLATE \"C\" NOT NULL PRIMARY KEY, \
+         lock_until TIMESTAMP NOT NULL, locked_at TIMESTAMP NOT NULL, \
+         locked_by VARCHAR(255) NOT NULL, fence BIGINT NOT NULL DEFAULT 0)"
+    ));
+    let r = client(&reader).await;
+    tests::take_and_release(r.lock("x")).await;
+
+    // A table of another shape names what is wrong.
+    pg.sql(
+        "SET ROLE app; CREATE TABLE shedlock (name VARCHAR(64) PRIMARY KEY, \
+         lock_until TIMESTAMP NOT NULL, locked_at TIMESTAMP NOT NULL, \
+         locked_by VARCHAR(255) NOT NULL)",
+    );
+    match LockClient::connect(Config::new(format!("{}?table=shedlock", pg.url()))).await {
+        Err(LockError::Config(message)) => assert!(message.contains("fence"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+
+    // Names the column cannot hold, or PostgreSQL's text cannot.
+    let c = client(&pg.url()).await;
+    for name in ["a\0b".to_owned(), "x".repeat(256)] {
+        assert!(
+            matches!(
+                c.lock(name.clone()).try_acquire().await,
+                Err(LockError::BadName { .. })
+            ),
+            "{name:?}"
+        );
+    }
+    assert!(matches!(
+        c.fair_lock("f").try_acquire().await,
+        Err(LockError::Unsupported { .. })
+    ));
+}
