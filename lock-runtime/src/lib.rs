@@ -379,6 +379,14 @@ mod turns;
 pub mod __private {
     //! Used by the macros' expansions; not a public API.
     pub use crate::private::*;
+
+    /// For tests only: how many acquisitions of lock `name` by this
+    /// process's clients of the PostgreSQL table `url` names wait for a
+    /// release (a waiter there leaves no trace in the database).
+    #[cfg(feature = "postgres")]
+    pub fn sql_waiting(url: &str, name: &str) -> usize {
+        crate::engine::postgres::waiting(url, name)
+    }
 }
 mod private;
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::{Config, LockClient};
 
 use crate::etcd::Etcd;
+use crate::postgres::Postgres;
 use crate::zookeeper::{ZooKeeper, zk_children};
 use crate::{Kind, Server, numsub};
 
@@ -20,6 +21,8 @@ pub enum Store {
     Etcd(Etcd),
     /// A standalone ZooKeeper server (engine `zookeeper`).
     ZooKeeper(ZooKeeper),
+    /// A PostgreSQL server (engine `postgres`).
+    Postgres(Postgres),
 }
 
 impl Store {
@@ -38,12 +41,32 @@ impl Store {
         Store::ZooKeeper(ZooKeeper::start())
     }
 
+    /// A fresh PostgreSQL server on a free loopback port.
+    pub fn postgres() -> Store {
+        Store::Postgres(Postgres::start())
+    }
+
+    /// Of `kinds`, those this store's engine has (the SQL engines have no
+    /// fair or read-write locks yet).
+    pub fn kinds<const N: usize>(&self, kinds: [Kind; N]) -> Vec<Kind> {
+        kinds
+            .into_iter()
+            .filter(|k| !matches!(self, Store::Postgres(_)) || *k == Kind::Reentrant)
+            .collect()
+    }
+
+    /// Whether this store's engine has `kind` (see [`kinds`](Self::kinds)).
+    pub fn has(&self, kind: Kind) -> bool {
+        !self.kinds([kind]).is_empty()
+    }
+
     /// The engine's name, as [`LockClient::engine_name`] gives it.
     pub fn engine(&self) -> &'static str {
         match self {
             Store::Redis(_) => "redis",
             Store::Etcd(_) => "etcd",
             Store::ZooKeeper(_) => "zookeeper",
+            Store::Postgres(_) => "postgres",
         }
     }
 
@@ -53,6 +76,7 @@ impl Store {
             Store::Redis(_) => "redis",
             Store::Etcd(_) => "etcd",
             Store::ZooKeeper(_) => "zk",
+            Store::Postgres(_) => "postgres",
         }
     }
 
@@ -62,6 +86,7 @@ impl Store {
             Store::Redis(server) => server.url(),
             Store::Etcd(etcd) => etcd.url(),
             Store::ZooKeeper(zk) => zk.url(),
+            Store::Postgres(pg) => pg.url(),
         }
     }
 
@@ -72,6 +97,7 @@ impl Store {
             Store::Redis(server) => server.stop(),
             Store::Etcd(etcd) => etcd.stop(),
             Store::ZooKeeper(zk) => zk.stop(),
+            Store::Postgres(pg) => pg.stop(),
         }
     }
 
@@ -107,7 +133,10 @@ impl Store {
     ///   keys before the first key that is not a reader's;
     /// - ZooKeeper: the contender nodes under `/locks/<name>` that do not
     ///   hold (one per client and name for a mutex, one per waiting reader
-    ///   or writer), counted as for etcd in sequence order.
+    ///   or writer), counted as for etcd in sequence order;
+    /// - PostgreSQL: a waiter leaves no trace in the database (it sleeps
+    ///   until a notification), so this process's clients count the
+    ///   acquisitions that wait for a release (one per client and name).
     ///
     /// A waiter that gave up or was dropped leaves this count.
     pub async fn waiting(&self, kind: Kind, name: &str) -> usize {
@@ -149,6 +178,7 @@ impl Store {
                 };
                 children.len() - holders
             }
+            Store::Postgres(pg) => lock_runtime::__private::sql_waiting(&pg.url(), name),
         }
     }
 

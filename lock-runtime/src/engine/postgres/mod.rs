@@ -54,8 +54,9 @@ mod listen;
 mod ops;
 mod take;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::runtime::Handle;
 use tokio_postgres::error::SqlState;
@@ -226,6 +227,62 @@ pub(crate) struct Pg {
     records: crate::turns::Records<hold::Record>,
     /// This client's live guards, for `inspect`.
     pub(crate) own: OwnHolds,
+    /// Per name, how many of this client's acquisitions wait for a
+    /// release (see [`waiting`]).
+    waiters: Mutex<HashMap<String, usize>>,
+}
+
+/// The clients of this process (see [`waiting`]).
+static CLIENTS: Mutex<Vec<Weak<Pg>>> = Mutex::new(Vec::new());
+
+/// How many acquisitions of lock `name` by this process's clients of the
+/// table `url` names wait for a release. A waiter on PostgreSQL leaves no
+/// trace in the database (it sleeps until a notification), so a test
+/// awaits its arrival here (`__private::sql_waiting`).
+pub(crate) fn waiting(url: &str, name: &str) -> usize {
+    let Ok(target) = Target::parse(&Config::new(url)) else {
+        return 0;
+    };
+    let key = (target.place(), target.table);
+    let clients = CLIENTS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    clients
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter(|pg| (pg.target.place(), pg.target.table.clone()) == key)
+        .map(|pg| {
+            let waiters = pg.waiters.lock().unwrap_or_else(|p| p.into_inner());
+            waiters.get(name).copied().unwrap_or(0)
+        })
+        .sum()
+}
+
+/// One acquisition counted among its client's waiters while it lives.
+pub(crate) struct Waiting<'a> {
+    pg: &'a Pg,
+    name: &'a str,
+}
+
+impl<'a> Waiting<'a> {
+    pub(crate) fn new(pg: &'a Pg, name: &'a str) -> Waiting<'a> {
+        *pg.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(name.to_owned())
+            .or_default() += 1;
+        Waiting { pg, name }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut waiters = self.pg.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = waiters.get_mut(self.name) {
+            *n -= 1;
+            if *n == 0 {
+                waiters.remove(self.name);
+            }
+        }
+    }
 }
 
 impl Pg {
@@ -269,9 +326,15 @@ impl Pg {
                 turns: crate::turns::Turns::default(),
                 records: Mutex::default(),
                 own: OwnHolds::default(),
+                waiters: Mutex::default(),
                 target,
                 config,
             });
+            {
+                let mut clients = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
+                clients.retain(|c| c.strong_count() > 0);
+                clients.push(Arc::downgrade(&pg));
+            }
             // The first connection of the pool is the one that made the
             // table: its statements prepared now prove the table answers.
             let conn = pg.prepare(client).await?;

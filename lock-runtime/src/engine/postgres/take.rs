@@ -243,6 +243,7 @@ async fn take(
             left.min(DEAF)
         };
         let until = Instant::now() + sleep;
+        let _waiting = super::Waiting::new(pg, name);
         let wait = async {
             tokio::select! {
                 () = wake.changed() => {}
