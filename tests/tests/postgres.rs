@@ -103,7 +103,7 @@ async fn a_release_wakes_another_clients_waiter() {
     let held = a.lock("handoff").acquire().await.unwrap();
     let waiter = tokio::spawn(async move { b.lock("handoff").wait(WITHIN).acquire().await });
     tests::eventually("the waiter waits", WITHIN, || async {
-        pg.sql("SELECT count(*) FROM distributed_locks WHERE name = 'handoff'") == "1"
+        lock_runtime::__private::sql_waiting(&pg.url(), "handoff") == 1
     })
     .await;
     let first = held.token();
@@ -193,4 +193,28 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         c.fair_lock("f").try_acquire().await,
         Err(LockError::Unsupported { .. })
     ));
+}
+
+#[tokio::test]
+async fn lockctl_schema_prints_the_table_a_role_without_create_then_uses() {
+    let lockctl = tests::lockctl::Lockctl(env!("CARGO_BIN_EXE_lockctl"));
+    let pg = Postgres::start();
+    let reader = format!("{}?table=job_locks", pg.url_as("reader", "secret"));
+    let out = lockctl.run(&["--url", &reader, "schema"]).await;
+    assert!(out.status.success(), "{}", tests::lockctl::stderr(&out));
+    let ddl = tests::lockctl::stdout(&out);
+    assert!(
+        ddl.starts_with("CREATE TABLE IF NOT EXISTS \"job_locks\""),
+        "{ddl}"
+    );
+    assert!(!ddl.contains("secret"), "{ddl}");
+    pg.sql(&format!("SET ROLE app; {ddl}"));
+    let c = client(&reader).await;
+    tests::take_and_release(c.lock("nightly")).await;
+    // Not an SQL URL: one line of error.
+    let redis = lockctl
+        .run(&["--url", "redis://127.0.0.1:1", "schema"])
+        .await;
+    assert_eq!(redis.status.code(), Some(1));
+    assert!(tests::lockctl::stderr(&redis).contains("postgres://"));
 }

@@ -8,10 +8,12 @@
 //! lockctl list ['stock:*'] [--json]     every held lock (SCAN; every master of a cluster)
 //! lockctl watch stock:42                a live view: each acquire, release and wake-up
 //! lockctl force-unlock stock:42 [--yes] free it, wake every waiter (asks first)
+//! lockctl schema                        the SQL engines' table, as a statement to run
 //! ```
 //!
 //! `--url` (any engine: `redis://`, `etcd://` with the `etcd` feature,
-//! `zk://` with the `zookeeper` feature)
+//! `zk://` with the `zookeeper` feature, `postgres://` with the `postgres`
+//! feature)
 //! defaults to `$LOCK_URL`, else `$REDIS_URL`, else `redis://127.0.0.1:6379`.
 //! Passwords in URLs are never printed. `inspect --json` prints one object:
 //! `{"name", "held"}` and, when held, `"kind"` (`"reentrant"`, `"fair"`,
@@ -57,7 +59,7 @@ struct Cli {
 /// Where the locks are.
 #[derive(Args, Debug)]
 struct Connection {
-    /// The store (redis://, etcd://, zk://) [default: $LOCK_URL, else $REDIS_URL, else redis://127.0.0.1:6379]
+    /// The store (redis://, etcd://, zk://, postgres://) [default: $LOCK_URL, else $REDIS_URL, else redis://127.0.0.1:6379]
     #[arg(long, value_name = "URL", conflicts_with_all = ["sentinel", "cluster"])]
     url: Option<String>,
     /// Sentinels to ask for the master, comma-separated (with --master)
@@ -104,6 +106,8 @@ enum Command {
         #[arg(long, value_name = "MS", default_value_t = 100)]
         interval_ms: u64,
     },
+    /// Print the statement that makes the URL's lock table (SQL engines; nothing is connected to)
+    Schema,
     /// Free a lock whatever its kind and wake every waiter; its holder loses it
     ForceUnlock {
         /// The lock's name
@@ -175,9 +179,14 @@ impl Connection {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, Failure> {
-    let client = LockClient::connect(cli.connection.config()).await?;
     let mut out = std::io::stdout().lock();
+    if let Command::Schema = cli.command {
+        writeln!(out, "{}", crate::engine::schema(&cli.connection.config())?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let client = LockClient::connect(cli.connection.config()).await?;
     match cli.command {
+        Command::Schema => {}
         Command::Inspect { name, json } => {
             let info = client.inspect(&name).await?;
             if json {

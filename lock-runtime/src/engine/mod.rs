@@ -67,6 +67,20 @@ impl Store {
     }
 }
 
+/// The statement that makes the lock table `config`'s URL names (the SQL
+/// engines' `lockctl schema`); [`LockError::Config`] for a URL of another
+/// engine.
+#[cfg_attr(not(feature = "cli"), allow(dead_code))]
+pub(crate) fn schema(config: &Config) -> Result<String, LockError> {
+    match Store::of(config)? {
+        #[cfg(feature = "postgres")]
+        Store::Postgres => Ok(postgres::Target::parse(config)?.table.ddl()),
+        _ => Err(LockError::Config(
+            "schema is for the SQL engines: give a postgres:// URL (--url or $LOCK_URL)".into(),
+        )),
+    }
+}
+
 /// `what` cannot be done on `engine`.
 #[cfg_attr(
     not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),

@@ -64,12 +64,12 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row, Statement};
 
 pub(crate) use hold::PgHold;
-pub(crate) use layout::Table;
 pub(crate) use ops::{force_unlock, inspect, locks};
 
 use crate::config::Config;
 use crate::error::LockError;
 use crate::own::OwnHolds;
+use layout::Table;
 
 /// The engine's name in errors and metrics.
 pub(crate) const ENGINE: &str = "postgres";
