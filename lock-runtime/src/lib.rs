@@ -1,6 +1,7 @@
 //! Distributed locks for async Rust on Redis (compatible with Redisson), on
-//! etcd (compatible with `etcdctl lock`) and on ZooKeeper (compatible with
-//! Apache Curator), with `#[distributed_lock]`.
+//! etcd (compatible with `etcdctl lock`), on ZooKeeper (compatible with
+//! Apache Curator) and on PostgreSQL (a table ShedLock shares), with
+//! `#[distributed_lock]`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -163,8 +164,8 @@
 //!
 //! # Features
 //!
-//! - `etcd`, `zookeeper`: the etcd and ZooKeeper engines (`etcd://`,
-//!   `zk://` URLs; see "Engines").
+//! - `etcd`, `zookeeper`, `postgres`: the etcd, ZooKeeper and PostgreSQL
+//!   engines (`etcd://`, `zk://`, `postgres://` URLs; see "Engines").
 //! - `tls`: `rediss://` URLs (rustls with the ring provider), and with
 //!   `etcd`, `etcds://` URLs (trusting the system's certificate store, where
 //!   a cluster's private CA goes; `SSL_CERT_FILE` is honoured).
@@ -256,8 +257,19 @@
 //!   quorum locks and replica sync are [`LockError::Unsupported`]; a lock
 //!   name must not contain `/`, nor (ZooKeeper's own refusal) a character
 //!   past U+FFFF such as an emoji.
+//! - `postgres://user:password@h:p/db` (`postgresql://` too; feature
+//!   `postgres`): PostgreSQL, a row per held lock in one table with
+//!   ShedLock's columns plus `fence` (`?table=NAME`, default
+//!   `distributed_locks`, made when missing; `lockctl schema` prints its
+//!   DDL for a role that may not). Every time is UTC by the database's
+//!   clock. A release deletes its row, unless `?keep_rows=true`, which a
+//!   table shared with ShedLock's JDBC provider **must** set (ShedLock
+//!   inserts a name's row once, then only updates it). Waiters are woken by
+//!   `LISTEN`/`NOTIFY`. Fair and read-write locks, quorum locks and replica
+//!   sync are [`LockError::Unsupported`] there for now; a name with a NUL
+//!   byte or longer than the `name` column is [`LockError::BadName`].
 //!
-//! On etcd and ZooKeeper, a plain `lock`'s acquisitions of one client and
+//! On etcd, ZooKeeper and PostgreSQL, a plain `lock`'s acquisitions of one client and
 //! name wait in the process behind one record in the store; a fair waiter
 //! and a read-write waiter each have a record of their own, so `fair_lock`
 //! serves one client's tasks and other clients in one arrival order. A
