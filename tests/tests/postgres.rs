@@ -218,3 +218,55 @@ async fn lockctl_schema_prints_the_table_a_role_without_create_then_uses() {
     assert_eq!(redis.status.code(), Some(1));
     assert!(tests::lockctl::stderr(&redis).contains("postgres://"));
 }
+
+/// Issue 35 review: a renewal never takes back a row that was freed (with
+/// `keep_rows`, a freed row keeps its holder id): a force-unlocked guard
+/// stays lost, and the name stays free.
+#[tokio::test]
+async fn a_force_unlocked_hold_stays_lost_when_rows_are_kept() {
+    let pg = Postgres::start();
+    let url = format!("{}?keep_rows=true", pg.url());
+    // Renewed every second.
+    let holder = LockClient::connect(Config::new(&url).watchdog_timeout(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    let other = client(&url).await;
+    let stuck = holder.lock("kept").acquire().await.unwrap();
+    assert!(other.force_unlock("kept").await.unwrap());
+    tokio::time::timeout(WITHIN, stuck.lost())
+        .await
+        .expect("the old holder learns the loss");
+    let taken = other.lock("kept").wait(WITHIN).acquire().await.unwrap();
+    assert!(matches!(stuck.release().await, Err(LockError::Lost { .. })));
+    taken.release().await.unwrap();
+}
+
+/// Issue 35 review: a table whose qualified name is longer than a channel
+/// (63 bytes) still announces its releases, and clients that make it at
+/// once all connect.
+#[tokio::test]
+async fn long_table_names_announce_and_clients_may_make_the_table_at_once() {
+    let pg = Postgres::start();
+    let schema = "s".repeat(63);
+    pg.sql(&format!("CREATE SCHEMA {schema} AUTHORIZATION app"));
+    let url = format!("{}?table={schema}.{}", pg.url(), "t".repeat(63));
+    let connects: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { LockClient::connect(Config::new(url)).await })
+        })
+        .collect();
+    let mut clients = Vec::new();
+    for c in connects {
+        clients.push(c.await.unwrap().expect("every client connects"));
+    }
+    let (a, b) = (clients[0].clone(), clients[1].clone());
+    let held = a.lock("long").acquire().await.unwrap();
+    let waiter = tokio::spawn(async move { b.lock("long").wait(WITHIN).acquire().await });
+    tests::eventually("the waiter waits", WITHIN, || async {
+        lock_runtime::__private::sql_waiting(&url, "long") == 1
+    })
+    .await;
+    held.release().await.unwrap();
+    tests::finish(WITHIN, waiter).await.release().await.unwrap();
+}

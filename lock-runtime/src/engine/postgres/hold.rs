@@ -33,6 +33,9 @@ pub(crate) struct Record {
     pub(super) until: Mutex<Instant>,
     /// A fixed lease: nothing renews the row.
     pub(super) fixed: bool,
+    /// Its row is kept by a `hold_at_least` minimum (its holder id marked
+    /// kept).
+    pub(super) kept: std::sync::atomic::AtomicBool,
     /// Live holds of the chain (a hold and its re-entries).
     pub(super) holds: AtomicUsize,
     /// The row is known gone (freed by someone else: `force_unlock`; or
@@ -163,8 +166,8 @@ impl crate::kept::Record for Record {
         give_back(self, keep)
     }
 
-    async fn give_back_once(self: Arc<Self>, _keep: Option<Instant>) -> Result<bool, LockError> {
-        release_once(&self).await
+    async fn give_back_once(self: Arc<Self>, keep: Option<Instant>) -> Result<bool, LockError> {
+        give_back_once(&self, keep).await
     }
 
     fn may_outlive(&self) -> bool {
@@ -246,39 +249,49 @@ pub(super) fn micros(d: Duration) -> i64 {
 
 /// Gives `record`'s row back: freed and announced, or kept taken until
 /// `keep` (a `hold_at_least` minimum; freed then from the client's
-/// runtime); whether it was still the holder's.
+/// runtime); whether it was still the holder's. Tried again on faults.
 async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
     record.pg.keeper.forget(&record);
-    let Some(keep) = keep.filter(|k| *k > Instant::now()) else {
-        return give_back_retried(record, None, 0).await;
-    };
-    let left = micros(keep.saturating_duration_since(Instant::now()));
-    let rows = record
-        .pg
-        .query(|s| &s.keep, &[&record.name, &record.holder, &left])
-        .await?;
-    let there = !rows.is_empty() && !*record.deleted.borrow();
-    let runtime = record.pg.runtime.clone();
-    runtime.spawn(async move {
-        tokio::time::sleep_until(keep.into()).await;
-        let kept = [record.holder.as_str(), super::layout::KEPT].concat();
-        let channel = record.pg.channel();
-        let _ = record
-            .pg
-            .query(|s| &s.release, &[&record.name, &kept, &channel])
-            .await;
-        record.gone();
-    });
-    Ok(there)
+    let keep = keep.filter(|k| *k > Instant::now());
+    let released = give_back_retried(record.clone(), keep, 0).await;
+    if let (Some(keep), Ok(true)) = (keep, &released) {
+        let runtime = record.pg.runtime.clone();
+        runtime.spawn(async move {
+            tokio::time::sleep_until(keep.into()).await;
+            if let Err(e) = give_back_retried(record, None, 0).await {
+                tracing::warn!(error = %e, "a lock row kept for its minimum is not freed yet; it ends by its lease");
+            }
+        });
+    }
+    released
 }
 
-/// One release of `record`'s row: whether it was the holder's. Then the
+/// One give-back of `record`'s row: kept taken until `keep` (marked kept),
+/// or freed and announced; whether it was the holder's. A freed row's
 /// turn passes on.
-async fn release_once(record: &Record) -> Result<bool, LockError> {
-    let channel = record.pg.channel();
-    let rows = record
-        .pg
-        .query(|s| &s.release, &[&record.name, &record.holder, &channel])
+async fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, LockError> {
+    let pg = &record.pg;
+    if let Some(keep) = keep.filter(|k| *k > Instant::now()) {
+        let left = micros(keep.saturating_duration_since(Instant::now()));
+        let rows = pg
+            .query(|s| &s.keep, &[&record.name, &record.holder, &left])
+            .await?;
+        let there = !rows.is_empty();
+        if there {
+            record
+                .kept
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        return Ok(there && !*record.deleted.borrow());
+    }
+    let holder = if record.kept.load(std::sync::atomic::Ordering::Acquire) {
+        [record.holder.as_str(), super::layout::KEPT].concat()
+    } else {
+        record.holder.clone()
+    };
+    let channel = pg.channel();
+    let rows = pg
+        .query(|s| &s.release, &[&record.name, &holder, &channel])
         .await?;
     record.gone();
     Ok(!rows.is_empty())
@@ -289,7 +302,15 @@ async fn release_once(record: &Record) -> Result<bool, LockError> {
 #[derive(Default)]
 pub(crate) struct Keeper {
     kept: Mutex<Vec<Weak<Record>>>,
+    /// Rounds so far: every [`SWEEP_EVERY`]th also sweeps the table.
+    rounds: AtomicUsize,
 }
+
+/// How many rounds apart the table's long-free rows are swept.
+const SWEEP_EVERY: usize = 30;
+
+/// How long a row is free before a sweep deletes it.
+const FREE_FOR: Duration = Duration::from_secs(60);
 
 impl Keeper {
     /// Starts the rounds on the client's runtime, for as long as the
@@ -342,7 +363,19 @@ impl Keeper {
     /// renewed (gone, or taken over) are lost at once. A round that fails
     /// renews nothing: the holds count down by their clocks.
     async fn round(&self, pg: &Pg) {
-        let records = self.live();
+        if self
+            .rounds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .is_multiple_of(SWEEP_EVERY)
+        {
+            let _ = pg.query(|s| &s.sweep, &[&micros(FREE_FOR)]).await;
+        }
+        // A hold already lost by its clock is not brought back by a late
+        // renewal: it stays lost.
+        let (lost, records): (Vec<_>, Vec<_>) = self.live().into_iter().partition(|r| r.is_lost());
+        for record in lost {
+            record.gone();
+        }
         if records.is_empty() {
             return;
         }

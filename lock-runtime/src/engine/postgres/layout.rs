@@ -65,10 +65,20 @@ impl Table {
     /// identifier, and `pg_notify`'s first argument): the table's name
     /// with its schema, so that two tables never wake each other.
     pub(crate) fn channel(&self) -> String {
-        match &self.schema {
+        let qualified = match &self.schema {
             Some(schema) => format!("{schema}.{}", self.name),
             None => self.name.clone(),
+        };
+        // A channel is an identifier: at most 63 bytes (`pg_notify` refuses
+        // a longer one, `LISTEN` cuts it short). A longer qualified name is
+        // named by a hash of it (FNV-1a), the same in every client.
+        if qualified.len() <= 63 {
+            return qualified;
         }
+        let hash = qualified.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        format!("locks_{hash:016x}")
     }
 
     /// The statement that creates the table: ShedLock's columns (names
@@ -101,7 +111,7 @@ pub(crate) const COLUMNS: [(&str, &[&str]); 5] = [
 pub(crate) struct Statements {
     /// `$1` name, `$2` holder id, `$3` lease in µs: the lock taken (a row
     /// made, or a free one's taken over) with its token, or the time the
-    /// holder's row has left in µs (no token).
+    /// holder's row has left in µs and its holder (no token).
     pub(crate) acquire: String,
     /// `$1` names, `$2` holder ids, `$3` lease in µs: the rows still
     /// held by those holders move their end to the lease from now; the
@@ -128,6 +138,9 @@ pub(crate) struct Statements {
     pub(crate) inspect: String,
     /// The held rows: name, holder, time left in µs.
     pub(crate) held: String,
+    /// Rows free for over a minute deleted (none with `keep_rows`): names
+    /// locked once, whose holder died before deleting its row.
+    pub(crate) sweep: String,
 }
 
 /// The end of a row's holder id while the row is kept only by a
@@ -156,14 +169,16 @@ impl Statements {
                  fence = GREATEST(l.fence + 1, EXCLUDED.fence) \
                WHERE l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDED.locked_by \
                RETURNING fence) \
-             SELECT (SELECT fence FROM taken), \
-                    (SELECT (extract(epoch from (h.lock_until - now.t)) * 1000000)::bigint \
-                     FROM {t} h, now WHERE h.name = $1)"
+             SELECT (SELECT fence FROM taken), h.left, h.locked_by \
+             FROM (SELECT 1) one LEFT JOIN (\
+               SELECT (extract(epoch from (h.lock_until - now.t)) * 1000000)::bigint AS left, \
+                      h.locked_by::text AS locked_by \
+               FROM {t} h, now WHERE h.name = $1) h ON true"
         );
         let renew = format!(
             "UPDATE {t} AS l SET lock_until = {NOW} + $3::bigint * interval '1 microsecond' \
              FROM unnest($1::text[], $2::text[]) AS h(name, holder) \
-             WHERE l.name = h.name AND l.locked_by = h.holder \
+             WHERE l.name = h.name AND l.locked_by = h.holder AND l.lock_until > {NOW} \
              RETURNING l.name::text, l.locked_by::text"
         );
         let free = if keep_rows {
@@ -213,6 +228,14 @@ impl Statements {
              ORDER BY name",
             left("lock_until")
         );
+        let sweep = if keep_rows {
+            // A table shared with ShedLock keeps its rows.
+            "SELECT $1::bigint WHERE false".to_owned()
+        } else {
+            format!(
+                "DELETE FROM {t} WHERE lock_until < {NOW} - $1::bigint * interval '1 microsecond'"
+            )
+        };
         Statements {
             acquire,
             renew,
@@ -223,8 +246,19 @@ impl Statements {
             force,
             inspect,
             held,
+            sweep,
         }
     }
+}
+
+/// Whether `locked_by` is one of this crate's holder ids (`<client
+/// uuid>:<n>`, perhaps marked kept): a holder that announces its release.
+/// ShedLock writes its host's name, and announces nothing.
+pub(crate) fn announces(locked_by: &str) -> bool {
+    let id = locked_by.strip_suffix(KEPT).unwrap_or(locked_by);
+    id.split_once(':').is_some_and(|(client, n)| {
+        client.len() == 36 && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    })
 }
 
 /// Refuses a name PostgreSQL cannot store or the table cannot hold
@@ -260,12 +294,24 @@ mod tests {
         let t = Table::parse("ops.job_locks").unwrap();
         assert_eq!(t.quoted(), "\"ops\".\"job_locks\"");
         assert_eq!(t.channel(), "ops.job_locks");
+        let long = Table::parse(&format!("{}.{}", "s".repeat(63), "t".repeat(63))).unwrap();
+        assert!(long.channel().len() <= 63, "{}", long.channel());
+        assert_eq!(long.channel(), long.clone().channel());
         for bad in ["", "a.b.c", "x;drop", "\"x\"", "1abc", "a b", ".x", "x."] {
             assert!(
                 matches!(Table::parse(bad), Err(LockError::Config(_))),
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn our_holder_ids_announce_and_shedlocks_hosts_do_not() {
+        let ours = "0b0e8d5e-3c1f-4a77-9d0e-2f6a1c9b7e11:42";
+        assert!(announces(ours));
+        assert!(announces(&format!("{ours}{KEPT}")));
+        assert!(!announces("batch-host-7"));
+        assert!(!announces("10.0.0.5:8080"));
     }
 
     #[test]

@@ -19,6 +19,17 @@ pub(crate) struct Listener {
     /// Bumped whenever the connection is (made) listening: every waiter
     /// looks again.
     epoch: watch::Sender<u64>,
+    /// Dropped with the listener: its task ends, and its connection.
+    _stop: watch::Sender<()>,
+}
+
+/// A task aborted when this is dropped.
+struct Aborting(tokio::task::JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A waiter's wake-up for one name: changed by an announcement of the
@@ -60,12 +71,14 @@ impl Listener {
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<super::Connected, tokio_postgres::Error>> + Send,
     {
+        let (stop, mut stopped) = watch::channel(());
         let listener = Arc::new(Listener {
             names: Mutex::default(),
             epoch: watch::channel(0).0,
+            _stop: stop,
         });
         let weak = Arc::downgrade(&listener);
-        tokio::spawn(async move {
+        let listening = async move {
             let mut tries = 0;
             loop {
                 if weak.strong_count() == 0 {
@@ -80,7 +93,7 @@ impl Listener {
                 // The connection's messages, forwarded while it lives.
                 let (notes, mut heard) = mpsc::unbounded_channel();
                 let mut connection = connection;
-                let driver = tokio::spawn(async move {
+                let driver = Aborting(tokio::spawn(async move {
                     let mut messages = std::pin::pin!(futures_util::stream::poll_fn(move |cx| {
                         connection.poll_message(cx)
                     }));
@@ -92,14 +105,14 @@ impl Listener {
                             return;
                         }
                     }
-                });
+                }));
                 let quoted = channel.replace('"', "\"\"");
                 if client
                     .batch_execute(&format!("LISTEN \"{quoted}\""))
                     .await
                     .is_err()
                 {
-                    driver.abort();
+                    drop(driver);
                     tries += 1;
                     tokio::time::sleep(backoff(tries).max(Duration::from_millis(100))).await;
                     continue;
@@ -107,24 +120,30 @@ impl Listener {
                 tries = 0;
                 // Listening (odd): every waiter looks again.
                 let Some(alive) = weak.upgrade() else {
-                    driver.abort();
                     return;
                 };
                 alive.epoch.send_modify(|e| *e += 1);
                 drop(alive);
                 while let Some(name) = heard.recv().await {
                     let Some(alive) = weak.upgrade() else {
-                        driver.abort();
                         return;
                     };
                     alive.announced(&name);
                 }
+                drop(driver);
                 // The connection ended: not listening (even) until it is
                 // made again.
                 if let Some(alive) = weak.upgrade() {
                     alive.epoch.send_modify(|e| *e += 1);
                 }
                 drop(client);
+            }
+        };
+        tokio::spawn(async move {
+            tokio::select! {
+                () = listening => {}
+                // The listener was dropped (its client is gone).
+                _ = stopped.changed() => {}
             }
         });
         listener

@@ -142,9 +142,27 @@ impl Target {
         if let Some(password) = password {
             connect.password(password);
         }
+        if connect.get_connect_timeout().is_none() {
+            connect.connect_timeout(config.connect_timeout);
+        }
+        if connect.get_application_name().is_none() {
+            connect.application_name("lock-runtime");
+        }
+        if matches!(
+            connect.get_ssl_mode(),
+            tokio_postgres::config::SslMode::Require
+        ) {
+            return Err(LockError::Config(format!(
+                "a postgres:// URL ({}) that requires TLS: this build connects without it \
+                 (sslmode=disable or prefer)",
+                config.origin()
+            )));
+        }
+        // Each statement on its own (no transaction spans two), and a lost
+        // race is no serialization failure whatever the server's default.
         connect
-            .connect_timeout(config.connect_timeout)
-            .application_name("lock-runtime");
+            .options("-c default_transaction_isolation=read\\ committed")
+            .keepalives_idle(std::time::Duration::from_secs(15));
         Ok(Target {
             connect,
             table,
@@ -185,6 +203,15 @@ pub(crate) struct Connected {
 pub(crate) struct Conn {
     client: tokio_postgres::Client,
     st: Prepared,
+    /// Its place in the pool.
+    slot: usize,
+}
+
+impl Conn {
+    /// Whether it can still carry statements.
+    pub(crate) fn is_open(&self) -> bool {
+        !self.client.is_closed()
+    }
 }
 
 /// The statements of [`layout::Statements`], prepared on one connection.
@@ -198,6 +225,7 @@ pub(crate) struct Prepared {
     pub(crate) force: Statement,
     pub(crate) inspect: Statement,
     pub(crate) held: Statement,
+    pub(crate) sweep: Statement,
 }
 
 /// A place in the pool: its connection once made.
@@ -337,7 +365,7 @@ impl Pg {
             }
             // The first connection of the pool is the one that made the
             // table: its statements prepared now prove the table answers.
-            let conn = pg.prepare(client).await?;
+            let conn = pg.prepare(client, 0).await?;
             *pg.slots[0].conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(conn));
             hold::Keeper::start(&pg);
             Ok(pg)
@@ -346,12 +374,16 @@ impl Pg {
     }
 
     /// Prepares the statements on a connection's `client`.
-    async fn prepare(&self, client: tokio_postgres::Client) -> Result<Conn, LockError> {
+    async fn prepare(
+        &self,
+        client: tokio_postgres::Client,
+        slot: usize,
+    ) -> Result<Conn, LockError> {
         let s = &self.statements;
         let prepared = futures_util::future::try_join_all(
             [
                 &s.acquire, &s.renew, &s.release, &s.keep, &s.reenter, &s.extend, &s.force,
-                &s.inspect, &s.held,
+                &s.inspect, &s.held, &s.sweep,
             ]
             .map(|text| client.prepare(text)),
         )
@@ -369,19 +401,21 @@ impl Pg {
             force: next(),
             inspect: next(),
             held: next(),
+            sweep: next(),
         };
-        Ok(Conn { client, st })
+        Ok(Conn { client, st, slot })
     }
 
     /// A connection of the pool (in turn), made again when it broke.
-    async fn conn(&self) -> Result<Arc<Conn>, LockError> {
-        let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
+    pub(crate) async fn conn(&self) -> Result<Arc<Conn>, LockError> {
+        let at = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        let slot = &self.slots[at];
         let live = |slot: &Slot| {
             slot.conn
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone()
-                .filter(|c| !c.client.is_closed())
+                .filter(|c| c.is_open())
         };
         if let Some(conn) = live(slot) {
             return Ok(conn);
@@ -397,7 +431,7 @@ impl Pg {
         let Connected { client, connection } = made;
         // Driven by the client's runtime, whoever made it.
         self.runtime.spawn(connection);
-        let conn = Arc::new(self.prepare(client).await?);
+        let conn = Arc::new(self.prepare(client, at).await?);
         *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
         Ok(conn)
     }
@@ -409,15 +443,39 @@ impl Pg {
         which: fn(&Prepared) -> &Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, LockError> {
-        let answer = tokio::time::timeout(self.config.response_timeout, async {
-            let conn = self.conn().await?;
-            conn.client
-                .query(which(&conn.st), params)
-                .await
-                .map_err(|e| store_error(&e))
-        })
+        let conn = tokio::time::timeout(self.config.response_timeout, self.conn())
+            .await
+            .unwrap_or_else(|_| Err(timeout_error()))?;
+        self.query_on(&conn, which, params).await
+    }
+
+    /// [`query`](Self::query) on `conn` (statements on one connection are
+    /// run in the order they are sent). A connection that does not answer
+    /// in time leaves the pool: its place is made again.
+    pub(crate) async fn query_on(
+        &self,
+        conn: &Arc<Conn>,
+        which: fn(&Prepared) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, LockError> {
+        let answer = tokio::time::timeout(
+            self.config.response_timeout,
+            conn.client.query(which(&conn.st), params),
+        )
         .await;
-        answer.unwrap_or_else(|_| Err(timeout_error()))
+        match answer {
+            Ok(answer) => answer.map_err(|e| store_error(&e)),
+            Err(_) => {
+                let mut slot = self.slots[conn.slot]
+                    .conn
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+                    *slot = None;
+                }
+                Err(timeout_error())
+            }
+        }
     }
 
     /// The table's announcement channel.
@@ -464,7 +522,12 @@ async fn prepare_table(
         .await
         .map_err(|e| store_error(&e))?
         .get::<_, bool>(0);
-    if !exists && let Err(e) = client.batch_execute(&table.ddl()).await {
+    if !exists
+        && let Err(e) = client.batch_execute(&table.ddl()).await
+        // Made meanwhile by another client: it is there.
+        && !matches!(e.code(), Some(code) if *code == SqlState::UNIQUE_VIOLATION
+            || *code == SqlState::DUPLICATE_TABLE)
+    {
         return Err(match e.code() {
             Some(code) if *code == SqlState::INSUFFICIENT_PRIVILEGE => LockError::Config(format!(
                 "the lock table {quoted} is missing and this role may not create it; \
@@ -479,7 +542,7 @@ async fn prepare_table(
     let columns = client
         .query(
             "SELECT a.attname::text, t.typname::text, \
-                    CASE WHEN a.atttypmod > 4 THEN a.atttypmod - 4 END \
+                    CASE WHEN a.atttypmod > 4 THEN a.atttypmod - 4 END, a.attnotnull \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
             &[&quoted],
@@ -509,10 +572,24 @@ async fn prepare_table(
                 types.join(" or ")
             )));
         }
-        if column == "name" {
-            longest = found
-                .get::<_, Option<i32>>(2)
-                .and_then(|n| usize::try_from(n).ok());
+        if !found.get::<_, bool>(3) {
+            return Err(LockError::Config(format!(
+                "the table {quoted} is not a lock table: its `{column}` column may be NULL"
+            )));
+        }
+        let length = found
+            .get::<_, Option<i32>>(2)
+            .and_then(|n| usize::try_from(n).ok());
+        match column {
+            "name" => longest = length,
+            // A holder id (a UUID, `:`, a number) marked kept.
+            "locked_by" if length.is_some_and(|n| n < 64) => {
+                return Err(LockError::Config(format!(
+                    "the table {quoted}: its `locked_by` column is shorter than a holder id \
+                     (64 characters); ShedLock's is VARCHAR(255)"
+                )));
+            }
+            _ => {}
         }
     }
     Ok(longest)
@@ -566,15 +643,24 @@ fn db_message(e: &tokio_postgres::Error) -> String {
 /// failure or deadlock).
 pub(crate) fn store_error(e: &tokio_postgres::Error) -> LockError {
     let transient = match e.code() {
-        None => true,
+        // No answer of the server's: a connection that broke (or an I/O
+        // failure beneath it) may heal; a driver's refusal (a type, a
+        // parse) will not.
+        None => {
+            e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+        }
         Some(code) => {
-            *code == SqlState::T_R_SERIALIZATION_FAILURE
+            let class = code.code().get(..2);
+            class == Some("08")
+                || class == Some("53")
+                || *code == SqlState::T_R_SERIALIZATION_FAILURE
                 || *code == SqlState::T_R_DEADLOCK_DETECTED
                 || *code == SqlState::ADMIN_SHUTDOWN
                 || *code == SqlState::CRASH_SHUTDOWN
                 || *code == SqlState::CANNOT_CONNECT_NOW
-                || *code == SqlState::TOO_MANY_CONNECTIONS
                 || *code == SqlState::QUERY_CANCELED
+                || *code == SqlState::LOCK_NOT_AVAILABLE
+                || *code == SqlState::READ_ONLY_SQL_TRANSACTION
         }
     };
     LockError::Store {

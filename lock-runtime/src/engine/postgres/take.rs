@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedMutexGuard, watch};
 
 use super::hold::{PgHold, Record, micros, reenter};
-use super::{ENGINE, Pg, layout};
+use super::{Conn, ENGINE, Pg, layout};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
@@ -19,8 +19,9 @@ use crate::kept::{Taking, Undo, list};
 use crate::request::{Options, Target, timed_out, within};
 use crate::turns::{Downgrade, Kind, OneRecord, Queued};
 
-/// How long a waiter sleeps at most while the listener is not listening
-/// (it cannot count on an announcement).
+/// How long a waiter sleeps at most while it cannot count on an
+/// announcement: the listener is not listening, or the holder is not one
+/// of ours (ShedLock frees its row by an update and announces nothing).
 const DEAF: Duration = Duration::from_millis(500);
 
 /// An acquisition on this engine is [`crate::turns::acquire`]: the
@@ -104,6 +105,8 @@ impl Taking for Pg {
             name: String::new(),
             holder: holder.to_owned(),
             until: None,
+            stray: None,
+            conn: None,
         }
     }
 
@@ -136,6 +139,7 @@ impl Taking for Pg {
             holder: how.holder.to_owned(),
             until: Mutex::new(valid_until(taken.sent, lease)),
             fixed,
+            kept: std::sync::atomic::AtomicBool::new(false),
             holds: AtomicUsize::new(1),
             deleted: watch::channel(false).0,
             turn: Mutex::new(turn),
@@ -158,8 +162,31 @@ pub(crate) struct Made {
     name: String,
     holder: String,
     /// Until when a row it made may be there (its lease by this client's
-    /// clock); `None` when no statement was sent.
+    /// clock); `None` when no statement whose answer is unseen was sent.
     until: Option<Instant>,
+    /// Until when a try sent on a connection since abandoned (it closed)
+    /// may still land: a backend that has not noticed its client left may
+    /// finish the statement after a later try's.
+    stray: Option<Instant>,
+    /// The connection every try and the undo go through while it lives:
+    /// statements on one connection run in the order they are sent, so
+    /// the undo (or a later try) runs after a try whose answer was lost.
+    conn: Option<Arc<Conn>>,
+}
+
+impl Made {
+    /// The acquisition's connection, made or taken from the pool when it
+    /// has none that is open.
+    async fn conn(&mut self) -> Result<Arc<Conn>, LockError> {
+        if let Some(conn) = self.conn.as_ref().filter(|c| c.is_open()) {
+            return Ok(conn.clone());
+        }
+        let conn = tokio::time::timeout(self.pg.config.response_timeout, self.pg.conn())
+            .await
+            .unwrap_or_else(|_| Err(super::timeout_error()))?;
+        self.conn = Some(conn.clone());
+        Ok(conn)
+    }
 }
 
 impl Undo for Made {
@@ -170,13 +197,16 @@ impl Undo for Made {
             name: self.name.clone(),
             holder: self.holder.clone(),
             until: Some(until),
+            stray: self.stray,
+            conn: self.conn.clone(),
         })
     }
 
     async fn clear(&mut self) -> Result<(), LockError> {
         let channel = self.pg.channel();
+        let conn = self.conn().await?;
         self.pg
-            .query(|s| &s.release, &[&self.name, &self.holder, &channel])
+            .query_on(&conn, |s| &s.release, &[&self.name, &self.holder, &channel])
             .await?;
         self.until = None;
         Ok(())
@@ -210,15 +240,28 @@ async fn take(
     loop {
         // Made before the look: no announcement after it is missed.
         let mut wake = pg.listener.wake(name);
+        let before = made.conn.clone();
+        let conn = made.conn().await?;
+        // A try whose answer is unseen went out on another connection.
+        let switched = before.is_some_and(|b| !Arc::ptr_eq(&b, &conn));
         let sent = Instant::now();
         made.name = name.to_owned();
+        // A try whose answer is unseen (a timeout, a broken connection)
+        // on the connection left behind may still land.
+        if switched {
+            made.stray = made.stray.max(made.until);
+        }
         made.until = Some(sent + lease);
         let rows = pg
-            .query(|s| &s.acquire, &[&name, &how.holder, &lease_us])
+            .query_on(&conn, |s| &s.acquire, &[&name, &how.holder, &lease_us])
             .await?;
-        let (token, left) = match rows.first() {
-            Some(row) => (row.get::<_, Option<i64>>(0), row.get::<_, Option<i64>>(1)),
-            None => (None, None),
+        let (token, left, holder) = match rows.first() {
+            Some(row) => (
+                row.get::<_, Option<i64>>(0),
+                row.get::<_, Option<i64>>(1),
+                row.get::<_, Option<String>>(2),
+            ),
+            None => (None, None, None),
         };
         if let Some(token) = token {
             return Ok(Taken {
@@ -227,8 +270,10 @@ async fn take(
                 more: (),
             });
         }
-        // Not taken: nothing of ours is there.
-        made.until = None;
+        // Not taken: no row of ours is there (an earlier try's on this
+        // connection would have been taken over by this one), unless one
+        // sent on a connection left behind lands later.
+        made.until = made.stray;
         if options.wait == Some(Duration::ZERO) {
             return Err(timed_out(target, options));
         }
@@ -237,7 +282,11 @@ async fn take(
             continue;
         };
         let left = Duration::from_micros(u64::try_from(left).unwrap_or(0));
-        let sleep = if wake.listening() {
+        // A holder that announces nothing (ShedLock's, which frees its row
+        // by an update) is looked at again now and then; so is every
+        // holder while the listener is not listening.
+        let announced = holder.as_deref().is_some_and(layout::announces);
+        let sleep = if wake.listening() && announced {
             left
         } else {
             left.min(DEAF)
