@@ -9,6 +9,7 @@ pub mod mariadb;
 pub mod postgres;
 pub mod proxy;
 pub mod recorded;
+pub mod shedlock;
 pub mod sql_server;
 pub mod topology;
 pub mod zookeeper;
