@@ -32,7 +32,10 @@
 //!    runs them alone;
 //! 11. to 14. the ZooKeeper engine against its floor on the same server
 //!     (the same four rows; the floor in `examples::zk_rows`), unless
-//!     `--no-zookeeper`; `zk_bench` runs them alone.
+//!     `--no-zookeeper`; `zk_bench` runs them alone;
+//! 15. to 18. the PostgreSQL engine against its floor on the same database
+//!     (the same four rows; the floor in `examples::pg_rows`), unless
+//!     `--no-postgres`; `pg_bench` runs them alone.
 //!
 //! ```text
 //! cargo run --release -p examples --example lock_bench
@@ -41,8 +44,9 @@
 //!
 //! Uses `REDIS_URL` when set; otherwise starts a throwaway `redis-server` on a
 //! free loopback port; the etcd rows use `LOCK_URL` when it names an etcd,
-//! otherwise a throwaway `etcd`. `BENCH_COUNTS=1` also prints row 5's sections per
-//! task. BENCHMARKS.md explains the figures.
+//! otherwise a throwaway `etcd` (the ZooKeeper and PostgreSQL rows
+//! likewise). `BENCH_COUNTS=1` also prints row 5's sections per task.
+//! BENCHMARKS.md explains the figures.
 
 use std::alloc::System;
 use std::future::Future;
@@ -52,6 +56,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use examples::etcd_rows::EtcdFloor;
+use examples::pg_rows::PgFloor;
 use examples::rows::{self, Floor, Server};
 use examples::zk_rows::ZkFloor;
 use examples::{Redis, median, per_second, percentile};
@@ -91,6 +96,8 @@ struct Args {
     etcd: bool,
     /// Whether rows 11-14 (ZooKeeper) run.
     zookeeper: bool,
+    /// Whether rows 15-18 (PostgreSQL) run.
+    postgres: bool,
 }
 
 #[derive(Debug)]
@@ -860,7 +867,8 @@ const USAGE: &str =
   --waiters N   waiters of the drain rows (default 10000)
   --names N     names they wait on (default 1000)
   --no-etcd     skip the etcd rows (7-10)
-  --no-zookeeper  skip the ZooKeeper rows (11-14)";
+  --no-zookeeper  skip the ZooKeeper rows (11-14)
+  --no-postgres   skip the PostgreSQL rows (15-18)";
 
 fn parse_args() -> Result<Args, String> {
     let mut parsed = Args {
@@ -872,6 +880,7 @@ fn parse_args() -> Result<Args, String> {
         names: 1000,
         etcd: true,
         zookeeper: true,
+        postgres: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -885,6 +894,7 @@ fn parse_args() -> Result<Args, String> {
             "--names" => parsed.names = value("--names")?,
             "--no-etcd" => parsed.etcd = false,
             "--no-zookeeper" => parsed.zookeeper = false,
+            "--no-postgres" => parsed.postgres = false,
             "-h" | "--help" => return Err(String::new()),
             // `cargo bench` style flags, harmless here.
             "--bench" => {}
@@ -1052,12 +1062,17 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
         println!();
         engine_rows::<ZkFloor>(args, 11, "--no-zookeeper")?;
     }
+    if args.postgres {
+        println!();
+        engine_rows::<PgFloor>(args, 15, "--no-postgres")?;
+    }
     Ok(())
 }
 
-/// Rows 7-10 (etcd) or 11-14 (ZooKeeper), numbered from `first`: the
-/// engine against its floor (`examples::rows`), sized as `etcd_bench`'s and
-/// `zk_bench`'s defaults but for the waiters. `skip` is the flag that skips
+/// Rows 7-10 (etcd), 11-14 (ZooKeeper) or 15-18 (PostgreSQL), numbered
+/// from `first`: the engine against its floor (`examples::rows`), sized as
+/// `etcd_bench`'s, `zk_bench`'s and `pg_bench`'s defaults but for the
+/// waiters. `skip` is the flag that skips
 /// them.
 fn engine_rows<F: Floor>(args: Args, first: usize, skip: &str) -> Result<(), BenchError> {
     let server = F::Server::from_env_or_start().map_err(|e| {

@@ -1,10 +1,12 @@
 //! Shared helpers of the examples: finding a Redis server to run against
 //! (`REDIS_URL`, or a throwaway local `redis-server`), an etcd or a
-//! ZooKeeper (`LOCK_URL`, or a throwaway one), small statistics for the
-//! reports, and the rows the benchmarks share for every engine but Redis
-//! ([`rows`]; each engine's floor in [`etcd_rows`], [`zk_rows`]).
+//! ZooKeeper or a PostgreSQL (`LOCK_URL`, or a throwaway one), small
+//! statistics for the reports, and the rows the benchmarks share for every
+//! engine but Redis ([`rows`]; each engine's floor in [`etcd_rows`],
+//! [`zk_rows`], [`pg_rows`]).
 
 pub mod etcd_rows;
+pub mod pg_rows;
 pub mod rows;
 pub mod zk_rows;
 
@@ -107,15 +109,15 @@ impl Drop for Redis {
     }
 }
 
-/// A loopback port nobody listens on right now, other than 6379 (a real
-/// server's port we must never touch).
+/// A loopback port nobody listens on right now, other than 6379 and 5432
+/// (real servers' ports we must never touch).
 fn free_port() -> Result<u16, NoRedis> {
     loop {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .map_err(|e| NoRedis(format!("no free loopback port: {e}")))?;
-        if port != 6379 {
+        if port != 6379 && port != 5432 {
             return Ok(port);
         }
     }
@@ -528,6 +530,217 @@ fn ruok(port: u16) -> bool {
 }
 
 impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        if let Some((mut keeper, dir)) = self.started.take() {
+            drop(keeper.stdin.take());
+            let _ = keeper.wait();
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// The PostgreSQL server an example runs against: `LOCK_URL` when it names
+/// one (`postgres://...` or `postgresql://...`), otherwise a throwaway
+/// cluster on a free loopback port (never 5432), stopped with the example.
+///
+/// The throwaway cluster is the system's `postgresql` package, as the tests
+/// start it (`tests/src/postgres.rs`): `initdb` and `postgres` from the
+/// newest `/usr/lib/postgresql/<version>/bin`, its data, socket and log in
+/// a fresh temporary directory; as root they run as the `postgres` user
+/// (through `setpriv`, which `exec`s them, so the keeper signals the server
+/// itself). Durability is off ([`PG_SETTINGS`]); the superuser `postgres`
+/// connects over TCP with a password made for the run.
+pub struct Postgres {
+    url: String,
+    started: Option<(Child, std::path::PathBuf)>,
+}
+
+/// The throwaway cluster's settings (appended to its `postgresql.conf`):
+/// the tests' servers' durability (none: a benchmark's rows need not
+/// survive a crash of the machine), and room for the benchmark's clients.
+pub const PG_SETTINGS: &str = "
+listen_addresses = '127.0.0.1'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+shared_buffers = 64MB
+max_connections = 100
+logging_collector = off
+";
+
+impl Postgres {
+    /// `LOCK_URL` when it is a `postgres://` (or `postgresql://`) URL;
+    /// otherwise a throwaway server (see [`Postgres`]).
+    pub fn from_env_or_start() -> Result<Postgres, NoRedis> {
+        match std::env::var("LOCK_URL") {
+            Ok(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(Postgres { url, started: None })
+            }
+            _ => Postgres::start_local(),
+        }
+    }
+
+    /// Makes a cluster with `initdb` in a fresh temporary directory and
+    /// starts it under a keeper that stops it (a fast shutdown) when our
+    /// end of its stdin closes (on drop, or however the example exits).
+    pub fn start_local() -> Result<Postgres, NoRedis> {
+        const KEEPER: &str =
+            r#""$@" & server=$!; read _ignored; kill -INT $server 2>/dev/null; wait $server"#;
+        let bin = postgres_bin()?;
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
+        // As root, initdb and postgres refuse to run: `postgres` runs them.
+        let as_server = |program: &str| -> Vec<std::ffi::OsString> {
+            let mut argv: Vec<std::ffi::OsString> = Vec::new();
+            if root {
+                let setpriv = ["setpriv", "--reuid", "postgres", "--regid", "postgres"];
+                argv.extend(setpriv.map(Into::into));
+                argv.extend(["--init-groups", "--"].map(Into::into));
+            }
+            argv.push(bin.join(program).into_os_string());
+            argv
+        };
+        let dir = std::env::temp_dir().join(format!("lock-example-pg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cleanup = |e: String| {
+            let _ = std::fs::remove_dir_all(&dir);
+            NoRedis(e)
+        };
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| NoRedis(format!("cannot make {}: {e}", dir.display())))?;
+        let password = format!(
+            "bench{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        );
+        std::fs::write(dir.join("pw"), &password).map_err(|e| cleanup(format!("pw: {e}")))?;
+        if root {
+            let owned = Command::new("chown")
+                .arg("postgres:")
+                .arg(&dir)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !owned {
+                return Err(cleanup(format!(
+                    "cannot give {} to the `postgres` user (as root, PostgreSQL runs as it)",
+                    dir.display()
+                )));
+            }
+        }
+        let initdb = as_server("initdb");
+        let out = Command::new(&initdb[0])
+            .args(&initdb[1..])
+            .arg("-D")
+            .arg(dir.join("data"))
+            .args(["-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"])
+            .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
+            .arg(format!("--pwfile={}", dir.join("pw").display()))
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| cleanup(format!("initdb does not run: {e}")))?;
+        if !out.status.success() {
+            return Err(cleanup(format!(
+                "initdb failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("data").join("postgresql.conf"))
+            .and_then(|mut conf| std::io::Write::write_all(&mut conf, PG_SETTINGS.as_bytes()))
+            .map_err(|e| cleanup(format!("postgresql.conf: {e}")))?;
+        for _ in 0..5 {
+            let port = free_port()?;
+            let keeper = Command::new("sh")
+                .arg("-c")
+                .arg(KEEPER)
+                .arg("sh")
+                .args(as_server("postgres"))
+                .arg("-D")
+                .arg(dir.join("data"))
+                .args(["-p", &port.to_string(), "-k"])
+                .arg(&dir)
+                .current_dir(&dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+            let mut keeper = keeper.map_err(|e| cleanup(format!("cannot start postgres: {e}")))?;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = keeper.try_wait() {
+                    break;
+                }
+                let ready = Command::new(bin.join("pg_isready"))
+                    .args(["-q", "-h", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if ready {
+                    return Ok(Postgres {
+                        url: format!("postgres://postgres:{password}@127.0.0.1:{port}/postgres"),
+                        started: Some((keeper, dir.clone())),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            drop(keeper.stdin.take());
+            let _ = keeper.wait();
+        }
+        Err(cleanup(
+            "PostgreSQL is installed but did not start on a free loopback port".into(),
+        ))
+    }
+
+    /// The server's URL (`postgres://user:password@host:port/database`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Where the server comes from, for the report (never the password).
+    pub fn describe(&self) -> String {
+        match &self.started {
+            Some(_) => {
+                let at = self.url.rsplit_once('@').map_or("", |(_, at)| at);
+                format!("throwaway PostgreSQL at {at} (fsync off)")
+            }
+            None => "the PostgreSQL at LOCK_URL".to_owned(),
+        }
+    }
+}
+
+/// The newest `/usr/lib/postgresql/<version>/bin` that holds `initdb` and
+/// `postgres` (Debian keeps them off the `PATH`).
+fn postgres_bin() -> Result<std::path::PathBuf, NoRedis> {
+    let mut found: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry
+                .file_name()
+                .to_str()?
+                .split('.')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((version, entry.path().join("bin")))
+        })
+        .filter(|(_, bin)| bin.join("initdb").is_file() && bin.join("postgres").is_file())
+        .collect();
+    found.sort();
+    found.pop().map(|(_, bin)| bin).ok_or_else(|| {
+        NoRedis("no PostgreSQL: LOCK_URL names none and initdb/postgres are not under /usr/lib/postgresql/*/bin (Debian/Ubuntu: `sudo apt-get install postgresql`; or run tools/setup.sh)".into())
+    })
+}
+
+impl Drop for Postgres {
     fn drop(&mut self) {
         if let Some((mut keeper, dir)) = self.started.take() {
             drop(keeper.stdin.take());

@@ -2,9 +2,10 @@
 //! a lock costs against the floor on the same store, all measured in one
 //! run, every lock call from spawned tasks. Each engine brings only its
 //! [`Floor`] (the etcd one in [`crate::etcd_rows`], the ZooKeeper one in
-//! [`crate::zk_rows`]); `etcd_bench` and `zk_bench` run the rows alone
-//! (rows 1-4, through [`main`]), `lock_bench` after the Redis rows (rows
-//! 7-10 and 11-14, through [`run`]).
+//! [`crate::zk_rows`], the PostgreSQL one in [`crate::pg_rows`]);
+//! `etcd_bench`, `zk_bench` and `pg_bench` run the rows alone (rows 1-4,
+//! through [`main`]), `lock_bench` after the Redis rows (rows 7-10, 11-14
+//! and 15-18, through [`run`]).
 //!
 //! - **floor**: the least a lock of that store can do, on one raw client of
 //!   the store ([`Floor::pairs`]).
@@ -75,7 +76,7 @@ macro_rules! servers {
     )*};
 }
 
-servers!(crate::Etcd, crate::ZooKeeper);
+servers!(crate::Etcd, crate::ZooKeeper, crate::Postgres);
 
 /// What the store counts in row 4: the streams or connections the waiting
 /// client opened on the server.
@@ -105,6 +106,13 @@ pub trait Floor: Sized + Send + Sync + 'static {
     const ISSUE: u32;
     /// What row 4 counts on the server; `None` when it counts nothing there.
     const STREAMS: Option<Streams> = None;
+    /// Whether row 4 counts [`Floor::STREAMS`] from before the waiting
+    /// client connects (what its connect opens counts too: PostgreSQL's
+    /// connections) rather than from after (only what its waiters open:
+    /// etcd's watch stream).
+    const STREAMS_FROM_CONNECT: bool = false;
+    /// How row 3 names its unit ([`Floor::round_trip`]) after the time.
+    const ROUND_TRIP: &'static str = "one write RT";
 
     /// The floor's raw client on `server`, set up for [`Floor::pairs`].
     fn connect(server: &Self::Server) -> impl Future<Output = Result<Self, BenchError>> + Send;
@@ -117,7 +125,8 @@ pub trait Floor: Sized + Send + Sync + 'static {
         async { Ok(()) }
     }
 
-    /// Row 3's unit: one plain write, and how long it took.
+    /// Row 3's unit: one plain write (or what [`Floor::ROUND_TRIP`]
+    /// says), and how long it took.
     fn round_trip(&self) -> impl Future<Output = Result<Duration, BenchError>> + Send;
 
     /// How many contenders (holder and waiters) lock `name` has in the store.
@@ -388,10 +397,15 @@ async fn drain<F: Floor>(url: &str, floor: &F, args: Args) -> Result<Drain, Benc
     for name in &names {
         held.push(holder.lock(name.clone()).acquire().await?);
     }
+    let from_connect = match F::STREAMS {
+        Some(_) if F::STREAMS_FROM_CONNECT => Some(floor.streams()?),
+        _ => None,
+    };
     let client = LockClient::connect(Config::new(url)).await?;
-    let streams_before = match F::STREAMS {
-        Some(_) => Some(floor.streams()?),
-        None => None,
+    let streams_before = match (F::STREAMS, from_connect) {
+        (Some(_), Some(before)) => Some(before),
+        (Some(_), None) => Some(floor.streams()?),
+        (None, _) => None,
     };
     let before = live_heap();
     let started = Arc::new(AtomicUsize::new(0));
@@ -463,10 +477,11 @@ pub async fn run<F: Floor>(server: &F::Server, args: Args, first: usize) -> Resu
     );
     let rt = |d: Duration| d.as_secs_f64() / write.as_secs_f64().max(1e-9);
     println!(
-        "{}. handoff: p50 {p50:>8.1?} ({:.1} RT)   p99 {p99:>8.1?} ({:.1} RT)   one write RT {write:.1?}",
+        "{}. handoff: p50 {p50:>8.1?} ({:.1} RT)   p99 {p99:>8.1?} ({:.1} RT)   {} {write:.1?}",
         row(3),
         rt(p50),
-        rt(p99)
+        rt(p99),
+        F::ROUND_TRIP
     );
     let d = drain(url, &peers.floor, args).await?;
     let mut line = format!(
