@@ -457,6 +457,8 @@ pub(crate) trait Taking: Send + Sync + Sized + 'static {
     const ENGINE: &'static str;
     /// The client's id.
     fn id(&self) -> &str;
+    /// The client's queues, per name.
+    fn turns(&self) -> &crate::turns::Turns;
     /// The client's records, per lock name and holder id.
     fn records(&self) -> &Records<Self::Record>;
     /// The side `target` takes (a name the store refuses is an error).
@@ -494,6 +496,48 @@ pub(crate) trait Taking: Send + Sync + Sized + 'static {
         made: &mut Self::Made,
         turn: Option<OwnedMutexGuard<()>>,
     ) -> Result<Arc<Self::Record>, LockError>;
+}
+
+/// An acquisition on a [`Taking`] engine is [`crate::turns::acquire`]: the
+/// shared queueing in the process, then [`take_hold`].
+impl<S: Taking> crate::turns::OneRecord for S {
+    type Hold = Hold<S::Record>;
+
+    fn id(&self) -> &str {
+        Taking::id(self)
+    }
+
+    fn turns(&self) -> &crate::turns::Turns {
+        Taking::turns(self)
+    }
+
+    fn take_hold(
+        self: Arc<Self>,
+        alive: Arc<Background>,
+        target: &Target,
+        options: Options,
+        queued: Queued,
+    ) -> impl Future<Output = Result<Hold<S::Record>, LockError>> + Send + '_ {
+        take_hold(alive, self, target, options, queued)
+    }
+}
+
+/// The count `inspect` shows for holder `id` of lock `name`: its record's
+/// live holds when it is this client's, 0 when its hold is kept only by a
+/// `hold_at_least` minimum, else 1 (another client's).
+pub(crate) fn holds_of<R: Record>(records: &Records<R>, name: &str, id: &str, kept: bool) -> u64 {
+    let record = records
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&(name.to_owned(), id.to_owned()))
+        .cloned();
+    // Upgraded with the map unlocked: dropping a last `Arc` of a record
+    // locks the map.
+    match record.and_then(|r| r.upgrade()) {
+        _ if kept => 0,
+        Some(r) => r.holds().max(1) as u64,
+        None => 1,
+    }
 }
 
 /// An acquisition on a [`Taking`] engine once the options are checked and

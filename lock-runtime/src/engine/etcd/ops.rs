@@ -1,7 +1,6 @@
 //! The operations on any lock on etcd, foreign holders included:
 //! `inspect`, `locks` (lockctl's list) and `force_unlock`.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use etcd_client::{
@@ -79,19 +78,7 @@ pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>,
         .iter()
         .map(|(side, kv)| {
             let id = holder_of(kv);
-            let record = etcd
-                .records
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&(name.to_owned(), id.clone()))
-                .cloned();
-            // Upgraded with the map unlocked: dropping a last `Arc<Record>`
-            // locks the map.
-            let count = match record.and_then(|r| r.upgrade()) {
-                _ if kept(kv) => 0,
-                Some(r) => r.holds.load(Ordering::Acquire).max(1) as u64,
-                None => 1,
-            };
+            let count = crate::kept::holds_of(&etcd.records, name, &id, kept(kv));
             HolderInfo {
                 guards: etcd.own.guards(name, &id),
                 id,

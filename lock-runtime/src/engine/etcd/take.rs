@@ -21,31 +21,7 @@ use crate::error::LockError;
 use crate::holder::Chain;
 use crate::kept::{Taking, Undo, list};
 use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
-use crate::turns::{Downgrade, Kind, OneRecord, Queued};
-
-/// An acquisition on this engine is [`crate::turns::acquire`]: the
-/// shared queueing in the process, then [`crate::kept::take_hold`].
-impl OneRecord for Etcd {
-    type Hold = EtcdHold;
-
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn turns(&self) -> &crate::turns::Turns {
-        &self.turns
-    }
-
-    fn take_hold(
-        self: Arc<Self>,
-        alive: Arc<Background>,
-        target: &Target,
-        options: Options,
-        queued: Queued,
-    ) -> impl Future<Output = Result<EtcdHold, LockError>> + Send + '_ {
-        crate::kept::take_hold(alive, self, target, options, queued)
-    }
-}
+use crate::turns::{Downgrade, Kind};
 
 /// Who takes the hold, and on which side.
 type How<'a> = crate::kept::How<'a, Record, Side>;
@@ -62,6 +38,10 @@ impl Taking for Etcd {
 
     fn id(&self) -> &str {
         &self.id
+    }
+
+    fn turns(&self) -> &crate::turns::Turns {
+        &self.turns
     }
 
     fn records(&self) -> &crate::turns::Records<Record> {

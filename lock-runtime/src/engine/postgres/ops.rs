@@ -1,7 +1,6 @@
 //! The operations on any lock on PostgreSQL, ShedLock's holders included:
 //! `inspect`, `locks` (lockctl's list) and `force_unlock`.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::Pg;
@@ -16,19 +15,7 @@ fn info(pg: &Pg, name: &str, locked_by: &str, left_us: i64) -> LockInfo {
         Some(id) => (id.to_owned(), true),
         None => (locked_by.to_owned(), false),
     };
-    let record = pg
-        .records
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&(name.to_owned(), id.clone()))
-        .cloned();
-    // Upgraded with the map unlocked: dropping a last `Arc<Record>` locks
-    // the map.
-    let count = match record.and_then(|r| r.upgrade()) {
-        _ if kept => 0,
-        Some(r) => r.holds.load(Ordering::Acquire).max(1) as u64,
-        None => 1,
-    };
+    let count = crate::kept::holds_of(&pg.records, name, &id, kept);
     LockInfo {
         name: name.to_owned(),
         kind: LockKind::Reentrant,

@@ -17,36 +17,12 @@ use crate::error::LockError;
 use crate::holder::Chain;
 use crate::kept::{Taking, Undo, list};
 use crate::request::{Options, Target, timed_out, within};
-use crate::turns::{Downgrade, Kind, OneRecord, Queued};
+use crate::turns::{Downgrade, Kind};
 
 /// How long a waiter sleeps at most while it cannot count on an
 /// announcement: the listener is not listening, or the holder is not one
 /// of ours (ShedLock frees its row by an update and announces nothing).
 const DEAF: Duration = Duration::from_millis(500);
-
-/// An acquisition on this engine is [`crate::turns::acquire`]: the
-/// shared queueing in the process, then [`crate::kept::take_hold`].
-impl OneRecord for Pg {
-    type Hold = PgHold;
-
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn turns(&self) -> &crate::turns::Turns {
-        &self.turns
-    }
-
-    fn take_hold(
-        self: Arc<Self>,
-        alive: Arc<Background>,
-        target: &Target,
-        options: Options,
-        queued: Queued,
-    ) -> impl Future<Output = Result<PgHold, LockError>> + Send + '_ {
-        crate::kept::take_hold(alive, self, target, options, queued)
-    }
-}
 
 /// Who takes the hold.
 type How<'a> = crate::kept::How<'a, Record, Kind>;
@@ -63,6 +39,10 @@ impl Taking for Pg {
 
     fn id(&self) -> &str {
         &self.id
+    }
+
+    fn turns(&self) -> &crate::turns::Turns {
+        &self.turns
     }
 
     fn records(&self) -> &crate::turns::Records<Record> {

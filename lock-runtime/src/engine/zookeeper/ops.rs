@@ -2,7 +2,6 @@
 //! included: `inspect`, `locks` (lockctl's list) and `force_unlock`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use zookeeper_client as zk;
@@ -84,20 +83,8 @@ pub(crate) async fn inspect(zk: &Arc<Zk>, name: &str) -> Result<Option<LockInfo>
         .iter()
         .map(|(contender, data)| {
             let id = holder_of(contender, data);
-            let record = zk
-                .records
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&(name.to_owned(), id.clone()))
-                .cloned();
-            // Upgraded with the map unlocked: dropping a last `Arc<Record>`
-            // locks the map.
             let kept = matches!(read_data(data).1, Some(Term::Kept(_)));
-            let count = match record.and_then(|r| r.upgrade()) {
-                _ if kept => 0,
-                Some(r) => r.holds.load(Ordering::Acquire).max(1) as u64,
-                None => 1,
-            };
+            let count = crate::kept::holds_of(&zk.records, name, &id, kept);
             HolderInfo {
                 guards: zk.own.guards(name, &id),
                 id,
