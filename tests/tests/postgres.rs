@@ -162,7 +162,9 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         "SET ROLE app; {}",
         "CREATE TABLE distributed_locks (name VARCHAR(255) COLLATE \"C\" NOT NULL PRIMARY KEY, \
          lock_until TIMESTAMP NOT NULL, locked_at TIMESTAMP NOT NULL, \
-         locked_by VARCHAR(255) NOT NULL, fence BIGINT NOT NULL DEFAULT 0)"
+         locked_by VARCHAR(255) NOT NULL, fence BIGINT NOT NULL DEFAULT 0); \
+         CREATE TABLE distributed_locks_waiting (name VARCHAR(255) COLLATE \"C\" NOT NULL, \
+         waiter VARCHAR(255) NOT NULL, wait_until TIMESTAMP NOT NULL, PRIMARY KEY (name, waiter))"
     ));
     let r = client(&reader).await;
     tests::take_and_release(r.lock("x")).await;

@@ -75,15 +75,46 @@ impl Table {
         if qualified.len() <= 63 {
             return qualified;
         }
-        let hash = qualified.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        format!("locks_{hash:016x}")
+        format!("locks_{:016x}", fnv(&qualified))
     }
 
-    /// The statement that creates the table: ShedLock's columns (names
-    /// compared byte for byte: `COLLATE "C"`) and `fence`.
+    /// The table of waiters beside it: `<name>_waiting` (a hash of the
+    /// name when that is longer than an identifier).
+    pub(crate) fn waiting(&self) -> Table {
+        let name = format!("{}_waiting", self.name);
+        let name = if name.len() <= 63 {
+            name
+        } else {
+            format!("locks_waiting_{:016x}", fnv(&self.name))
+        };
+        Table {
+            schema: self.schema.clone(),
+            name,
+        }
+    }
+
+    /// The statements that make the lock table and its waiters' table.
     pub(crate) fn ddl(&self) -> String {
+        format!("{}\n{}", self.lock_ddl(), self.waiting_ddl())
+    }
+
+    /// The statement that makes the waiters' table: who waits for which
+    /// name, until when (a waiter that died is forgotten then). A release
+    /// announces a name only when it has a waiter.
+    pub(crate) fn waiting_ddl(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n    \
+             name VARCHAR(255) COLLATE \"C\" NOT NULL,\n    \
+             waiter VARCHAR(255) NOT NULL,\n    \
+             wait_until TIMESTAMP NOT NULL,\n    \
+             PRIMARY KEY (name, waiter)\n);",
+            self.waiting().quoted()
+        )
+    }
+
+    /// The statement that makes the lock table: ShedLock's columns (names
+    /// compared byte for byte: `COLLATE "C"`) and `fence`.
+    pub(crate) fn lock_ddl(&self) -> String {
         format!(
             "CREATE TABLE IF NOT EXISTS {} (\n    \
              name VARCHAR(255) COLLATE \"C\" NOT NULL PRIMARY KEY,\n    \
@@ -94,6 +125,14 @@ impl Table {
             self.quoted()
         )
     }
+}
+
+/// FNV-1a of `text`: a short name for a long one, the same in every
+/// client.
+fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The columns a lock table must have, and the types each may be (as
@@ -138,6 +177,12 @@ pub(crate) struct Statements {
     pub(crate) inspect: String,
     /// The held rows: name, holder, time left in µs.
     pub(crate) held: String,
+    /// `$1` name, `$2` waiter (its holder id), `$3` how long in µs: the
+    /// waiter registered (or its registration made longer), so that a
+    /// release of the name announces it.
+    pub(crate) wait: String,
+    /// `$1` name, `$2` waiter: its registration gone.
+    pub(crate) unwait: String,
     /// Rows free for over a minute deleted (none with `keep_rows`): names
     /// locked once, whose holder died before deleting its row.
     pub(crate) sweep: String,
@@ -153,6 +198,13 @@ impl Statements {
     /// inserted once).
     pub(crate) fn new(table: &Table, keep_rows: bool) -> Statements {
         let t = table.quoted();
+        let w = table.waiting().quoted();
+        // A name is announced only when a waiter waits for it: a notifying
+        // transaction's commit is serialized with every other's, and an
+        // uncontended release has nobody to wake.
+        let waited = |name: &str| {
+            format!("EXISTS (SELECT 1 FROM {w} v WHERE v.name = {name} AND v.wait_until > {NOW})")
+        };
         let left =
             |until: &str| format!("(extract(epoch from ({until} - {NOW})) * 1000000)::bigint");
         // A row made anew starts its tokens from the clock in µs, so a
@@ -168,7 +220,8 @@ impl Statements {
                  locked_at = EXCLUDED.locked_at, locked_by = EXCLUDED.locked_by, \
                  fence = GREATEST(l.fence + 1, EXCLUDED.fence) \
                WHERE l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDED.locked_by \
-               RETURNING fence) \
+               RETURNING fence), \
+             unwait AS (DELETE FROM {w} v USING taken WHERE v.name = $1 AND v.waiter = $2) \
              SELECT (SELECT fence FROM taken), h.left, h.locked_by \
              FROM (SELECT 1) one LEFT JOIN (\
                SELECT (extract(epoch from (h.lock_until - now.t)) * 1000000)::bigint AS left, \
@@ -189,7 +242,11 @@ impl Statements {
         } else {
             format!("DELETE FROM {t} WHERE name = $1 AND locked_by = $2 RETURNING name")
         };
-        let release = format!("WITH gone AS ({free}) SELECT pg_notify($3, name) FROM gone");
+        let release = format!(
+            "WITH gone AS ({free}) \
+             SELECT CASE WHEN {} THEN pg_notify($3, gone.name) END FROM gone",
+            waited("gone.name")
+        );
         let keep = format!(
             "UPDATE {t} SET lock_until = {NOW} + $3::bigint * interval '1 microsecond', \
              locked_by = locked_by || '{KEPT}' \
@@ -217,8 +274,16 @@ impl Statements {
         };
         let force = format!(
             "WITH gone AS ({force_free}) \
-             SELECT gone.locked_by::text, pg_notify($2, gone.name) FROM gone"
+             SELECT gone.locked_by::text, CASE WHEN {} THEN pg_notify($2, gone.name) END \
+             FROM gone",
+            waited("gone.name")
         );
+        let wait = format!(
+            "INSERT INTO {w} (name, waiter, wait_until) \
+             VALUES ($1, $2, {NOW} + $3::bigint * interval '1 microsecond') \
+             ON CONFLICT (name, waiter) DO UPDATE SET wait_until = EXCLUDED.wait_until"
+        );
+        let unwait = format!("DELETE FROM {w} WHERE name = $1 AND waiter = $2");
         let inspect = format!(
             "SELECT locked_by::text, fence, {} FROM {t} WHERE name = $1 AND lock_until > {NOW}",
             left("lock_until")
@@ -228,12 +293,14 @@ impl Statements {
              ORDER BY name",
             left("lock_until")
         );
+        let old = format!("{NOW} - $1::bigint * interval '1 microsecond'");
         let sweep = if keep_rows {
             // A table shared with ShedLock keeps its rows.
-            "SELECT $1::bigint WHERE false".to_owned()
+            format!("DELETE FROM {w} WHERE wait_until < {old}")
         } else {
             format!(
-                "DELETE FROM {t} WHERE lock_until < {NOW} - $1::bigint * interval '1 microsecond'"
+                "WITH waiters AS (DELETE FROM {w} WHERE wait_until < {old}) \
+                 DELETE FROM {t} WHERE lock_until < {old}"
             )
         };
         Statements {
@@ -246,6 +313,8 @@ impl Statements {
             force,
             inspect,
             held,
+            wait,
+            unwait,
             sweep,
         }
     }
@@ -297,6 +366,11 @@ mod tests {
         let long = Table::parse(&format!("{}.{}", "s".repeat(63), "t".repeat(63))).unwrap();
         assert!(long.channel().len() <= 63, "{}", long.channel());
         assert_eq!(long.channel(), long.clone().channel());
+        assert!(long.waiting().name.len() <= 63);
+        assert_eq!(
+            Table::parse("locks").unwrap().waiting().name,
+            "locks_waiting"
+        );
         for bad in ["", "a.b.c", "x;drop", "\"x\"", "1abc", "a b", ".x", "x."] {
             assert!(
                 matches!(Table::parse(bad), Err(LockError::Config(_))),

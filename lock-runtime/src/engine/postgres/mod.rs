@@ -225,6 +225,8 @@ pub(crate) struct Prepared {
     pub(crate) force: Statement,
     pub(crate) inspect: Statement,
     pub(crate) held: Statement,
+    pub(crate) wait: Statement,
+    pub(crate) unwait: Statement,
     pub(crate) sweep: Statement,
 }
 
@@ -383,7 +385,7 @@ impl Pg {
         let prepared = futures_util::future::try_join_all(
             [
                 &s.acquire, &s.renew, &s.release, &s.keep, &s.reenter, &s.extend, &s.force,
-                &s.inspect, &s.held, &s.sweep,
+                &s.inspect, &s.held, &s.wait, &s.unwait, &s.sweep,
             ]
             .map(|text| client.prepare(text)),
         )
@@ -401,6 +403,8 @@ impl Pg {
             force: next(),
             inspect: next(),
             held: next(),
+            wait: next(),
+            unwait: next(),
             sweep: next(),
         };
         Ok(Conn { client, st, slot })
@@ -508,6 +512,38 @@ async fn connect(at: &tokio_postgres::Config) -> Result<Connected, tokio_postgre
     Ok(Connected { client, connection })
 }
 
+/// Makes the table `quoted` with `ddl` when it is missing. A role that may
+/// not gets [`LockError::Config`] with the statements to run (both of
+/// `table`'s).
+async fn make(
+    client: &tokio_postgres::Client,
+    ddl: String,
+    quoted: &str,
+    table: &Table,
+) -> Result<(), LockError> {
+    let exists = client
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&quoted])
+        .await
+        .map_err(|e| store_error(&e))?
+        .get::<_, bool>(0);
+    if !exists
+        && let Err(e) = client.batch_execute(&ddl).await
+        // Made meanwhile by another client: it is there.
+        && !matches!(e.code(), Some(code) if *code == SqlState::UNIQUE_VIOLATION
+            || *code == SqlState::DUPLICATE_TABLE)
+    {
+        return Err(match e.code() {
+            Some(code) if *code == SqlState::INSUFFICIENT_PRIVILEGE => LockError::Config(format!(
+                "the table {quoted} is missing and this role may not create it; \
+                 have the lock tables made with:\n{}",
+                table.ddl()
+            )),
+            _ => store_error(&e),
+        });
+    }
+    Ok(())
+}
+
 /// Makes the lock table when it is missing and checks its columns; the
 /// `name` column's length. A role that may not create it gets
 /// [`LockError::Config`] with the statement to run.
@@ -517,26 +553,14 @@ async fn prepare_table(
 ) -> Result<Option<usize>, LockError> {
     let table = &target.table;
     let quoted = table.quoted();
-    let exists = client
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&quoted])
-        .await
-        .map_err(|e| store_error(&e))?
-        .get::<_, bool>(0);
-    if !exists
-        && let Err(e) = client.batch_execute(&table.ddl()).await
-        // Made meanwhile by another client: it is there.
-        && !matches!(e.code(), Some(code) if *code == SqlState::UNIQUE_VIOLATION
-            || *code == SqlState::DUPLICATE_TABLE)
-    {
-        return Err(match e.code() {
-            Some(code) if *code == SqlState::INSUFFICIENT_PRIVILEGE => LockError::Config(format!(
-                "the lock table {quoted} is missing and this role may not create it; \
-                         have it made with:\n{}",
-                table.ddl()
-            )),
-            _ => store_error(&e),
-        });
-    }
+    make(client, table.lock_ddl(), &quoted, table).await?;
+    make(
+        client,
+        table.waiting_ddl(),
+        &table.waiting().quoted(),
+        table,
+    )
+    .await?;
     // From the catalog, not `information_schema` (which shows only the
     // columns this role may use).
     let columns = client

@@ -86,6 +86,7 @@ impl Taking for Pg {
             holder: holder.to_owned(),
             until: None,
             stray: None,
+            registered: None,
             conn: None,
         }
     }
@@ -148,6 +149,9 @@ pub(crate) struct Made {
     /// may still land: a backend that has not noticed its client left may
     /// finish the statement after a later try's.
     stray: Option<Instant>,
+    /// Until when this acquisition is registered as a waiter of the name
+    /// (by this client's clock), if it is.
+    registered: Option<Instant>,
     /// The connection every try and the undo go through while it lives:
     /// statements on one connection run in the order they are sent, so
     /// the undo (or a later try) runs after a try whose answer was lost.
@@ -171,13 +175,17 @@ impl Made {
 
 impl Undo for Made {
     fn take(&mut self) -> Option<Made> {
-        let until = self.until.take()?;
+        let (until, registered) = (self.until.take(), self.registered.take());
+        if until.is_none() && registered.is_none() {
+            return None;
+        }
         Some(Made {
             pg: self.pg.clone(),
             name: self.name.clone(),
             holder: self.holder.clone(),
-            until: Some(until),
+            until,
             stray: self.stray,
+            registered,
             conn: self.conn.clone(),
         })
     }
@@ -185,15 +193,25 @@ impl Undo for Made {
     async fn clear(&mut self) -> Result<(), LockError> {
         let channel = self.pg.channel();
         let conn = self.conn().await?;
-        self.pg
-            .query_on(&conn, |s| &s.release, &[&self.name, &self.holder, &channel])
-            .await?;
-        self.until = None;
+        if self.registered.is_some() {
+            self.pg
+                .query_on(&conn, |s| &s.unwait, &[&self.name, &self.holder])
+                .await?;
+            self.registered = None;
+        }
+        if self.until.is_some() {
+            self.pg
+                .query_on(&conn, |s| &s.release, &[&self.name, &self.holder, &channel])
+                .await?;
+            self.until = None;
+        }
         Ok(())
     }
 
     fn may_outlive(&self) -> bool {
-        self.until.is_some_and(|until| Instant::now() < until)
+        let now = Instant::now();
+        self.until.is_some_and(|until| now < until)
+            || self.registered.is_some_and(|until| now < until)
     }
 
     fn what(&self) -> String {
@@ -244,6 +262,8 @@ async fn take(
             None => (None, None, None),
         };
         if let Some(token) = token {
+            // The statement that took it also dropped its registration.
+            made.registered = None;
             return Ok(Taken {
                 token: u64::try_from(token).unwrap_or(0),
                 sent,
@@ -261,6 +281,21 @@ async fn take(
             // Freed between the statement's two looks: look again.
             continue;
         };
+        // A release announces the name only to registered waiters: this
+        // one registers (for the watchdog's lease, made longer before it
+        // runs out), then looks again before it sleeps, as a release that
+        // came before its registration announced nothing.
+        let registered = made.registered.is_some_and(|until| {
+            until.saturating_duration_since(Instant::now()) > pg.config.watchdog_timeout / 2
+        });
+        if !registered {
+            let ttl = pg.config.watchdog_timeout;
+            let sent = Instant::now();
+            made.registered = Some(sent + ttl);
+            pg.query_on(&conn, |s| &s.wait, &[&name, &how.holder, &micros(ttl)])
+                .await?;
+            continue;
+        }
         let left = Duration::from_micros(u64::try_from(left).unwrap_or(0));
         // A holder that announces nothing (ShedLock's, which frees its row
         // by an update) is looked at again now and then; so is every
@@ -271,6 +306,8 @@ async fn take(
         } else {
             left.min(DEAF)
         };
+        // Awake again before the registration runs out.
+        let sleep = sleep.min(pg.config.watchdog_timeout / 2);
         let until = Instant::now() + sleep;
         let _waiting = super::Waiting::new(pg, name);
         let wait = async {
