@@ -30,11 +30,17 @@
 //!   as ShedLock inserts a name's row once and afterwards only updates it.
 //! - **Waiting.** A client's acquisitions of one name queue in the
 //!   process (FIFO); the head looks at the row and, while it is held,
-//!   sleeps until the table's channel announces the name (a release,
-//!   `force_unlock`), until the holder's `lock_until` (a crashed holder,
-//!   or a ShedLock holder, announces nothing), or its own deadline. One
-//!   `LISTEN` connection per client carries every waiter; its reconnect
-//!   wakes them all to look again.
+//!   registers as a waiter in the table beside the lock table
+//!   (`<table>_waiting`: name, waiter, `wait_until`), looks again, and
+//!   sleeps until the table's channel announces the name (a release or
+//!   `force_unlock` announces a name only when it has a registered waiter:
+//!   a notifying commit is serialized with every other), until the
+//!   holder's `lock_until` (a crashed holder announces nothing; a holder
+//!   that is not ours, ShedLock's, is looked at again every 500 ms), or
+//!   its own deadline. The statement that takes the lock drops the
+//!   registration; a waiter that leaves drops it, and one that died is
+//!   forgotten at its `wait_until`. One `LISTEN` connection per client
+//!   carries every waiter; its reconnect wakes them all to look again.
 //! - **Connections.** A few connections per client ([`POOL`]), each
 //!   pipelining the statements of many tasks, plus the listener.
 //! - **Faults.** An acquisition whose answer was lost is found again by
