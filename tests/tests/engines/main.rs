@@ -35,35 +35,35 @@ use tokio::time::timeout;
 /// within it was woken by a release, not by the holder's lease running out.
 const WITHIN: Duration = Duration::from_secs(20);
 
-/// Makes each named `async fn(&Store)` case four tests in a module of the
-/// case's name: `on_redis`, `on_etcd`, `on_zookeeper` and `on_postgres`.
+/// Makes each named `async fn(&Store)` case one test per engine of the
+/// list, in a module of the case's name: `[on_redis => redis, ...]` makes
+/// `<case>::on_redis`, run against `Store::redis()`.
+macro_rules! on_engines {
+    ($engines:tt $($case:ident),+ $(,)?) => {
+        $( on_engines!(@case $case $engines); )+
+    };
+    (@case $case:ident [$($test:ident => $store:ident),+]) => {
+        mod $case {
+            use tests::engines::Store;
+
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$case(&mut Store::$store()).await;
+                }
+            )+
+        }
+    };
+}
+
+/// Makes each named case four tests: `on_redis`, `on_etcd`,
+/// `on_zookeeper` and `on_postgres`.
 macro_rules! on_every_engine {
     ($($case:ident),+ $(,)?) => {
-        $(
-            mod $case {
-                use tests::engines::Store;
-
-                #[tokio::test]
-                async fn on_redis() {
-                    super::$case(&mut Store::redis()).await;
-                }
-
-                #[tokio::test]
-                async fn on_etcd() {
-                    super::$case(&mut Store::etcd()).await;
-                }
-
-                #[tokio::test]
-                async fn on_zookeeper() {
-                    super::$case(&mut Store::zookeeper()).await;
-                }
-
-                #[tokio::test]
-                async fn on_postgres() {
-                    super::$case(&mut Store::postgres()).await;
-                }
-            }
-        )+
+        on_engines!(
+            [on_redis => redis, on_etcd => etcd, on_zookeeper => zookeeper, on_postgres => postgres]
+            $($case),+
+        );
     };
 }
 
@@ -72,26 +72,10 @@ macro_rules! on_every_engine {
 /// engines do not have yet.
 macro_rules! on_every_engine_with_fair_and_read_write_locks {
     ($($case:ident),+ $(,)?) => {
-        $(
-            mod $case {
-                use tests::engines::Store;
-
-                #[tokio::test]
-                async fn on_redis() {
-                    super::$case(&mut Store::redis()).await;
-                }
-
-                #[tokio::test]
-                async fn on_etcd() {
-                    super::$case(&mut Store::etcd()).await;
-                }
-
-                #[tokio::test]
-                async fn on_zookeeper() {
-                    super::$case(&mut Store::zookeeper()).await;
-                }
-            }
-        )+
+        on_engines!(
+            [on_redis => redis, on_etcd => etcd, on_zookeeper => zookeeper]
+            $($case),+
+        );
     };
 }
 

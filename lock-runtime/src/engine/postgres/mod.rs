@@ -250,6 +250,8 @@ pub(crate) struct Pg {
     pub(crate) config: Config,
     pub(crate) runtime: Handle,
     target: Target,
+    /// The table's announcement channel (see [`Table::channel`]).
+    channel: String,
     statements: layout::Statements,
     /// The `name` column's length (a longer name is refused).
     pub(crate) longest: Option<usize>,
@@ -363,6 +365,7 @@ impl Pg {
                 records: Mutex::default(),
                 own: OwnHolds::default(),
                 waiters: Mutex::default(),
+                channel: target.table.channel(),
                 target,
                 config,
             });
@@ -489,8 +492,8 @@ impl Pg {
     }
 
     /// The table's announcement channel.
-    pub(crate) fn channel(&self) -> String {
-        self.target.table.channel()
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
     }
 
     /// How many holds the watchdog renews.

@@ -191,7 +191,8 @@ impl Undo for Made {
     }
 
     async fn clear(&mut self) -> Result<(), LockError> {
-        let channel = self.pg.channel();
+        let pg = self.pg.clone();
+        let channel = pg.channel();
         let conn = self.conn().await?;
         if self.registered.is_some() {
             self.pg
@@ -235,15 +236,17 @@ async fn take(
     layout::check_name(name, pg.longest)?;
     let lease = options.lease.unwrap_or(pg.config.watchdog_timeout);
     let lease_us = micros(lease);
+    made.name = name.to_owned();
     loop {
-        // Made before the look: no announcement after it is missed.
-        let mut wake = pg.listener.wake(name);
+        // Made before the look (no announcement after it is missed), once
+        // registered: a release announces only to registered waiters, so
+        // an unregistered look has nothing to hear.
+        let wake = made.registered.is_some().then(|| pg.listener.wake(name));
         let before = made.conn.clone();
         let conn = made.conn().await?;
         // A try whose answer is unseen went out on another connection.
         let switched = before.is_some_and(|b| !Arc::ptr_eq(&b, &conn));
         let sent = Instant::now();
-        made.name = name.to_owned();
         // A try whose answer is unseen (a timeout, a broken connection)
         // on the connection left behind may still land.
         if switched {
@@ -288,14 +291,14 @@ async fn take(
         let registered = made.registered.is_some_and(|until| {
             until.saturating_duration_since(Instant::now()) > pg.config.watchdog_timeout / 2
         });
-        if !registered {
+        let Some(mut wake) = wake.filter(|_| registered) else {
             let ttl = pg.config.watchdog_timeout;
             let sent = Instant::now();
             made.registered = Some(sent + ttl);
             pg.query_on(&conn, |s| &s.wait, &[&name, &how.holder, &micros(ttl)])
                 .await?;
             continue;
-        }
+        };
         let left = Duration::from_micros(u64::try_from(left).unwrap_or(0));
         // A holder that announces nothing (ShedLock's, which frees its row
         // by an update) is looked at again now and then; so is every
