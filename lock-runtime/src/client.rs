@@ -40,6 +40,9 @@ pub(crate) enum Engine {
     /// PostgreSQL.
     #[cfg(feature = "postgres")]
     Postgres(Arc<crate::engine::postgres::Pg>),
+    /// On MySQL or MariaDB (see `engine::mysql`).
+    #[cfg(feature = "mysql")]
+    MySql(Arc<crate::engine::mysql::My>),
 }
 
 impl LockClient {
@@ -64,6 +67,10 @@ impl LockClient {
             #[cfg(feature = "zookeeper")]
             Store::ZooKeeper => {
                 Engine::ZooKeeper(crate::engine::zookeeper::Zk::connect(config, runtime).await?)
+            }
+            #[cfg(feature = "mysql")]
+            Store::MySql => {
+                Engine::MySql(crate::engine::mysql::My::connect(config, runtime).await?)
             }
             #[cfg(feature = "postgres")]
             Store::Postgres => {
@@ -92,7 +99,12 @@ impl LockClient {
     /// The Redis engine's shared state, or [`LockError::Unsupported`]
     /// naming `what` on another engine.
     #[cfg_attr(
-        not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),
+        not(any(
+            feature = "etcd",
+            feature = "zookeeper",
+            feature = "postgres",
+            feature = "mysql"
+        )),
         allow(unused_variables)
     )]
     pub(crate) fn redis(&self, what: &str) -> Result<&Arc<crate::engine::redis::Core>, LockError> {
@@ -104,6 +116,8 @@ impl LockClient {
             Engine::ZooKeeper(_) => Err(crate::engine::unsupported("zookeeper", what)),
             #[cfg(feature = "postgres")]
             Engine::Postgres(_) => Err(crate::engine::unsupported("postgres", what)),
+            #[cfg(feature = "mysql")]
+            Engine::MySql(_) => Err(crate::engine::unsupported("mysql", what)),
         }
     }
 
@@ -117,6 +131,8 @@ impl LockClient {
             Engine::ZooKeeper(_) => "zookeeper",
             #[cfg(feature = "postgres")]
             Engine::Postgres(_) => "postgres",
+            #[cfg(feature = "mysql")]
+            Engine::MySql(_) => "mysql",
         }
     }
 
@@ -153,6 +169,8 @@ impl LockClient {
             Engine::ZooKeeper(zk) => &zk.runtime,
             #[cfg(feature = "postgres")]
             Engine::Postgres(pg) => &pg.runtime,
+            #[cfg(feature = "mysql")]
+            Engine::MySql(my) => &my.runtime,
         }
     }
 
@@ -180,6 +198,8 @@ impl LockClient {
             Engine::ZooKeeper(zk) => &zk.id,
             #[cfg(feature = "postgres")]
             Engine::Postgres(pg) => &pg.id,
+            #[cfg(feature = "mysql")]
+            Engine::MySql(my) => &my.id,
         }
     }
 
@@ -193,6 +213,8 @@ impl LockClient {
             Engine::ZooKeeper(zk) => &zk.config,
             #[cfg(feature = "postgres")]
             Engine::Postgres(pg) => &pg.config,
+            #[cfg(feature = "mysql")]
+            Engine::MySql(my) => &my.config,
         }
     }
 
@@ -206,6 +228,8 @@ impl LockClient {
             Engine::ZooKeeper(zk) => zk.renewed(),
             #[cfg(feature = "postgres")]
             Engine::Postgres(pg) => pg.renewed(),
+            #[cfg(feature = "mysql")]
+            Engine::MySql(my) => my.renewed(),
         }
     }
 }

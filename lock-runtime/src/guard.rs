@@ -22,6 +22,9 @@ pub(crate) enum Held {
     /// On PostgreSQL (see `engine::postgres`).
     #[cfg(feature = "postgres")]
     Postgres(crate::engine::postgres::PgHold),
+    /// On MySQL or MariaDB (see `engine::mysql`).
+    #[cfg(feature = "mysql")]
+    MySql(crate::engine::mysql::MyHold),
 }
 
 /// Calls `$call` on whichever engine's hold `$held` is.
@@ -35,6 +38,8 @@ macro_rules! on_engine {
             Held::ZooKeeper($h) => $call,
             #[cfg(feature = "postgres")]
             Held::Postgres($h) => $call,
+            #[cfg(feature = "mysql")]
+            Held::MySql($h) => $call,
         }
     };
 }

@@ -4,6 +4,8 @@
 use crate::client::Engine;
 #[cfg(feature = "etcd")]
 use crate::engine::etcd;
+#[cfg(feature = "mysql")]
+use crate::engine::mysql;
 #[cfg(feature = "postgres")]
 use crate::engine::postgres;
 use crate::engine::redis::inspect::{force_unlock, inspect, locks};
@@ -49,6 +51,12 @@ impl crate::client::LockClient {
                 self.on_background(async move { postgres::inspect(&pg, &name).await })
                     .await?
             }
+            #[cfg(feature = "mysql")]
+            Engine::MySql(my) => {
+                let my = my.clone();
+                self.on_background(async move { mysql::inspect(&my, &name).await })
+                    .await?
+            }
         }
     }
 
@@ -84,6 +92,12 @@ impl crate::client::LockClient {
             Engine::Postgres(pg) => {
                 let pg = pg.clone();
                 self.on_background(async move { postgres::locks(&pg, &pattern).await })
+                    .await?
+            }
+            #[cfg(feature = "mysql")]
+            Engine::MySql(my) => {
+                let my = my.clone();
+                self.on_background(async move { mysql::locks(&my, &pattern).await })
                     .await?
             }
         }
@@ -124,6 +138,12 @@ impl crate::client::LockClient {
             Engine::Postgres(pg) => {
                 let pg = pg.clone();
                 self.on_background(async move { postgres::force_unlock(&pg, &name).await })
+                    .await?
+            }
+            #[cfg(feature = "mysql")]
+            Engine::MySql(my) => {
+                let my = my.clone();
+                self.on_background(async move { mysql::force_unlock(&my, &name).await })
                     .await?
             }
         }

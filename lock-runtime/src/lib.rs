@@ -377,14 +377,24 @@ mod holder;
 mod info;
 mod inspect;
 mod inventory;
-#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
+#[cfg(any(
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres",
+    feature = "mysql"
+))]
 mod kept;
 mod lock;
 mod near;
 mod own;
 mod request;
 mod telemetry;
-#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
+#[cfg(any(
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres",
+    feature = "mysql"
+))]
 mod turns;
 
 #[doc(hidden)]
@@ -393,11 +403,18 @@ pub mod __private {
     pub use crate::private::*;
 
     /// For tests only: how many acquisitions of lock `name` by this
-    /// process's clients of the PostgreSQL table `url` names wait for a
-    /// release (a waiter there leaves no trace in the database).
-    #[cfg(feature = "postgres")]
+    /// process's clients of the SQL table `url` names (PostgreSQL's or
+    /// MySQL's) wait for a release (a waiter there leaves no trace in the
+    /// database).
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub fn sql_waiting(url: &str, name: &str) -> usize {
-        crate::engine::postgres::waiting(url, name)
+        match url.split_once("://").map(|(scheme, _)| scheme) {
+            #[cfg(feature = "postgres")]
+            Some("postgres" | "postgresql") => crate::engine::postgres::waiting(url, name),
+            #[cfg(feature = "mysql")]
+            Some("mysql" | "mariadb") => crate::engine::mysql::waiting(url, name),
+            _ => 0,
+        }
     }
 }
 mod private;

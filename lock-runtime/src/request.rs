@@ -87,7 +87,12 @@ pub(crate) fn timed_out(target: &Target, options: &Options) -> LockError {
 /// not a fn: a future passed to a fn is kept twice in its caller's state
 /// (as passed, and as polled), and a waiter carries that state.
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),
+    not(any(
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "postgres",
+        feature = "mysql"
+    )),
     allow(unused_macros)
 )]
 macro_rules! within {
@@ -106,14 +111,24 @@ macro_rules! within {
     };
 }
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),
+    not(any(
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "postgres",
+        feature = "mysql"
+    )),
     allow(unused_imports)
 )]
 pub(crate) use within;
 
 /// Whether `text` matches `pattern` (`*`: any run, `?`: any one byte).
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),
+    not(any(
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "postgres",
+        feature = "mysql"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn glob(pattern: &[u8], text: &[u8]) -> bool {

@@ -32,6 +32,8 @@ pub(super) async fn watch(
         crate::client::Engine::ZooKeeper(_) => (None, None),
         #[cfg(feature = "postgres")]
         crate::client::Engine::Postgres(_) => (None, None),
+        #[cfg(feature = "mysql")]
+        crate::client::Engine::MySql(_) => (None, None),
     };
     let mut state = client.inspect(name).await?;
     let started = Instant::now();

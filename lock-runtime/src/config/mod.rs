@@ -43,6 +43,7 @@ pub struct Config {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) fair_wait_timeout: Duration,
+    pub(crate) poll_cap: Duration,
     pub(crate) topology: Topology,
     pub(crate) sharded_pubsub: Option<bool>,
     pub(crate) replica_sync: ReplicaSync,
@@ -112,6 +113,7 @@ impl Config {
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(5),
             fair_wait_timeout: Duration::from_millis(300_000),
+            poll_cap: Duration::from_millis(100),
             topology: Topology::Standalone,
             sharded_pubsub: None,
             replica_sync: ReplicaSync::Auto,
@@ -200,7 +202,12 @@ impl Config {
 
     /// Where the URL came from (`from Config`, `from LOCK_URL`, ...).
     #[cfg_attr(
-        not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),
+        not(any(
+            feature = "etcd",
+            feature = "zookeeper",
+            feature = "postgres",
+            feature = "mysql"
+        )),
         allow(dead_code)
     )]
     pub(crate) fn origin(&self) -> &'static str {
@@ -209,7 +216,12 @@ impl Config {
 
     /// The username and password set on the configuration, if any.
     #[cfg_attr(
-        not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),
+        not(any(
+            feature = "etcd",
+            feature = "zookeeper",
+            feature = "postgres",
+            feature = "mysql"
+        )),
         allow(dead_code)
     )]
     pub(crate) fn credentials(&self) -> (Option<&str>, Option<&str>) {
@@ -244,6 +256,18 @@ impl Config {
     /// Default 300000 ms.
     pub fn fair_wait_timeout(mut self, timeout: Duration) -> Self {
         self.fair_wait_timeout = timeout;
+        self
+    }
+
+    /// On an engine without notifications (MySQL/MariaDB), the longest
+    /// pause between two looks of a waiting acquisition at a held lock: a
+    /// release is noticed within about this, and each waiting name costs
+    /// the server about one statement per this. Polling starts at a few
+    /// milliseconds and doubles up to it, and never sleeps past the
+    /// holder's lease or the caller's deadline. Default 100 ms. The other
+    /// engines wake their waiters on release and ignore it.
+    pub fn poll_cap(mut self, cap: Duration) -> Self {
+        self.poll_cap = cap;
         self
     }
 
@@ -344,9 +368,16 @@ impl Config {
             ("connect_timeout", self.connect_timeout),
             ("response_timeout", self.response_timeout),
             ("fair_wait_timeout", self.fair_wait_timeout),
+            ("poll_cap", self.poll_cap),
             ("replica_sync_timeout", self.replica_sync_wait()),
         ] {
             check_duration(knob, value)?;
+        }
+        if self.poll_cap < Duration::from_millis(1) {
+            return Err(LockError::Config(format!(
+                "poll_cap {:?} is too short; use at least 1ms",
+                self.poll_cap
+            )));
         }
         if self.watchdog_timeout < Duration::from_millis(30) {
             return Err(LockError::Config(format!(
@@ -425,6 +456,7 @@ impl fmt::Debug for Config {
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("fair_wait_timeout", &self.fair_wait_timeout)
+            .field("poll_cap", &self.poll_cap)
             .field("sharded_pubsub", &self.sharded_pubsub)
             .field("replica_sync", &self.replica_sync)
             .field("replica_sync_timeout", &self.replica_sync_wait())

@@ -9,9 +9,13 @@
 
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+#[cfg(feature = "mysql")]
+pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod redis;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod sql;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 
@@ -33,6 +37,9 @@ pub(crate) enum Store {
     /// `postgres://`, `postgresql://`.
     #[cfg(feature = "postgres")]
     Postgres,
+    /// `mysql://`, `mariadb://`.
+    #[cfg(feature = "mysql")]
+    MySql,
 }
 
 impl Store {
@@ -62,6 +69,12 @@ impl Store {
                 "postgres:// URLs need lock-runtime's `postgres` feature; enable it in Cargo.toml"
                     .into(),
             )),
+            #[cfg(feature = "mysql")]
+            Some("mysql" | "mariadb") => Ok(Store::MySql),
+            #[cfg(not(feature = "mysql"))]
+            Some("mysql" | "mariadb") => Err(LockError::Config(
+                "mysql:// URLs need lock-runtime's `mysql` feature; enable it in Cargo.toml".into(),
+            )),
             _ => Ok(Store::Redis),
         }
     }
@@ -74,16 +87,24 @@ impl Store {
 pub(crate) fn schema(config: &Config) -> Result<String, LockError> {
     match Store::of(config)? {
         #[cfg(feature = "postgres")]
-        Store::Postgres => Ok(postgres::Target::parse(config)?.table.ddl()),
+        Store::Postgres => postgres::ddl(config),
+        #[cfg(feature = "mysql")]
+        Store::MySql => mysql::ddl(config),
         _ => Err(LockError::Config(
-            "schema is for the SQL engines: give a postgres:// URL (--url or $LOCK_URL)".into(),
+            "schema is for the SQL engines: give a postgres:// or mysql:// URL (--url or $LOCK_URL)"
+                .into(),
         )),
     }
 }
 
 /// `what` cannot be done on `engine`.
 #[cfg_attr(
-    not(any(feature = "etcd", feature = "zookeeper", feature = "postgres")),
+    not(any(
+        feature = "etcd",
+        feature = "zookeeper",
+        feature = "postgres",
+        feature = "mysql"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn unsupported(engine: &'static str, what: impl Into<String>) -> LockError {

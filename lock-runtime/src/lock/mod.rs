@@ -14,7 +14,12 @@ pub(crate) mod segmented;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-#[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
+#[cfg(any(
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres",
+    feature = "mysql"
+))]
 use futures_util::future::Either;
 use tracing::Instrument;
 
@@ -103,6 +108,20 @@ impl LockBuilder {
     }
 }
 
+/// An SQL engine's acquisition `$sql` in the last slot of the engines'
+/// `Either`s: right of every other engine the build has.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+macro_rules! sql_slot {
+    ($sql:expr) => {{
+        let sql: SqlAcquiring = $sql;
+        #[cfg(feature = "zookeeper")]
+        let sql = Either::Right(sql);
+        #[cfg(feature = "etcd")]
+        let sql = Either::Right(sql);
+        Either::Right(sql)
+    }};
+}
+
 /// The acquisition every single-name kind shares, on whichever engine the
 /// client has (each checks the options first, with
 /// [`check_options`](crate::request::check_options), and records the outcome).
@@ -128,7 +147,12 @@ pub(crate) fn acquire_hold(
         Engine::Redis(core) => {
             let redis = crate::engine::redis::acquire(core.clone(), alive, target, options)
                 .map(|held| held.map(Held::Redis));
-            #[cfg(any(feature = "etcd", feature = "zookeeper", feature = "postgres"))]
+            #[cfg(any(
+                feature = "etcd",
+                feature = "zookeeper",
+                feature = "postgres",
+                feature = "mysql"
+            ))]
             let redis = Either::Left(redis);
             redis
         }
@@ -136,7 +160,7 @@ pub(crate) fn acquire_hold(
         Engine::Etcd(etcd) => {
             let etcd = crate::turns::acquire(alive, etcd.clone(), target, options)
                 .map(|held| held.map(Held::Etcd));
-            #[cfg(any(feature = "zookeeper", feature = "postgres"))]
+            #[cfg(any(feature = "zookeeper", feature = "postgres", feature = "mysql"))]
             let etcd = Either::Left(etcd);
             Either::Right(etcd)
         }
@@ -144,25 +168,33 @@ pub(crate) fn acquire_hold(
         Engine::ZooKeeper(zk) => {
             let zk = crate::turns::acquire(alive, zk.clone(), target, options)
                 .map(|held| held.map(Held::ZooKeeper));
-            #[cfg(feature = "postgres")]
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
             let zk = Either::Left(zk);
             #[cfg(feature = "etcd")]
             let zk = Either::Right(zk);
             Either::Right(zk)
         }
+        // The SQL engines share one slot, boxed (an acquisition there is a
+        // round trip to a database: the allocation is noise).
         #[cfg(feature = "postgres")]
-        Engine::Postgres(pg) => {
-            let pg = crate::turns::acquire(alive, pg.clone(), target, options)
-                .map(|held| held.map(Held::Postgres));
-            #[cfg(feature = "zookeeper")]
-            let pg = Either::Right(pg);
-            #[cfg(feature = "etcd")]
-            let pg = Either::Right(pg);
-            Either::Right(pg)
-        }
+        Engine::Postgres(pg) => sql_slot!(
+            crate::turns::acquire(alive, pg.clone(), target, options)
+                .map(|held| held.map(Held::Postgres))
+                .boxed()
+        ),
+        #[cfg(feature = "mysql")]
+        Engine::MySql(my) => sql_slot!(
+            crate::turns::acquire(alive, my.clone(), target, options)
+                .map(|held| held.map(Held::MySql))
+                .boxed()
+        ),
     };
     acquiring.instrument(span)
 }
+
+/// An SQL engine's acquisition, in the last slot of the engines' `Either`s.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+type SqlAcquiring = futures_util::future::BoxFuture<'static, Result<Held, LockError>>;
 
 /// The client's entry point to this module's locks.
 impl LockClient {

@@ -3,10 +3,11 @@
 //! database's clock in UTC, every value a bound parameter, the table's
 //! name validated and quoted.
 
+use crate::engine::sql::{KEPT, Table};
 use crate::error::LockError;
 
-/// The table a client uses when its URL names none.
-pub(crate) const DEFAULT_TABLE: &str = "distributed_locks";
+/// How PostgreSQL quotes an identifier.
+pub(crate) const Q: char = '"';
 
 /// The database's clock, in UTC, as a `timestamp` (ShedLock's
 /// `usingDbTime()` convention; `clock_timestamp()`, not the transaction's
@@ -14,61 +15,30 @@ pub(crate) const DEFAULT_TABLE: &str = "distributed_locks";
 /// used).
 const NOW: &str = "timezone('utc', clock_timestamp())";
 
-/// The table, validated: letters, digits and `_`, with one optional
-/// schema prefix (`schema.table`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Table {
-    /// The schema, when named.
-    pub(crate) schema: Option<String>,
-    pub(crate) name: String,
-}
-
-impl Table {
-    /// The table `text` names; [`LockError::Config`] when it is not
-    /// letters, digits and `_` (not starting with a digit), with at most
-    /// one `schema.` prefix.
-    pub(crate) fn parse(text: &str) -> Result<Table, LockError> {
-        let ident = |part: &str| {
-            !part.is_empty()
-                && part.len() <= 63
-                && !part.starts_with(|c: char| c.is_ascii_digit())
-                && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        };
-        let refused = || {
-            LockError::Config(format!(
-                "table={text:?}: a table is letters, digits and `_` (not starting with a \
-                 digit, at most 63 of them), with an optional `schema.` prefix"
-            ))
-        };
-        match text.split_once('.') {
-            Some((schema, name)) if ident(schema) && ident(name) => Ok(Table {
-                schema: Some(schema.to_owned()),
-                name: name.to_owned(),
-            }),
-            None if ident(text) => Ok(Table {
-                schema: None,
-                name: text.to_owned(),
-            }),
-            _ => Err(refused()),
-        }
-    }
-
-    /// The table's name quoted for a statement (`"schema"."name"`).
-    pub(crate) fn quoted(&self) -> String {
-        match &self.schema {
-            Some(schema) => format!("\"{schema}\".\"{}\"", self.name),
-            None => format!("\"{}\"", self.name),
-        }
-    }
-
+/// What PostgreSQL adds to a lock table: its announcement channel, its
+/// waiters' table, and the statements that make both.
+pub(crate) trait PgTable {
     /// The channel the table's releases are announced on (`LISTEN`'s
     /// identifier, and `pg_notify`'s first argument): the table's name
     /// with its schema, so that two tables never wake each other.
-    pub(crate) fn channel(&self) -> String {
-        let qualified = match &self.schema {
-            Some(schema) => format!("{schema}.{}", self.name),
-            None => self.name.clone(),
-        };
+    fn channel(&self) -> String;
+    /// The table of waiters beside it: `<name>_waiting` (a hash of the
+    /// name when that is longer than an identifier).
+    fn waiting(&self) -> Table;
+    /// The statements that make the lock table and its waiters' table.
+    fn ddl(&self) -> String;
+    /// The statement that makes the waiters' table: who waits for which
+    /// name, until when (a waiter that died is forgotten then). A release
+    /// announces a name only when it has a waiter.
+    fn waiting_ddl(&self) -> String;
+    /// The statement that makes the lock table: ShedLock's columns (names
+    /// compared byte for byte: `COLLATE "C"`) and `fence`.
+    fn lock_ddl(&self) -> String;
+}
+
+impl PgTable for Table {
+    fn channel(&self) -> String {
+        let qualified = self.qualified();
         // A channel is an identifier: at most 63 bytes (`pg_notify` refuses
         // a longer one, `LISTEN` cuts it short). A longer qualified name is
         // named by a hash of it (FNV-1a), the same in every client.
@@ -78,9 +48,7 @@ impl Table {
         format!("locks_{:016x}", fnv(&qualified))
     }
 
-    /// The table of waiters beside it: `<name>_waiting` (a hash of the
-    /// name when that is longer than an identifier).
-    pub(crate) fn waiting(&self) -> Table {
+    fn waiting(&self) -> Table {
         let name = format!("{}_waiting", self.name);
         let name = if name.len() <= 63 {
             name
@@ -93,28 +61,22 @@ impl Table {
         }
     }
 
-    /// The statements that make the lock table and its waiters' table.
-    pub(crate) fn ddl(&self) -> String {
+    fn ddl(&self) -> String {
         format!("{}\n{}", self.lock_ddl(), self.waiting_ddl())
     }
 
-    /// The statement that makes the waiters' table: who waits for which
-    /// name, until when (a waiter that died is forgotten then). A release
-    /// announces a name only when it has a waiter.
-    pub(crate) fn waiting_ddl(&self) -> String {
+    fn waiting_ddl(&self) -> String {
         format!(
             "CREATE TABLE IF NOT EXISTS {} (\n    \
              name VARCHAR(255) COLLATE \"C\" NOT NULL,\n    \
              waiter VARCHAR(255) NOT NULL,\n    \
              wait_until TIMESTAMP NOT NULL,\n    \
              PRIMARY KEY (name, waiter)\n);",
-            self.waiting().quoted()
+            self.waiting().quoted(Q)
         )
     }
 
-    /// The statement that makes the lock table: ShedLock's columns (names
-    /// compared byte for byte: `COLLATE "C"`) and `fence`.
-    pub(crate) fn lock_ddl(&self) -> String {
+    fn lock_ddl(&self) -> String {
         format!(
             "CREATE TABLE IF NOT EXISTS {} (\n    \
              name VARCHAR(255) COLLATE \"C\" NOT NULL PRIMARY KEY,\n    \
@@ -122,7 +84,7 @@ impl Table {
              locked_at TIMESTAMP NOT NULL,\n    \
              locked_by VARCHAR(255) NOT NULL,\n    \
              fence BIGINT NOT NULL DEFAULT 0\n);",
-            self.quoted()
+            self.quoted(Q)
         )
     }
 }
@@ -188,17 +150,13 @@ pub(crate) struct Statements {
     pub(crate) sweep: String,
 }
 
-/// The end of a row's holder id while the row is kept only by a
-/// `hold_at_least` minimum.
-pub(crate) const KEPT: &str = " kept";
-
 impl Statements {
     /// The statements on `table`; with `keep_rows`, a release frees a row
     /// instead of deleting it (ShedLock only ever updates a row it
     /// inserted once).
     pub(crate) fn new(table: &Table, keep_rows: bool) -> Statements {
-        let t = table.quoted();
-        let w = table.waiting().quoted();
+        let t = table.quoted(Q);
+        let w = table.waiting().quoted(Q);
         // A name is announced only when a waiter waits for it: a notifying
         // transaction's commit is serialized with every other's, and an
         // uncontended release has nobody to wake.
@@ -334,20 +292,7 @@ pub(crate) fn announces(locked_by: &str) -> bool {
 /// (before any write): a NUL byte, or more characters than the `name`
 /// column takes.
 pub(crate) fn check_name(name: &str, longest: Option<usize>) -> Result<(), LockError> {
-    crate::request::check_name(name)?;
-    if name.contains('\0') {
-        return Err(LockError::BadName {
-            name: name.replace('\0', "\\0"),
-            reason: "a name on PostgreSQL must not contain a NUL byte (its text cannot hold one)",
-        });
-    }
-    if longest.is_some_and(|longest| name.chars().count() > longest) {
-        return Err(LockError::BadName {
-            name: name.to_owned(),
-            reason: "the name is longer than the lock table's `name` column",
-        });
-    }
-    Ok(())
+    crate::engine::sql::check_name(name, longest, super::ENGINE)
 }
 
 #[cfg(test)]
@@ -355,13 +300,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tables_are_letters_digits_and_one_schema() {
-        assert_eq!(
-            Table::parse("locks").unwrap().quoted(),
-            "\"locks\"".to_owned()
-        );
+    fn channels_and_waiting_tables_fit_an_identifier() {
         let t = Table::parse("ops.job_locks").unwrap();
-        assert_eq!(t.quoted(), "\"ops\".\"job_locks\"");
         assert_eq!(t.channel(), "ops.job_locks");
         let long = Table::parse(&format!("{}.{}", "s".repeat(63), "t".repeat(63))).unwrap();
         assert!(long.channel().len() <= 63, "{}", long.channel());
@@ -371,12 +311,6 @@ mod tests {
             Table::parse("locks").unwrap().waiting().name,
             "locks_waiting"
         );
-        for bad in ["", "a.b.c", "x;drop", "\"x\"", "1abc", "a b", ".x", "x."] {
-            assert!(
-                matches!(Table::parse(bad), Err(LockError::Config(_))),
-                "{bad:?}"
-            );
-        }
     }
 
     #[test]
@@ -386,19 +320,5 @@ mod tests {
         assert!(announces(&format!("{ours}{KEPT}")));
         assert!(!announces("batch-host-7"));
         assert!(!announces("10.0.0.5:8080"));
-    }
-
-    #[test]
-    fn names_with_nul_or_past_the_column_are_refused() {
-        assert!(check_name("stock:1", Some(255)).is_ok());
-        assert!(matches!(
-            check_name("a\0b", Some(255)),
-            Err(LockError::BadName { .. })
-        ));
-        assert!(matches!(
-            check_name(&"x".repeat(256), Some(255)),
-            Err(LockError::BadName { .. })
-        ));
-        assert!(check_name(&"é".repeat(255), Some(255)).is_ok());
     }
 }

@@ -54,28 +54,28 @@
 //! duplicate a hold, as with Redis: the guard learns it at its next
 //! renewal, and fencing is the defence.
 
-mod hold;
 mod layout;
 mod listen;
 mod ops;
+mod rows;
 mod take;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 
 use tokio::runtime::Handle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row, Statement};
 
-pub(crate) use hold::PgHold;
+/// A hold on PostgreSQL.
+pub(crate) type PgHold = crate::engine::sql::SqlHold<Pg>;
 pub(crate) use ops::{force_unlock, inspect, locks};
 
 use crate::config::Config;
+use crate::engine::sql::{Common, Params};
 use crate::error::LockError;
-use crate::own::OwnHolds;
-use layout::Table;
+use layout::{PgTable, Q};
 
 /// The engine's name in errors and metrics.
 pub(crate) const ENGINE: &str = "postgres";
@@ -88,7 +88,7 @@ pub(crate) const POOL: usize = 4;
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     pub(crate) connect: tokio_postgres::Config,
-    pub(crate) table: Table,
+    pub(crate) table: crate::engine::sql::Table,
     pub(crate) keep_rows: bool,
 }
 
@@ -98,37 +98,11 @@ impl Target {
     /// others are the driver's: `connect_timeout`, `application_name`,
     /// ...).
     pub(crate) fn parse(config: &Config) -> Result<Target, LockError> {
-        let url = config.url();
-        let (base, query) = url.split_once('?').unwrap_or((url, ""));
-        let mut table = Table::parse(layout::DEFAULT_TABLE)?;
-        let mut keep_rows = false;
-        let mut rest = Vec::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("table", value)) => table = Table::parse(value)?,
-                Some(("keep_rows", value)) => {
-                    keep_rows = match value {
-                        "true" | "1" => true,
-                        "false" | "0" => false,
-                        other => {
-                            return Err(LockError::Config(format!(
-                                "keep_rows={other:?}: say true or false"
-                            )));
-                        }
-                    }
-                }
-                _ => rest.push(pair),
-            }
-        }
-        let base = match base.strip_prefix("postgresql://") {
-            Some(rest) => format!("postgres://{rest}"),
-            None => base.to_owned(),
-        };
-        let url = if rest.is_empty() {
-            base
-        } else {
-            format!("{base}?{}", rest.join("&"))
-        };
+        let Params {
+            table,
+            keep_rows,
+            url,
+        } = Params::parse(config.url(), "postgres", &["postgresql"])?;
         let mut connect: tokio_postgres::Config = url.parse().map_err(|e| {
             LockError::Config(format!(
                 "a postgres:// URL ({}) that PostgreSQL's driver refuses: {e}",
@@ -174,6 +148,12 @@ impl Target {
             table,
             keep_rows,
         })
+    }
+
+    /// Which table of which server: clients of one key lock the same
+    /// locks.
+    fn key(&self) -> String {
+        format!("postgres://{}/{}", self.place(), self.table.qualified())
     }
 
     /// Where the server is, for errors (never the password).
@@ -243,14 +223,12 @@ struct Slot {
     making: tokio::sync::Mutex<()>,
 }
 
-/// What the tasks of a client on PostgreSQL share.
+/// What the tasks of a client on PostgreSQL share (besides what every
+/// SQL engine's client has: [`Common`], which it derefs to).
 pub(crate) struct Pg {
-    /// Random per client: the first half of every holder id.
-    pub(crate) id: String,
-    pub(crate) config: Config,
-    pub(crate) runtime: Handle,
+    common: Common<Pg>,
     target: Target,
-    /// The table's announcement channel (see [`Table::channel`]).
+    /// The table's announcement channel (see [`PgTable::channel`]).
     channel: String,
     statements: layout::Statements,
     /// The `name` column's length (a longer name is refused).
@@ -258,68 +236,28 @@ pub(crate) struct Pg {
     slots: Vec<Slot>,
     next: AtomicUsize,
     pub(crate) listener: Arc<listen::Listener>,
-    pub(crate) keeper: hold::Keeper,
-    /// Per name, the turns of its acquisitions (FIFO).
-    turns: crate::turns::Turns,
-    /// Per lock name and holder id, its record (for re-entries).
-    records: crate::turns::Records<hold::Record>,
-    /// This client's live guards, for `inspect`.
-    pub(crate) own: OwnHolds,
-    /// Per name, how many of this client's acquisitions wait for a
-    /// release (see [`waiting`]).
-    waiters: Mutex<HashMap<String, usize>>,
 }
 
-/// The clients of this process (see [`waiting`]).
-static CLIENTS: Mutex<Vec<Weak<Pg>>> = Mutex::new(Vec::new());
+impl std::ops::Deref for Pg {
+    type Target = Common<Pg>;
 
-/// How many acquisitions of lock `name` by this process's clients of the
-/// table `url` names wait for a release. A waiter on PostgreSQL leaves no
-/// trace in the database (it sleeps until a notification), so a test
-/// awaits its arrival here (`__private::sql_waiting`).
-pub(crate) fn waiting(url: &str, name: &str) -> usize {
-    let Ok(target) = Target::parse(&Config::new(url)) else {
-        return 0;
-    };
-    let key = (target.place(), target.table);
-    let clients = CLIENTS.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    clients
-        .iter()
-        .filter_map(Weak::upgrade)
-        .filter(|pg| (pg.target.place(), pg.target.table.clone()) == key)
-        .map(|pg| {
-            let waiters = pg.waiters.lock().unwrap_or_else(|p| p.into_inner());
-            waiters.get(name).copied().unwrap_or(0)
-        })
-        .sum()
-}
-
-/// One acquisition counted among its client's waiters while it lives.
-pub(crate) struct Waiting<'a> {
-    pg: &'a Pg,
-    name: &'a str,
-}
-
-impl<'a> Waiting<'a> {
-    pub(crate) fn new(pg: &'a Pg, name: &'a str) -> Waiting<'a> {
-        *pg.waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(name.to_owned())
-            .or_default() += 1;
-        Waiting { pg, name }
+    fn deref(&self) -> &Common<Pg> {
+        &self.common
     }
 }
 
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        let mut waiters = self.pg.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = waiters.get_mut(self.name) {
-            *n -= 1;
-            if *n == 0 {
-                waiters.remove(self.name);
-            }
-        }
+/// The statements that make the lock tables `config`'s URL names
+/// (`lockctl schema`).
+pub(crate) fn ddl(config: &Config) -> Result<String, LockError> {
+    Ok(Target::parse(config)?.table.ddl())
+}
+
+/// How many acquisitions of lock `name` by this process's clients of the
+/// table `url` names wait for a release (`__private::sql_waiting`).
+pub(crate) fn waiting(url: &str, name: &str) -> usize {
+    match Target::parse(&Config::new(url)) {
+        Ok(target) => crate::engine::sql::waiting(&target.key(), name),
+        Err(_) => 0,
     }
 }
 
@@ -353,32 +291,20 @@ impl Pg {
                 async move { connect(&at).await }
             });
             let pg = Arc::new(Pg {
-                id: uuid::Uuid::new_v4().to_string(),
-                runtime: handle,
+                common: Common::new(config, handle, target.key()),
                 statements,
                 longest,
                 slots: (0..POOL).map(|_| Slot::default()).collect(),
                 next: AtomicUsize::new(0),
                 listener,
-                keeper: hold::Keeper::default(),
-                turns: crate::turns::Turns::default(),
-                records: Mutex::default(),
-                own: OwnHolds::default(),
-                waiters: Mutex::default(),
                 channel: target.table.channel(),
                 target,
-                config,
             });
-            {
-                let mut clients = CLIENTS.lock().unwrap_or_else(|p| p.into_inner());
-                clients.retain(|c| c.strong_count() > 0);
-                clients.push(Arc::downgrade(&pg));
-            }
             // The first connection of the pool is the one that made the
             // table: its statements prepared now prove the table answers.
             let conn = pg.prepare(client, 0).await?;
             *pg.slots[0].conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(conn));
-            hold::Keeper::start(&pg);
+            crate::engine::sql::Keeper::start(&pg);
             Ok(pg)
         })
         .await?
@@ -495,24 +421,6 @@ impl Pg {
     pub(crate) fn channel(&self) -> &str {
         &self.channel
     }
-
-    /// How many holds the watchdog renews.
-    pub(crate) fn renewed(&self) -> usize {
-        self.keeper.holds()
-    }
-
-    /// Tells this client's records of lock `name` held by `holders` that
-    /// their rows were freed by this client itself: their guards count as
-    /// lost at once, not at the watchdog's next round.
-    pub(crate) fn deleted(&self, name: &str, holders: &[String]) {
-        for record in crate::turns::records_of(&self.records, name) {
-            if holders.iter().any(|h| {
-                h == &record.holder || h.strip_suffix(layout::KEPT) == Some(&record.holder)
-            }) {
-                record.gone();
-            }
-        }
-    }
 }
 
 /// A new connection to `at` (not yet driven).
@@ -528,7 +436,7 @@ async fn make(
     client: &tokio_postgres::Client,
     ddl: String,
     quoted: &str,
-    table: &Table,
+    table: &crate::engine::sql::Table,
 ) -> Result<(), LockError> {
     let exists = client
         .query_one("SELECT to_regclass($1) IS NOT NULL", &[&quoted])
@@ -561,12 +469,12 @@ async fn prepare_table(
     target: &Target,
 ) -> Result<Option<usize>, LockError> {
     let table = &target.table;
-    let quoted = table.quoted();
+    let quoted = table.quoted(Q);
     make(client, table.lock_ddl(), &quoted, table).await?;
     make(
         client,
         table.waiting_ddl(),
-        &table.waiting().quoted(),
+        &table.waiting().quoted(Q),
         table,
     )
     .await?;

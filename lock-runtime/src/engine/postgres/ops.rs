@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::Pg;
-use super::layout::{KEPT, check_name};
+use super::layout::check_name;
+use crate::engine::sql::KEPT;
 use crate::error::LockError;
 use crate::info::{HolderInfo, LockInfo, LockKind};
 

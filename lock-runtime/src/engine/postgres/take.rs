@@ -3,21 +3,21 @@
 //! announcement of the name or the holder's lease's end, and the undoing
 //! of all that when the acquisition fails or is dropped.
 
-use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedMutexGuard, watch};
+use tokio::sync::OwnedMutexGuard;
 
-use super::hold::{PgHold, Record, micros, reenter};
+use super::PgHold;
 use super::{Conn, ENGINE, Pg, layout};
 use crate::background::Background;
-use crate::clock::valid_until;
+use crate::engine::sql::hold::reenter;
+use crate::engine::sql::micros;
 use crate::error::LockError;
 use crate::holder::Chain;
-use crate::kept::{Taking, Undo, list};
+use crate::kept::{Taking, Undo};
 use crate::request::{Options, Target, timed_out, within};
-use crate::turns::{Downgrade, Kind};
+use crate::turns::Kind;
 
 /// How long a waiter sleeps at most while it cannot count on an
 /// announcement: the listener is not listening, or the holder is not one
@@ -26,6 +26,9 @@ const DEAF: Duration = Duration::from_millis(500);
 
 /// Who takes the hold.
 type How<'a> = crate::kept::How<'a, Record, Kind>;
+
+/// PostgreSQL's record of a taken row.
+type Record = crate::engine::sql::Record<Pg>;
 
 /// A hold taken on PostgreSQL.
 type Taken = crate::kept::Taken<()>;
@@ -112,25 +115,9 @@ impl Taking for Pg {
     ) -> Result<Arc<Record>, LockError> {
         // Ours now: nothing to undo.
         made.until = None;
-        let fixed = options.lease.is_some();
-        let lease = options.lease.unwrap_or(self.config.watchdog_timeout);
-        let record = Arc::new(Record {
-            pg: self.clone(),
-            name: name.to_owned(),
-            holder: how.holder.to_owned(),
-            until: Mutex::new(valid_until(taken.sent, lease)),
-            fixed,
-            kept: std::sync::atomic::AtomicBool::new(false),
-            holds: AtomicUsize::new(1),
-            deleted: watch::channel(false).0,
-            turn: Mutex::new(turn),
-            downgrade: Downgrade::new(None),
-        });
-        list(&self.records, &record, how.under);
-        if !fixed {
-            self.keeper.keep(&record);
-        }
-        Ok(record)
+        Ok(Record::taken(
+            self, name, how.holder, options, taken.sent, turn, how.under,
+        ))
     }
 }
 
@@ -312,7 +299,7 @@ async fn take(
         // Awake again before the registration runs out.
         let sleep = sleep.min(pg.config.watchdog_timeout / 2);
         let until = Instant::now() + sleep;
-        let _waiting = super::Waiting::new(pg, name);
+        let _waiting = pg.waiting(name);
         let wait = async {
             tokio::select! {
                 () = wake.changed() => {}

@@ -1,21 +1,21 @@
-//! A hold on PostgreSQL once taken: the record a client keeps of its row
-//! (shared by a hold and its re-entries), the watchdog that renews the
+//! A hold on an SQL engine once taken: the record a client keeps of its
+//! row (shared by a hold and its re-entries), the watchdog that renews the
 //! client's rows, and the guard's side: loss, `extend`, release. Taking
-//! one is in `take`.
+//! one is in each engine's `take`; the statements are the engine's
+//! [`Rows`].
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedMutexGuard, watch};
 
-use super::Pg;
+use super::Rows;
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
-pub(super) use crate::kept::lost;
-use crate::kept::{Counted, Hold, give_back_retried};
+use crate::kept::{Counted, Hold, give_back_retried, list, lost};
 use crate::own::OwnHolds;
 use crate::request::Options;
 use crate::turns::{Downgrade, Kind};
@@ -23,57 +23,97 @@ use crate::turns::{Downgrade, Kind};
 /// A client's one row for one name, shared by a hold and its re-entries.
 /// The process queue's turn is kept until it is dropped, after the row is
 /// given back.
-pub(crate) struct Record {
-    pub(super) pg: Arc<Pg>,
-    pub(super) name: String,
-    pub(super) holder: String,
+pub(crate) struct Record<S: Rows> {
+    pub(crate) store: Arc<S>,
+    pub(crate) name: String,
+    pub(crate) holder: String,
     /// Until when the hold counts, by this client's clock: the last
     /// confirmed renewal's send time plus the lease (less the safety
     /// margin), or a fixed lease's end.
-    pub(super) until: Mutex<Instant>,
+    until: Mutex<Instant>,
     /// A fixed lease: nothing renews the row.
-    pub(super) fixed: bool,
+    fixed: bool,
     /// Its row is kept by a `hold_at_least` minimum (its holder id marked
     /// kept).
-    pub(super) kept: std::sync::atomic::AtomicBool,
+    kept: AtomicBool,
     /// Live holds of the chain (a hold and its re-entries).
-    pub(super) holds: AtomicUsize,
+    holds: AtomicUsize,
     /// The row is known gone (freed by someone else: `force_unlock`; or
     /// taken over after its lease ran out).
-    pub(super) deleted: watch::Sender<bool>,
+    deleted: watch::Sender<bool>,
     /// The process queue's turn: passed on when the record goes, or as
     /// soon as its row is known gone.
-    pub(super) turn: Mutex<Option<OwnedMutexGuard<()>>>,
-    pub(super) downgrade: Downgrade<Record>,
+    turn: Mutex<Option<OwnedMutexGuard<()>>>,
+    downgrade: Downgrade<Record<S>>,
 }
 
-/// A hold on PostgreSQL: the record it shares with its chain, and its own
-/// token.
-pub(crate) type PgHold = Hold<Record>;
+/// A hold on an SQL engine: the record it shares with its chain, and its
+/// own token.
+pub(crate) type SqlHold<S> = Hold<Record<S>>;
 
-impl Drop for Record {
+impl<S: Rows> Drop for Record<S> {
     fn drop(&mut self) {
-        crate::kept::unlist(&self.pg.records, &self.name, &self.holder);
+        crate::kept::unlist(&self.store.common().records, &self.name, &self.holder);
     }
 }
 
-impl Record {
+impl<S: Rows> Record<S> {
+    /// The record of a row `holder` took for `name` with a statement sent
+    /// at `sent` (the process queue's `turn` kept with it), listed among
+    /// the client's records (under the chain's record it re-enters, if
+    /// any) and renewed by the watchdog unless its lease is fixed.
+    pub(crate) fn taken(
+        store: &Arc<S>,
+        name: &str,
+        holder: &str,
+        options: &Options,
+        sent: Instant,
+        turn: Option<OwnedMutexGuard<()>>,
+        under: Option<&Arc<Record<S>>>,
+    ) -> Arc<Record<S>> {
+        let common = store.common();
+        let fixed = options.lease.is_some();
+        let lease = options.lease.unwrap_or(common.config.watchdog_timeout);
+        let record = Arc::new(Record {
+            store: store.clone(),
+            name: name.to_owned(),
+            holder: holder.to_owned(),
+            until: Mutex::new(valid_until(sent, lease)),
+            fixed,
+            kept: AtomicBool::new(false),
+            holds: AtomicUsize::new(1),
+            deleted: watch::channel(false).0,
+            turn: Mutex::new(turn),
+            downgrade: Downgrade::new(None),
+        });
+        list(&common.records, &record, under);
+        if !fixed {
+            common.keeper.keep(&record);
+        }
+        record
+    }
+
     /// The row is known gone: the hold is lost, and this client's next
     /// acquisition of the name may go ahead.
-    pub(super) fn gone(&self) {
+    pub(crate) fn gone(&self) {
         self.deleted.send_replace(true);
         drop(self.turn.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    /// The holder id.
+    pub(crate) fn holder(&self) -> &str {
+        &self.holder
     }
 
     fn until(&self) -> Instant {
         *self.until.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A renewal sent at `sent` was confirmed: the hold lasts the lease
-    /// from then.
-    fn renewed(&self, sent: Instant) {
+    /// A renewal sent at `sent` for `lease` was confirmed: the hold lasts
+    /// the lease from then.
+    fn renewed(&self, sent: Instant, lease: Duration) {
         let mut until = self.until.lock().unwrap_or_else(|p| p.into_inner());
-        *until = (*until).max(valid_until(sent, self.pg.config.watchdog_timeout));
+        *until = (*until).max(valid_until(sent, lease));
     }
 
     fn is_lost(&self) -> bool {
@@ -107,7 +147,7 @@ impl Record {
     }
 }
 
-impl crate::kept::Record for Record {
+impl<S: Rows> crate::kept::Record for Record<S> {
     fn name(&self) -> &str {
         &self.name
     }
@@ -117,22 +157,22 @@ impl crate::kept::Record for Record {
     }
 
     fn client_id(&self) -> &str {
-        &self.pg.id
+        &self.store.common().id
     }
 
     fn own(&self) -> &OwnHolds {
-        &self.pg.own
+        &self.store.common().own
     }
 
     fn runtime(&self) -> &tokio::runtime::Handle {
-        &self.pg.runtime
+        &self.store.common().runtime
     }
 
     fn kind(&self) -> Kind {
         Kind::Mutex
     }
 
-    fn downgrade(&self) -> &Downgrade<Record> {
+    fn downgrade(&self) -> &Downgrade<Record<S>> {
         &self.downgrade
     }
 
@@ -179,29 +219,24 @@ impl crate::kept::Record for Record {
 
 /// A re-entry of `record`'s hold: its row's token raised for a token of
 /// its own; [`LockError::Lost`] when the row is not the holder's any more.
-pub(super) async fn reenter(
+pub(crate) async fn reenter<S: Rows>(
     alive: Arc<Background>,
-    record: Arc<Record>,
+    record: Arc<Record<S>>,
     chain: Chain,
     options: &Options,
     metric: &'static str,
-) -> Result<PgHold, LockError> {
+) -> Result<SqlHold<S>, LockError> {
     let counted = Counted::count(record, Kind::Mutex, chain)?;
     let record = counted.record().clone();
     let sent = Instant::now();
-    let rows = record
-        .pg
-        .query(|s| &s.reenter, &[&record.name, &record.holder])
-        .await?;
-    let Some(row) = rows.first() else {
+    let Some(token) = record.store.reenter(&record.name, &record.holder).await? else {
         record.gone();
         return Err(lost(&record.name));
     };
-    let token = u64::try_from(row.get::<_, i64>(0)).unwrap_or(0);
     Ok(counted.hold(alive, token, sent, options, metric))
 }
 
-impl PgHold {
+impl<S: Rows> SqlHold<S> {
     /// Moves a fixed lease's end to `lease` from now, by the database's
     /// clock (a lease never shrinks).
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
@@ -216,46 +251,40 @@ impl PgHold {
         if record.is_lost() {
             return Err(lost(&name));
         }
-        let runtime = record.pg.runtime.clone();
+        let runtime = record.store.common().runtime.clone();
         let moving = record.clone();
         let moved = crate::background::run(&runtime, async move {
             let record = moving;
             let sent = Instant::now();
-            let micros = micros(lease);
-            let rows = record
-                .pg
-                .query(|s| &s.extend, &[&record.name, &record.holder, &micros])
+            let there = record
+                .store
+                .extend(&record.name, &record.holder, lease)
                 .await?;
-            Ok::<_, LockError>((!rows.is_empty()).then_some(sent))
+            Ok::<_, LockError>(there.then_some(sent))
         })
         .await??;
         let Some(sent) = moved else {
             record.gone();
             return Err(lost(&name));
         };
-        {
-            let mut until = record.until.lock().unwrap_or_else(|p| p.into_inner());
-            *until = (*until).max(valid_until(sent, lease));
-        }
+        record.renewed(sent, lease);
         crate::telemetry::renewed(1);
         Ok(())
     }
 }
 
-/// `d` in whole microseconds, for a statement.
-pub(super) fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
-}
-
 /// Gives `record`'s row back: freed and announced, or kept taken until
 /// `keep` (a `hold_at_least` minimum; freed then from the client's
 /// runtime); whether it was still the holder's. Tried again on faults.
-async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
-    record.pg.keeper.forget(&record);
+async fn give_back<S: Rows>(
+    record: Arc<Record<S>>,
+    keep: Option<Instant>,
+) -> Result<bool, LockError> {
+    record.store.common().keeper.forget(&record);
     let keep = keep.filter(|k| *k > Instant::now());
     let released = give_back_retried(record.clone(), keep, 0).await;
     if let (Some(keep), Ok(true)) = (keep, &released) {
-        let runtime = record.pg.runtime.clone();
+        let runtime = record.store.common().runtime.clone();
         runtime.spawn(async move {
             tokio::time::sleep_until(keep.into()).await;
             if let Err(e) = give_back_retried(record, None, 0).await {
@@ -269,41 +298,44 @@ async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, L
 /// One give-back of `record`'s row: kept taken until `keep` (marked kept),
 /// or freed and announced; whether it was the holder's. A freed row's
 /// turn passes on.
-async fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, LockError> {
-    let pg = &record.pg;
+async fn give_back_once<S: Rows>(
+    record: &Record<S>,
+    keep: Option<Instant>,
+) -> Result<bool, LockError> {
+    let store = &record.store;
     if let Some(keep) = keep.filter(|k| *k > Instant::now()) {
-        let left = micros(keep.saturating_duration_since(Instant::now()));
-        let rows = pg
-            .query(|s| &s.keep, &[&record.name, &record.holder, &left])
-            .await?;
-        let there = !rows.is_empty();
+        let left = keep.saturating_duration_since(Instant::now());
+        let there = store.keep(&record.name, &record.holder, left).await?;
         if there {
-            record
-                .kept
-                .store(true, std::sync::atomic::Ordering::Release);
+            record.kept.store(true, Ordering::Release);
         }
         return Ok(there && !*record.deleted.borrow());
     }
-    let holder = if record.kept.load(std::sync::atomic::Ordering::Acquire) {
-        [record.holder.as_str(), super::layout::KEPT].concat()
+    let holder = if record.kept.load(Ordering::Acquire) {
+        [record.holder.as_str(), super::KEPT].concat()
     } else {
         record.holder.clone()
     };
-    let channel = pg.channel();
-    let rows = pg
-        .query(|s| &s.release, &[&record.name, &holder, &channel])
-        .await?;
+    let freed = store.release(&record.name, &holder).await?;
     record.gone();
-    Ok(!rows.is_empty())
+    Ok(freed)
 }
 
 /// The watchdog: renews the rows of the client's holds without a fixed
-/// lease, all in one statement, every third of the watchdog timeout.
-#[derive(Default)]
-pub(crate) struct Keeper {
-    kept: Mutex<Vec<Weak<Record>>>,
+/// lease, all in one round, every third of the watchdog timeout.
+pub(crate) struct Keeper<S: Rows> {
+    kept: Mutex<Vec<Weak<Record<S>>>>,
     /// Rounds so far: every [`SWEEP_EVERY`]th also sweeps the table.
     rounds: AtomicUsize,
+}
+
+impl<S: Rows> Default for Keeper<S> {
+    fn default() -> Self {
+        Keeper {
+            kept: Mutex::default(),
+            rounds: AtomicUsize::new(0),
+        }
+    }
 }
 
 /// How many rounds apart the table's long-free rows are swept.
@@ -312,34 +344,35 @@ const SWEEP_EVERY: usize = 30;
 /// How long a row is free before a sweep deletes it.
 const FREE_FOR: Duration = Duration::from_secs(60);
 
-impl Keeper {
+impl<S: Rows> Keeper<S> {
     /// Starts the rounds on the client's runtime, for as long as the
     /// client lives.
-    pub(super) fn start(pg: &Arc<Pg>) {
-        let weak = Arc::downgrade(pg);
-        let every = pg.config.watchdog_timeout / 3;
-        pg.runtime.spawn(async move {
+    pub(crate) fn start(store: &Arc<S>) {
+        let weak = Arc::downgrade(store);
+        let common = store.common();
+        let every = common.config.watchdog_timeout / 3;
+        common.runtime.spawn(async move {
             let mut ticks = tokio::time::interval(every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
-                let Some(pg) = weak.upgrade() else {
+                let Some(store) = weak.upgrade() else {
                     return;
                 };
-                pg.keeper.round(&pg).await;
+                store.common().keeper.round(&store).await;
             }
         });
     }
 
     /// Keeps `record`'s row renewed.
-    pub(super) fn keep(&self, record: &Arc<Record>) {
+    fn keep(&self, record: &Arc<Record<S>>) {
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         kept.retain(|r| r.strong_count() > 0);
         kept.push(Arc::downgrade(record));
     }
 
     /// Stops renewing `record`'s row.
-    fn forget(&self, record: &Arc<Record>) {
+    fn forget(&self, record: &Arc<Record<S>>) {
         self.kept
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -347,11 +380,11 @@ impl Keeper {
     }
 
     /// How many holds it renews.
-    pub(super) fn holds(&self) -> usize {
+    pub(crate) fn holds(&self) -> usize {
         self.live().len()
     }
 
-    fn live(&self) -> Vec<Arc<Record>> {
+    fn live(&self) -> Vec<Arc<Record<S>>> {
         let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner()).clone();
         kept.iter()
             .filter_map(Weak::upgrade)
@@ -359,16 +392,16 @@ impl Keeper {
             .collect()
     }
 
-    /// One round: every kept row renewed in one statement; those not
-    /// renewed (gone, or taken over) are lost at once. A round that fails
-    /// renews nothing: the holds count down by their clocks.
-    async fn round(&self, pg: &Pg) {
+    /// One round: every kept row renewed at once; those not renewed (gone,
+    /// or taken over) are lost at once. A round that fails renews nothing:
+    /// the holds count down by their clocks.
+    async fn round(&self, store: &S) {
         if self
             .rounds
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .fetch_add(1, Ordering::Relaxed)
             .is_multiple_of(SWEEP_EVERY)
         {
-            let _ = pg.query(|s| &s.sweep, &[&micros(FREE_FOR)]).await;
+            let _ = store.sweep(FREE_FOR).await;
         }
         // A hold already lost by its clock is not brought back by a late
         // renewal: it stays lost.
@@ -379,26 +412,21 @@ impl Keeper {
         if records.is_empty() {
             return;
         }
-        let names: Vec<&str> = records.iter().map(|r| r.name.as_str()).collect();
-        let holders: Vec<&str> = records.iter().map(|r| r.holder.as_str()).collect();
-        let lease = micros(pg.config.watchdog_timeout);
+        let holds: Vec<(&str, &str)> = records
+            .iter()
+            .map(|r| (r.name.as_str(), r.holder.as_str()))
+            .collect();
+        let lease = store.common().config.watchdog_timeout;
         let sent = Instant::now();
-        let Ok(rows) = pg.query(|s| &s.renew, &[&names, &holders, &lease]).await else {
+        let Ok(renewed) = store.renew(&holds, lease).await else {
             return;
         };
-        let renewed: Vec<(String, String)> = rows
-            .iter()
-            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
-            .collect();
         let mut n = 0;
-        for record in &records {
-            if renewed
-                .iter()
-                .any(|(name, holder)| *name == record.name && *holder == record.holder)
-            {
-                record.renewed(sent);
+        for (record, renewed) in records.iter().zip(renewed) {
+            if renewed {
+                record.renewed(sent, lease);
                 n += 1;
-            } else if record.holds.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            } else if record.holds.load(Ordering::Acquire) > 0 {
                 record.gone();
             }
         }

@@ -1,0 +1,284 @@
+//! The lock table on MySQL and MariaDB and the statements that work on it
+//! (DESIGN §10): ShedLock's four columns and our `fence`, every time the
+//! database's clock in UTC (`UTC_TIMESTAMP(6)`), every value a bound
+//! parameter, the table's name validated and quoted. MySQL has no
+//! `RETURNING`: a statement's answer is its affected rows and, for the
+//! token, `LAST_INSERT_ID(expr)` (sent back in the same answer).
+
+use crate::engine::sql::{KEPT, Table};
+use crate::error::LockError;
+
+/// How MySQL quotes an identifier.
+pub(crate) const Q: char = '`';
+
+/// The database's clock, in UTC (ShedLock's `usingDbTime()` convention).
+/// One value for the whole statement.
+const NOW: &str = "UTC_TIMESTAMP(6)";
+
+/// The statement that makes the lock table: ShedLock's columns (names
+/// compared byte for byte: `utf8mb4_bin`), times as `DATETIME(6)` (UTC
+/// whatever the session's time zone) and `fence`.
+pub(crate) fn ddl(table: &Table) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n    \
+         name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,\n    \
+         lock_until DATETIME(6) NOT NULL,\n    \
+         locked_at DATETIME(6) NOT NULL,\n    \
+         locked_by VARCHAR(255) NOT NULL,\n    \
+         fence BIGINT NOT NULL DEFAULT 0\n) ENGINE=InnoDB;",
+        table.quoted(Q)
+    )
+}
+
+/// The columns a lock table must have, and the types each may be (as
+/// `information_schema.COLUMNS.DATA_TYPE` names them).
+pub(crate) const COLUMNS: [(&str, &[&str]); 5] = [
+    ("name", &["varchar", "char"]),
+    ("lock_until", &["datetime", "timestamp"]),
+    ("locked_at", &["datetime", "timestamp"]),
+    ("locked_by", &["varchar", "char", "text"]),
+    ("fence", &["bigint"]),
+];
+
+/// The statements on one table, written once per client. `?` are bound
+/// in the order each one's doc gives.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    /// Name, lease in µs, holder id: the row made, or taken over when free
+    /// (or already the holder's), its token raised; affected rows 1 or 2
+    /// and the token as the last insert id when taken, 0 when held.
+    pub(crate) acquire: String,
+    /// Name: a row's time left in µs and holder.
+    pub(crate) look: String,
+    /// Lease in µs, then (name, holder id) pairs: see [`renew`](Self::renew).
+    renew_head: String,
+    /// (name, holder id) pairs: which of them hold their rows.
+    held_of_head: String,
+    /// Name, holder id: the holder's row deleted (freed, with
+    /// `keep_rows`); affected rows 1 when it was the holder's.
+    pub(crate) release: String,
+    /// How long in µs, name, holder id: the holder's row kept taken that
+    /// long from now (a `hold_at_least` minimum), marked kept.
+    pub(crate) keep: String,
+    /// Name, holder id: a held row's token raised (the re-entry's own
+    /// token, as the last insert id).
+    pub(crate) reenter: String,
+    /// Lease in µs, name, holder id: a held row's end moved to the lease
+    /// from now, if later.
+    pub(crate) extend: String,
+    /// Name, holder id: whether the row is the holder's and held.
+    pub(crate) holds: String,
+    /// Name: the holder, token and time left in µs of a held row.
+    pub(crate) inspect: String,
+    /// The held rows: name, holder, time left in µs.
+    pub(crate) held: String,
+    /// Name, holder id: a held row freed whoever holds it (the holder
+    /// found by [`inspect`](Self::inspect) first).
+    pub(crate) force: String,
+    /// How old in µs: rows free that long deleted (none with
+    /// `keep_rows`).
+    pub(crate) sweep: Option<String>,
+}
+
+impl Statements {
+    /// The statements on `table`; with `keep_rows`, a release frees a row
+    /// instead of deleting it (ShedLock only ever updates a row it
+    /// inserted once).
+    pub(crate) fn new(table: &Table, keep_rows: bool) -> Statements {
+        let t = table.quoted(Q);
+        let left = |until: &str| format!("TIMESTAMPDIFF(MICROSECOND, {NOW}, {until})");
+        // Assignments of ON DUPLICATE KEY UPDATE run left to right, each
+        // seeing the ones before: `fence` and `locked_at` first (the row
+        // as it was), then `locked_by` (after which the condition holds
+        // exactly when it held before), then `lock_until`. A row made anew
+        // starts its tokens from the clock in µs, so a name's tokens keep
+        // rising across deletes (and past a ShedLock holder, which writes
+        // none).
+        let free = "(lock_until <= VALUES(locked_at) OR locked_by = VALUES(locked_by))";
+        let acquire = format!(
+            "INSERT INTO {t} (name, lock_until, locked_at, locked_by, fence) \
+             VALUES (?, TIMESTAMPADD(MICROSECOND, ?, {NOW}), {NOW}, ?, \
+                     LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {NOW}))) \
+             ON DUPLICATE KEY UPDATE \
+               fence = IF({free}, LAST_INSERT_ID(GREATEST(fence + 1, VALUES(fence))), fence), \
+               locked_at = IF({free}, VALUES(locked_at), locked_at), \
+               locked_by = IF({free}, VALUES(locked_by), locked_by), \
+               lock_until = IF({free}, VALUES(lock_until), lock_until)"
+        );
+        let look = format!(
+            "SELECT {}, locked_by FROM {t} WHERE name = ?",
+            left("lock_until")
+        );
+        let renew_head = format!(
+            "UPDATE {t} SET lock_until = TIMESTAMPADD(MICROSECOND, ?, {NOW}) \
+             WHERE lock_until > {NOW} AND (name, locked_by) IN "
+        );
+        let held_of_head = format!(
+            "SELECT name, locked_by FROM {t} WHERE lock_until > {NOW} AND (name, locked_by) IN "
+        );
+        let release = if keep_rows {
+            format!("UPDATE {t} SET lock_until = {NOW} WHERE name = ? AND locked_by = ?")
+        } else {
+            format!("DELETE FROM {t} WHERE name = ? AND locked_by = ?")
+        };
+        let keep = format!(
+            "UPDATE {t} SET lock_until = TIMESTAMPADD(MICROSECOND, ?, {NOW}), \
+             locked_by = CONCAT(locked_by, '{KEPT}') WHERE name = ? AND locked_by = ?"
+        );
+        let reenter = format!(
+            "UPDATE {t} SET fence = LAST_INSERT_ID(fence + 1) \
+             WHERE name = ? AND locked_by = ? AND lock_until > {NOW}"
+        );
+        let extend = format!(
+            "UPDATE {t} SET lock_until = \
+               GREATEST(lock_until, TIMESTAMPADD(MICROSECOND, ?, {NOW})) \
+             WHERE name = ? AND locked_by = ? AND lock_until > {NOW}"
+        );
+        let holds =
+            format!("SELECT 1 FROM {t} WHERE name = ? AND locked_by = ? AND lock_until > {NOW}");
+        let inspect = format!(
+            "SELECT locked_by, fence, {} FROM {t} WHERE name = ? AND lock_until > {NOW}",
+            left("lock_until")
+        );
+        let held = format!(
+            "SELECT name, locked_by, {} FROM {t} WHERE lock_until > {NOW} ORDER BY name",
+            left("lock_until")
+        );
+        let force = if keep_rows {
+            format!(
+                "UPDATE {t} SET lock_until = {NOW} \
+                 WHERE name = ? AND locked_by = ? AND lock_until > {NOW}"
+            )
+        } else {
+            format!("DELETE FROM {t} WHERE name = ? AND locked_by = ? AND lock_until > {NOW}")
+        };
+        // A table shared with ShedLock keeps its rows.
+        let sweep = (!keep_rows).then(|| {
+            format!(
+                "DELETE FROM {t} WHERE lock_until < TIMESTAMPADD(MICROSECOND, -?, {NOW}) \
+                 LIMIT 1000"
+            )
+        });
+        Statements {
+            acquire,
+            look,
+            renew_head,
+            held_of_head,
+            release,
+            keep,
+            reenter,
+            extend,
+            holds,
+            inspect,
+            held,
+            force,
+            sweep,
+        }
+    }
+
+    /// The renewal of `n` rows (a lease in µs, then `n` name and holder
+    /// id pairs), and the look at which of them are held since (the pairs
+    /// again).
+    pub(crate) fn renew(&self, n: usize) -> (String, String) {
+        let pairs = vec!["(?, ?)"; n].join(", ");
+        (
+            format!("{}({pairs})", self.renew_head),
+            format!("{}({pairs})", self.held_of_head),
+        )
+    }
+}
+
+/// The character set of a table's `name` column, as far as a lock name
+/// can be checked against it before a write (MySQL would refuse a
+/// character outside it, or, outside strict mode, store `?`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Charset {
+    /// `utf8mb4` (and binary strings): every name.
+    Any,
+    /// `utf8mb3` (`utf8`): the Basic Multilingual Plane.
+    Bmp,
+    /// `latin1`: ASCII and U+00A0 to U+00FF.
+    Latin1,
+    /// `ascii`, and any other (checked as ASCII).
+    Ascii,
+}
+
+impl Charset {
+    /// The set `information_schema` names `name`.
+    pub(crate) fn of(name: Option<&str>) -> Charset {
+        match name.map(str::to_ascii_lowercase).as_deref() {
+            None | Some("utf8mb4" | "binary") => Charset::Any,
+            Some("utf8mb3" | "utf8") => Charset::Bmp,
+            Some("latin1") => Charset::Latin1,
+            Some(_) => Charset::Ascii,
+        }
+    }
+
+    fn holds(self, c: char) -> bool {
+        match self {
+            Charset::Any => true,
+            Charset::Bmp => u32::from(c) <= 0xFFFF,
+            Charset::Latin1 => c.is_ascii() || ('\u{A0}'..='\u{FF}').contains(&c),
+            Charset::Ascii => c.is_ascii(),
+        }
+    }
+}
+
+/// Refuses a name MySQL cannot store faithfully or the table cannot hold
+/// (before any write): a NUL byte, more characters than the `name` column
+/// takes, a trailing space (MySQL compares `VARCHAR`s padded with spaces:
+/// `a` and `a ` would be one lock), or a character outside the column's
+/// character set.
+pub(crate) fn check_name(
+    name: &str,
+    longest: Option<usize>,
+    charset: Charset,
+) -> Result<(), LockError> {
+    crate::engine::sql::check_name(name, longest, super::ENGINE)?;
+    if name.ends_with(' ') {
+        return Err(LockError::BadName {
+            name: name.to_owned(),
+            reason: "a name on MySQL must not end with a space (MySQL compares names padded \
+                     with spaces: `a` and `a ` would be one lock)",
+        });
+    }
+    if !name.chars().all(|c| charset.holds(c)) {
+        return Err(LockError::BadName {
+            name: name.to_owned(),
+            reason: "the name has characters outside the character set of the lock table's \
+                     `name` column",
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_against_the_columns_character_set() {
+        assert!(check_name("stock:1", Some(255), Charset::Ascii).is_ok());
+        assert!(check_name("bücher", Some(255), Charset::Latin1).is_ok());
+        assert!(check_name("書", Some(255), Charset::Latin1).is_err());
+        assert!(check_name("書", Some(255), Charset::Bmp).is_ok());
+        assert!(check_name("🔒", Some(255), Charset::Bmp).is_err());
+        assert!(check_name("🔒", Some(255), Charset::Any).is_ok());
+        assert!(check_name("a ", Some(255), Charset::Any).is_err());
+        assert!(check_name(" a", Some(255), Charset::Any).is_ok());
+        assert!(check_name("a\0", Some(255), Charset::Any).is_err());
+        assert_eq!(Charset::of(Some("utf8mb3")), Charset::Bmp);
+        assert_eq!(Charset::of(Some("UTF8MB4")), Charset::Any);
+        assert_eq!(Charset::of(Some("cp1251")), Charset::Ascii);
+    }
+
+    #[test]
+    fn a_renewal_binds_a_pair_per_row() {
+        let st = Statements::new(&Table::parse("locks").unwrap(), false);
+        let (renew, held) = st.renew(2);
+        assert_eq!(renew.matches('?').count(), 5);
+        assert!(renew.ends_with("IN ((?, ?), (?, ?))"), "{renew}");
+        assert_eq!(held.matches('?').count(), 4);
+        assert!(ddl(&Table::parse("a.b").unwrap()).contains("`a`.`b`"));
+    }
+}

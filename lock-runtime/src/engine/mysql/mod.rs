@@ -1,0 +1,467 @@
+//! The MySQL/MariaDB engine (DESIGN §10): locks as rows of one table whose
+//! layout is ShedLock's (its JDBC provider shares the table), with leases
+//! by the database's clock, a watchdog, re-entry, fencing tokens and
+//! waiters that poll.
+//!
+//! # Layout
+//!
+//! The same as PostgreSQL's (see `engine::postgres`): a held lock is the
+//! row `name` of the lock table (`distributed_locks`, or the URL's
+//! `table=`) with `lock_until`, `locked_at`, `locked_by` (the holder id)
+//! and `fence`; every time is UTC by the database's clock
+//! (`UTC_TIMESTAMP(6)`). The tables this engine makes keep times as
+//! `DATETIME(6)`, which MySQL stores as written whatever a session's time
+//! zone. A ShedLock table's `TIMESTAMP` columns are converted through the
+//! session's time zone: this engine leaves its sessions at the server's
+//! default, as ShedLock's JDBC sessions do, so that both write and read
+//! the same values. Names are compared byte for byte (`utf8mb4_bin`);
+//! MySQL pads `VARCHAR`s with spaces when it compares them, so a name
+//! ending with a space is refused.
+//!
+//! - **Statements.** MySQL has no `RETURNING`: an acquisition is one
+//!   `INSERT ... ON DUPLICATE KEY UPDATE` whose affected rows say whether
+//!   it took the row, and whose token comes back as `LAST_INSERT_ID(expr)`
+//!   in the same answer; a busy row is looked at by a second statement.
+//!   Leases, `keep_rows`, `hold_at_least` and the sweep are as on
+//!   PostgreSQL.
+//! - **Waiting.** MySQL has no notification: a client's acquisitions of
+//!   one name queue in the process (FIFO), and the head polls the row,
+//!   first after a few milliseconds, then twice as long each time up to
+//!   [`Config::poll_cap`] (100 ms by default), never sleeping past the
+//!   holder's `lock_until` or its own deadline. A release is noticed
+//!   within about the cap.
+//! - **Connections.** A pool of at most [`POOL`] connections per client,
+//!   each running one statement at a time; prepared statements are cached
+//!   per connection.
+//! - **Faults.** A lost race (a deadlock, 1213 and 3058, or a lock wait
+//!   that timed out) is tried again as busy. An acquisition whose answer
+//!   was lost is found again by its holder id (the next try takes its own
+//!   row over) or given back by the undo of a dropped acquisition.
+//!
+//! `fair_lock`, `read_write_lock` and quorum locks are
+//! [`LockError::Unsupported`] on this engine for now, as is replica sync.
+
+mod layout;
+mod ops;
+mod rows;
+mod take;
+
+use std::sync::Arc;
+
+use mysql_async::prelude::{FromRow, Queryable};
+use mysql_async::{Conn, Opts, OptsBuilder, Params, Pool, PoolConstraints, PoolOpts};
+use tokio::runtime::Handle;
+
+pub(crate) use ops::{force_unlock, inspect, locks};
+
+use crate::config::Config;
+use crate::engine::sql::{Common, Table};
+use crate::error::LockError;
+use layout::{Charset, Q};
+
+/// The engine's name in errors and metrics.
+pub(crate) const ENGINE: &str = "mysql";
+
+/// How many connections a client keeps at most.
+pub(crate) const POOL: usize = 8;
+
+/// A hold on MySQL.
+pub(crate) type MyHold = crate::engine::sql::SqlHold<My>;
+
+/// What a URL says: the connection, the table and how rows go.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) opts: Opts,
+    pub(crate) table: Table,
+    pub(crate) keep_rows: bool,
+}
+
+impl Target {
+    /// Reads `config`'s URL: `mysql://` or `mariadb://`, a database, and
+    /// the query parameters `table=` and `keep_rows=` of ours (the others
+    /// are the driver's).
+    pub(crate) fn parse(config: &Config) -> Result<Target, LockError> {
+        let crate::engine::sql::Params {
+            table,
+            keep_rows,
+            url,
+        } = crate::engine::sql::Params::parse(config.url(), "mysql", &["mariadb"])?;
+        let opts = Opts::from_url(&url).map_err(|e| {
+            LockError::Config(format!(
+                "a mysql:// URL ({}) that MySQL's driver refuses: {e}",
+                config.origin()
+            ))
+        })?;
+        if opts.db_name().is_none_or(str::is_empty) {
+            return Err(LockError::Config(format!(
+                "a mysql:// URL ({}) names no database: mysql://user:password@host:3306/<database>",
+                config.origin()
+            )));
+        }
+        let (user, password) = config.credentials();
+        let mut builder = OptsBuilder::from_opts(opts)
+            .pool_opts(
+                PoolOpts::default()
+                    .with_constraints(PoolConstraints::new(0, POOL).expect("0 <= POOL"))
+                    // A connection keeps its session (and its prepared
+                    // statements) from one use to the next.
+                    .with_reset_connection(false),
+            )
+            .tcp_keepalive(Some(std::time::Duration::from_secs(15)))
+            // Run in reverse order. Each statement on its own, a lost race
+            // a deadlock retried as busy, never a silently mangled value.
+            .init(vec![
+                "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'",
+                "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                "SET NAMES utf8mb4",
+            ]);
+        if let Some(user) = user {
+            builder = builder.user(Some(user));
+        }
+        if let Some(password) = password {
+            builder = builder.pass(Some(password));
+        }
+        Ok(Target {
+            opts: builder.into(),
+            table,
+            keep_rows,
+        })
+    }
+
+    /// Where the server is, for errors (never the password).
+    fn place(&self) -> String {
+        format!(
+            "{}:{}/{}",
+            self.opts.ip_or_hostname(),
+            self.opts.tcp_port(),
+            self.opts.db_name().unwrap_or_default()
+        )
+    }
+
+    /// Which table of which server: clients of one key lock the same
+    /// locks.
+    fn key(&self) -> String {
+        format!("mysql://{}/{}", self.place(), self.table.qualified())
+    }
+}
+
+/// The statement that makes the lock table `config`'s URL names
+/// (`lockctl schema`).
+pub(crate) fn ddl(config: &Config) -> Result<String, LockError> {
+    Ok(layout::ddl(&Target::parse(config)?.table))
+}
+
+/// How many acquisitions of lock `name` by this process's clients of the
+/// table `url` names wait for a release (`__private::sql_waiting`).
+pub(crate) fn waiting(url: &str, name: &str) -> usize {
+    match Target::parse(&Config::new(url)) {
+        Ok(target) => crate::engine::sql::waiting(&target.key(), name),
+        Err(_) => 0,
+    }
+}
+
+/// What the tasks of a client on MySQL share (besides what every SQL
+/// engine's client has: [`Common`], which it derefs to).
+pub(crate) struct My {
+    common: Common<My>,
+    pool: Pool,
+    target: Target,
+    st: layout::Statements,
+    /// The `name` column's length (a longer name is refused).
+    longest: Option<usize>,
+    /// The `name` column's character set.
+    charset: Charset,
+}
+
+impl std::ops::Deref for My {
+    type Target = Common<My>;
+
+    fn deref(&self) -> &Common<My> {
+        &self.common
+    }
+}
+
+/// A statement's answer: its rows, affected rows and last insert id.
+pub(crate) struct Answer<T> {
+    pub(crate) rows: Vec<T>,
+    pub(crate) affected: u64,
+    pub(crate) last_id: Option<u64>,
+}
+
+impl My {
+    /// Connects to the database of `config`'s URL on the client's
+    /// `runtime`, makes the lock table when it is missing (or says, with
+    /// the DDL, why it cannot), checks its shape, and starts the watchdog.
+    pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<My>, LockError> {
+        let target = Target::parse(&config)?;
+        if config.replica_sync == crate::config::ReplicaSync::Always {
+            return Err(crate::engine::unsupported(
+                ENGINE,
+                "replica sync (a MySQL primary confirms a write once it is its own; \
+                 semi-synchronous replication is the database's setting)",
+            ));
+        }
+        let handle = runtime.clone();
+        crate::background::run(&runtime, async move {
+            let pool = Pool::new(target.opts.clone());
+            let conn = tokio::time::timeout(config.connect_timeout, pool.get_conn())
+                .await
+                .map_err(|_| connect_error(&target, "no answer in time"))?
+                .map_err(|e| connect_failed(&target, &e))?;
+            let mut conn = conn;
+            let shape =
+                tokio::time::timeout(config.response_timeout, prepare_table(&mut conn, &target))
+                    .await
+                    .unwrap_or_else(|_| Err(timeout_error()));
+            let (longest, charset) = shape?;
+            drop(conn);
+            let my = Arc::new(My {
+                common: Common::new(config, handle, target.key()),
+                pool,
+                st: layout::Statements::new(&target.table, target.keep_rows),
+                longest,
+                charset,
+                target,
+            });
+            crate::engine::sql::Keeper::start(&my);
+            Ok(my)
+        })
+        .await?
+    }
+
+    /// A connection of the pool, within the response timeout.
+    pub(crate) async fn conn(&self) -> Result<Conn, LockError> {
+        tokio::time::timeout(self.config.response_timeout, self.pool.get_conn())
+            .await
+            .map_err(|_| timeout_error())?
+            .map_err(|e| store_error(&e))
+    }
+
+    /// Runs `statement` with `params` on `conn` within the response
+    /// timeout. A connection that does not answer in time is closed (its
+    /// statement's answer would come to the next one's).
+    pub(crate) async fn on<T: FromRow + Send + 'static>(
+        &self,
+        conn: &mut Option<Conn>,
+        statement: &str,
+        params: Params,
+    ) -> Result<Answer<T>, LockError> {
+        let mut c = match conn.take() {
+            Some(c) => c,
+            None => self.conn().await?,
+        };
+        let answer = tokio::time::timeout(
+            self.config.response_timeout,
+            c.exec::<T, _, _>(statement, params),
+        )
+        .await;
+        match answer {
+            Ok(Ok(rows)) => {
+                let answer = Answer {
+                    rows,
+                    affected: c.affected_rows(),
+                    last_id: c.last_insert_id(),
+                };
+                *conn = Some(c);
+                Ok(answer)
+            }
+            Ok(Err(e)) => {
+                // A server's refusal leaves the connection usable.
+                if matches!(e, mysql_async::Error::Server(_)) {
+                    *conn = Some(c);
+                }
+                Err(store_error(&e))
+            }
+            Err(_) => {
+                self.runtime.spawn(async move {
+                    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), c.disconnect())
+                        .await;
+                });
+                Err(timeout_error())
+            }
+        }
+    }
+
+    /// [`on`](Self::on) a connection of the pool, given back after.
+    pub(crate) async fn query<T: FromRow + Send + 'static>(
+        &self,
+        statement: &str,
+        params: Params,
+    ) -> Result<Answer<T>, LockError> {
+        self.on(&mut None, statement, params).await
+    }
+
+    /// Refuses a name this table cannot hold (before any write).
+    pub(crate) fn check_name(&self, name: &str) -> Result<(), LockError> {
+        layout::check_name(name, self.longest, self.charset)
+    }
+}
+
+/// Makes the lock table when it is missing and checks its columns; the
+/// `name` column's length and character set. A role that may not create
+/// it gets [`LockError::Config`] with the statement to run.
+async fn prepare_table(
+    conn: &mut Conn,
+    target: &Target,
+) -> Result<(Option<usize>, Charset), LockError> {
+    let table = &target.table;
+    let quoted = table.quoted(Q);
+    let schema = table.schema.clone();
+    let exists: Option<u64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+            (schema.clone(), table.name.clone()),
+        )
+        .await
+        .map_err(|e| store_error(&e))?;
+    if exists.unwrap_or(0) == 0
+        && let Err(e) = conn.query_drop(layout::ddl(table)).await
+    {
+        return Err(match server_code(&e) {
+            // Denied: CREATE (1142), or the database (1044).
+            Some(1142 | 1044) => LockError::Config(format!(
+                "the table {quoted} is missing and this role may not create it; \
+                 have the lock table made with:\n{}",
+                layout::ddl(table)
+            )),
+            _ => store_error(&e),
+        });
+    }
+    let columns: Vec<(String, String, Option<u64>, String, Option<String>)> = conn
+        .exec(
+            "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH, IS_NULLABLE, \
+                    CHARACTER_SET_NAME \
+             FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+            (schema, table.name.clone()),
+        )
+        .await
+        .map_err(|e| store_error(&e))?;
+    let mut longest = None;
+    let mut charset = Charset::Any;
+    for (column, types) in layout::COLUMNS {
+        let Some((_, kind, length, nullable, set)) =
+            columns.iter().find(|c| c.0.eq_ignore_ascii_case(column))
+        else {
+            let fix = if column == "fence" {
+                format!(
+                    " (a ShedLock table gains it with: ALTER TABLE {quoted} ADD COLUMN fence \
+                     BIGINT NOT NULL DEFAULT 0;)"
+                )
+            } else {
+                String::new()
+            };
+            return Err(LockError::Config(format!(
+                "the table {quoted} is not a lock table: it has no `{column}` column{fix}"
+            )));
+        };
+        let kind = kind.to_ascii_lowercase();
+        if !types.contains(&kind.as_str()) {
+            return Err(LockError::Config(format!(
+                "the table {quoted} is not a lock table: its `{column}` column is {kind}, not {}",
+                types.join(" or ")
+            )));
+        }
+        if nullable.eq_ignore_ascii_case("YES") {
+            return Err(LockError::Config(format!(
+                "the table {quoted} is not a lock table: its `{column}` column may be NULL"
+            )));
+        }
+        let length = length.and_then(|n| usize::try_from(n).ok());
+        match column {
+            "name" => {
+                longest = length;
+                charset = Charset::of(set.as_deref());
+            }
+            // A holder id (a UUID, `:`, a number) marked kept.
+            "locked_by" if length.is_some_and(|n| n < 64) => {
+                return Err(LockError::Config(format!(
+                    "the table {quoted}: its `locked_by` column is shorter than a holder id \
+                     (64 characters); ShedLock's is VARCHAR(255)"
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok((longest, charset))
+}
+
+/// The server's error code of `e`, if it is the server's.
+fn server_code(e: &mysql_async::Error) -> Option<u16> {
+    match e {
+        mysql_async::Error::Server(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+/// A connection that could not be made, as a [`LockError`]: a refusal of
+/// the credentials or the database is [`LockError::Config`]; anything
+/// else may heal.
+fn connect_failed(target: &Target, e: &mysql_async::Error) -> LockError {
+    match e {
+        // Access denied (1045), to the database (1044); unknown database
+        // (1049).
+        mysql_async::Error::Server(s) if matches!(s.code, 1044 | 1045) => {
+            LockError::Config(format!(
+                "MySQL at {} refused the credentials: {}",
+                target.place(),
+                s.message
+            ))
+        }
+        mysql_async::Error::Server(s) if s.code == 1049 => LockError::Config(format!(
+            "MySQL at {} has no such database: {}",
+            target.place(),
+            s.message
+        )),
+        _ => connect_error(target, &e.to_string()),
+    }
+}
+
+fn connect_error(target: &Target, reason: &str) -> LockError {
+    LockError::Store {
+        engine: ENGINE,
+        message: format!("cannot connect to MySQL at {}: {reason}", target.place()),
+        transient: true,
+    }
+}
+
+/// A MySQL error as a [`LockError`], saying whether it may heal (a lost
+/// connection, a server going away or shutting down, a deadlock, a lock
+/// wait that timed out, a read-only server during a failover).
+pub(crate) fn store_error(e: &mysql_async::Error) -> LockError {
+    let transient = match e {
+        mysql_async::Error::Io(_) => true,
+        mysql_async::Error::Driver(d) => matches!(
+            d,
+            mysql_async::DriverError::ConnectionClosed
+                | mysql_async::DriverError::PoolDisconnected
+                | mysql_async::DriverError::PacketOutOfOrder
+        ),
+        // Deadlock (1213), lock deadlock (3058), lock wait timeout (1205),
+        // read-only (1290, 1836), shutting down (1053), too many
+        // connections (1040), query interrupted (1317), lost (2006, 2013).
+        mysql_async::Error::Server(s) => matches!(
+            s.code,
+            1213 | 3058 | 1205 | 1290 | 1836 | 1053 | 1040 | 1317 | 2006 | 2013
+        ),
+        _ => false,
+    };
+    let message = match e {
+        mysql_async::Error::Server(s) => format!("{} ({})", s.message, s.code),
+        other => other.to_string(),
+    };
+    LockError::Store {
+        engine: ENGINE,
+        message,
+        transient,
+    }
+}
+
+pub(crate) fn timeout_error() -> LockError {
+    LockError::Store {
+        engine: ENGINE,
+        message: "no answer within the response timeout".into(),
+        transient: true,
+    }
+}

@@ -1,0 +1,96 @@
+//! The statements a taken hold's row needs on MySQL (the shared
+//! `engine::sql::hold` runs them): renewal of the client's rows in
+//! batches, release, `hold_at_least`'s keep, re-entry, `extend` and the
+//! sweep. Each answer is its affected rows (MySQL has no `RETURNING`).
+
+use std::time::Duration;
+
+use mysql_async::{Params, Row, Value};
+
+use super::My;
+use crate::engine::sql::{Common, Rows, micros};
+use crate::error::LockError;
+
+/// How many rows one renewal statement renews at most.
+const BATCH: usize = 100;
+
+impl Rows for My {
+    fn common(&self) -> &Common<My> {
+        &self.common
+    }
+
+    async fn renew(&self, holds: &[(&str, &str)], lease: Duration) -> Result<Vec<bool>, LockError> {
+        let mut renewed = Vec::with_capacity(holds.len());
+        for batch in holds.chunks(BATCH) {
+            let (renew, held_of) = self.st.renew(batch.len());
+            let pairs: Vec<Value> = batch
+                .iter()
+                .flat_map(|(name, holder)| [Value::from(*name), Value::from(*holder)])
+                .collect();
+            let mut conn = None;
+            let mut params = vec![Value::from(micros(lease))];
+            params.extend(pairs.iter().cloned());
+            self.on::<Row>(&mut conn, &renew, Params::Positional(params))
+                .await?;
+            // Those held by their holders since: renewed (a row past its
+            // end was not, and is not held).
+            let held = self
+                .on::<(String, String)>(&mut conn, &held_of, Params::Positional(pairs))
+                .await?
+                .rows;
+            renewed.extend(
+                batch
+                    .iter()
+                    .map(|(name, holder)| held.iter().any(|(n, h)| n == name && h == holder)),
+            );
+        }
+        Ok(renewed)
+    }
+
+    async fn release(&self, name: &str, holder: &str) -> Result<bool, LockError> {
+        let answer = self
+            .query::<Row>(&self.st.release, (name, holder).into())
+            .await?;
+        Ok(answer.affected > 0)
+    }
+
+    async fn keep(&self, name: &str, holder: &str, left: Duration) -> Result<bool, LockError> {
+        let answer = self
+            .query::<Row>(&self.st.keep, (micros(left), name, holder).into())
+            .await?;
+        Ok(answer.affected > 0)
+    }
+
+    async fn reenter(&self, name: &str, holder: &str) -> Result<Option<u64>, LockError> {
+        let answer = self
+            .query::<Row>(&self.st.reenter, (name, holder).into())
+            .await?;
+        Ok((answer.affected > 0).then(|| answer.last_id.unwrap_or(0)))
+    }
+
+    async fn extend(&self, name: &str, holder: &str, lease: Duration) -> Result<bool, LockError> {
+        let mut conn = None;
+        let moved = self
+            .on::<Row>(
+                &mut conn,
+                &self.st.extend,
+                (micros(lease), name, holder).into(),
+            )
+            .await?;
+        if moved.affected > 0 {
+            return Ok(true);
+        }
+        // Not moved: a later end already, or not the holder's.
+        let held = self
+            .on::<u8>(&mut conn, &self.st.holds, (name, holder).into())
+            .await?;
+        Ok(!held.rows.is_empty())
+    }
+
+    async fn sweep(&self, old: Duration) -> Result<(), LockError> {
+        if let Some(sweep) = &self.st.sweep {
+            self.query::<Row>(sweep, (micros(old),).into()).await?;
+        }
+        Ok(())
+    }
+}

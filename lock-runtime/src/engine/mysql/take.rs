@@ -1,0 +1,223 @@
+//! Taking a hold on MySQL: the process queue, the row taken in one
+//! statement (made, or a free one's taken over), polling while it is held
+//! (a backoff capped by [`Config::poll_cap`](crate::Config::poll_cap),
+//! never past the holder's lease or the deadline), and the undoing of all
+//! that when the acquisition fails or is dropped.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mysql_async::Row;
+use tokio::sync::OwnedMutexGuard;
+
+use super::{ENGINE, My, MyHold};
+use crate::background::Background;
+use crate::engine::sql::hold::reenter;
+use crate::engine::sql::{Rows, micros};
+use crate::error::LockError;
+use crate::holder::Chain;
+use crate::kept::{Taking, Undo};
+use crate::request::{Options, Target, timed_out, within};
+use crate::turns::Kind;
+
+/// The first pause of a polling waiter; each next one is twice as long,
+/// up to the cap.
+const FIRST_POLL: Duration = Duration::from_millis(4);
+
+/// Who takes the hold.
+type How<'a> = crate::kept::How<'a, Record, Kind>;
+
+/// MySQL's record of a taken row.
+type Record = crate::engine::sql::Record<My>;
+
+/// A hold taken on MySQL.
+type Taken = crate::kept::Taken<()>;
+
+impl Taking for My {
+    type Record = Record;
+    type Side = Kind;
+    type Made = Made;
+    type More = ();
+    const ENGINE: &'static str = ENGINE;
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn turns(&self) -> &crate::turns::Turns {
+        &self.turns
+    }
+
+    fn records(&self) -> &crate::turns::Records<Record> {
+        &self.records
+    }
+
+    fn side(target: &Target) -> Result<Kind, LockError> {
+        match target {
+            Target::Reentrant { .. } => Ok(Kind::Mutex),
+            Target::Fair { .. } => Err(crate::engine::unsupported(
+                ENGINE,
+                "fair locks (not on the SQL engines yet; a reentrant lock's waiters of one \
+                 client are served in arrival order)",
+            )),
+            Target::Read { .. } | Target::Write { .. } => Err(crate::engine::unsupported(
+                ENGINE,
+                "read-write locks (not on the SQL engines yet)",
+            )),
+        }
+    }
+
+    fn kind(side: Kind) -> Kind {
+        side
+    }
+
+    fn reenter<'a>(
+        alive: Arc<Background>,
+        record: Arc<Record>,
+        _side: Kind,
+        chain: Chain,
+        options: &'a Options,
+        metric: &'static str,
+    ) -> impl Future<Output = Result<MyHold, LockError>> + Send + 'a {
+        reenter(alive, record, chain, options, metric)
+    }
+
+    fn made(self: &Arc<Self>, holder: &str) -> Made {
+        Made {
+            my: self.clone(),
+            name: String::new(),
+            holder: holder.to_owned(),
+            until: None,
+        }
+    }
+
+    fn take<'a>(
+        self: &'a Arc<Self>,
+        target: &'a Target,
+        options: &'a Options,
+        how: &'a How<'a>,
+        made: &'a mut Made,
+    ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
+        take(self, target, options, how, made)
+    }
+
+    fn record(
+        self: &Arc<Self>,
+        name: &str,
+        options: &Options,
+        how: &How<'_>,
+        taken: &Taken,
+        made: &mut Made,
+        turn: Option<OwnedMutexGuard<()>>,
+    ) -> Result<Arc<Record>, LockError> {
+        // Ours now: nothing to undo.
+        made.until = None;
+        Ok(Record::taken(
+            self, name, how.holder, options, taken.sent, turn, how.under,
+        ))
+    }
+}
+
+/// What an acquisition may have made on MySQL: a row under its holder id,
+/// from a statement whose answer it did not see (or did not use). The
+/// undo frees it (by its holder id: never another's row) while it may
+/// still be there.
+pub(crate) struct Made {
+    my: Arc<My>,
+    name: String,
+    holder: String,
+    /// Until when a row it made may be there (its lease by this client's
+    /// clock, from the latest try whose answer is unseen); `None` when
+    /// there is none.
+    until: Option<Instant>,
+}
+
+impl Undo for Made {
+    fn take(&mut self) -> Option<Made> {
+        let until = self.until.take()?;
+        Some(Made {
+            my: self.my.clone(),
+            name: self.name.clone(),
+            holder: self.holder.clone(),
+            until: Some(until),
+        })
+    }
+
+    async fn clear(&mut self) -> Result<(), LockError> {
+        if self.until.is_some() {
+            self.my.release(&self.name, &self.holder).await?;
+            self.until = None;
+        }
+        Ok(())
+    }
+
+    fn may_outlive(&self) -> bool {
+        self.until.is_some_and(|until| Instant::now() < until)
+    }
+
+    fn what(&self) -> String {
+        format!("{} row {}", self.my.target.table.qualified(), self.name)
+    }
+}
+
+/// One try at the hold: the row taken in one statement, or, while it is
+/// held, polling until it is free, the deadline passes or the holder's
+/// lease ends by the database's clock. A row made by an earlier try whose
+/// answer was lost is taken over by this one (its holder id is ours).
+async fn take(
+    my: &Arc<My>,
+    target: &Target,
+    options: &Options,
+    how: &How<'_>,
+    made: &mut Made,
+) -> Result<Taken, LockError> {
+    let name = target.name();
+    my.check_name(name)?;
+    let lease = options.lease.unwrap_or(my.config.watchdog_timeout);
+    let lease_us = micros(lease);
+    made.name = name.to_owned();
+    let mut pause = FIRST_POLL.min(my.config.poll_cap);
+    loop {
+        let sent = Instant::now();
+        // A try whose answer is unseen may have made the row: until it
+        // ends, the undo frees it.
+        let before = made.until;
+        made.until = Some(sent + lease);
+        let mut conn = None;
+        let answer = my
+            .on::<Row>(
+                &mut conn,
+                &my.st.acquire,
+                (name, lease_us, how.holder).into(),
+            )
+            .await?;
+        if answer.affected > 0 {
+            return Ok(Taken {
+                token: answer.last_id.unwrap_or(0),
+                sent,
+                more: (),
+            });
+        }
+        // Not taken: no row of ours is there (a row an earlier try made
+        // would have been taken over by this one).
+        made.until = before;
+        if options.wait == Some(Duration::ZERO) {
+            return Err(timed_out(target, options));
+        }
+        let look = my
+            .on::<(Option<i64>, String)>(&mut conn, &my.st.look, (name,).into())
+            .await?;
+        drop(conn);
+        let left = match look.rows.first() {
+            Some((Some(left), _)) if *left > 0 => {
+                Duration::from_micros(u64::try_from(*left).unwrap_or(0))
+            }
+            // Freed, or its lease ended, since the statement: try again.
+            _ => continue,
+        };
+        let sleep = pause.min(left);
+        pause = (pause * 2).min(my.config.poll_cap);
+        let _waiting = my.waiting(name);
+        within!(tokio::time::sleep(sleep), how.deadline, target, options)?;
+    }
+}

@@ -1,0 +1,66 @@
+//! The statements a taken hold's row needs on PostgreSQL (the shared
+//! `engine::sql::hold` runs them): renewal of every row of the client in
+//! one `UPDATE`, release with its announcement, `hold_at_least`'s keep,
+//! re-entry, `extend` and the sweep.
+
+use std::time::Duration;
+
+use super::Pg;
+use crate::engine::sql::{Common, Rows, micros};
+use crate::error::LockError;
+
+impl Rows for Pg {
+    fn common(&self) -> &Common<Pg> {
+        &self.common
+    }
+
+    async fn renew(&self, holds: &[(&str, &str)], lease: Duration) -> Result<Vec<bool>, LockError> {
+        let names: Vec<&str> = holds.iter().map(|h| h.0).collect();
+        let holders: Vec<&str> = holds.iter().map(|h| h.1).collect();
+        let rows = self
+            .query(|s| &s.renew, &[&names, &holders, &micros(lease)])
+            .await?;
+        let renewed: Vec<(String, String)> = rows
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+            .collect();
+        Ok(holds
+            .iter()
+            .map(|(name, holder)| renewed.iter().any(|(n, h)| n == name && h == holder))
+            .collect())
+    }
+
+    async fn release(&self, name: &str, holder: &str) -> Result<bool, LockError> {
+        let channel = self.channel();
+        let rows = self
+            .query(|s| &s.release, &[&name, &holder, &channel])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn keep(&self, name: &str, holder: &str, left: Duration) -> Result<bool, LockError> {
+        let rows = self
+            .query(|s| &s.keep, &[&name, &holder, &micros(left)])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn reenter(&self, name: &str, holder: &str) -> Result<Option<u64>, LockError> {
+        let rows = self.query(|s| &s.reenter, &[&name, &holder]).await?;
+        Ok(rows
+            .first()
+            .map(|row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)))
+    }
+
+    async fn extend(&self, name: &str, holder: &str, lease: Duration) -> Result<bool, LockError> {
+        let rows = self
+            .query(|s| &s.extend, &[&name, &holder, &micros(lease)])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn sweep(&self, old: Duration) -> Result<(), LockError> {
+        self.query(|s| &s.sweep, &[&micros(old)]).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,85 @@
+//! The lock table's name, as a URL's `table=` gives it: validated, and
+//! quoted the way each database quotes an identifier.
+
+use crate::error::LockError;
+
+/// The table, validated: letters, digits and `_`, with one optional
+/// schema prefix (`schema.table`; a database on MySQL).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Table {
+    /// The schema, when named.
+    pub(crate) schema: Option<String>,
+    pub(crate) name: String,
+}
+
+impl Table {
+    /// The table `text` names; [`LockError::Config`] when it is not
+    /// letters, digits and `_` (not starting with a digit, at most 63 of
+    /// them: an identifier on PostgreSQL and MySQL alike), with at most
+    /// one `schema.` prefix.
+    pub(crate) fn parse(text: &str) -> Result<Table, LockError> {
+        let ident = |part: &str| {
+            !part.is_empty()
+                && part.len() <= 63
+                && !part.starts_with(|c: char| c.is_ascii_digit())
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        let refused = || {
+            LockError::Config(format!(
+                "table={text:?}: a table is letters, digits and `_` (not starting with a \
+                 digit, at most 63 of them), with an optional `schema.` prefix"
+            ))
+        };
+        match text.split_once('.') {
+            Some((schema, name)) if ident(schema) && ident(name) => Ok(Table {
+                schema: Some(schema.to_owned()),
+                name: name.to_owned(),
+            }),
+            None if ident(text) => Ok(Table {
+                schema: None,
+                name: text.to_owned(),
+            }),
+            _ => Err(refused()),
+        }
+    }
+
+    /// The table's name quoted for a statement with `quote` (`"` on
+    /// PostgreSQL, `` ` `` on MySQL): `"schema"."name"`. Nothing to
+    /// escape: [`parse`](Self::parse) let only letters, digits and `_` in.
+    pub(crate) fn quoted(&self, quote: char) -> String {
+        match &self.schema {
+            Some(schema) => format!("{quote}{schema}{quote}.{quote}{}{quote}", self.name),
+            None => format!("{quote}{}{quote}", self.name),
+        }
+    }
+
+    /// `schema.name`, or `name`.
+    pub(crate) fn qualified(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("{schema}.{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_are_letters_digits_and_one_schema() {
+        assert_eq!(Table::parse("locks").unwrap().quoted('"'), "\"locks\"");
+        let t = Table::parse("ops.job_locks").unwrap();
+        assert_eq!(t.quoted('"'), "\"ops\".\"job_locks\"");
+        assert_eq!(t.quoted('`'), "`ops`.`job_locks`");
+        assert_eq!(t.qualified(), "ops.job_locks");
+        for bad in [
+            "", "a.b.c", "x;drop", "\"x\"", "1abc", "a b", ".x", "x.", "a`b",
+        ] {
+            assert!(
+                matches!(Table::parse(bad), Err(LockError::Config(_))),
+                "{bad:?}"
+            );
+        }
+    }
+}
