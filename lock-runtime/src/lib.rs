@@ -164,8 +164,9 @@
 //!
 //! # Features
 //!
-//! - `etcd`, `zookeeper`, `postgres`: the etcd, ZooKeeper and PostgreSQL
-//!   engines (`etcd://`, `zk://`, `postgres://` URLs; see "Engines").
+//! - `etcd`, `zookeeper`, `postgres`, `mysql`: the etcd, ZooKeeper,
+//!   PostgreSQL and MySQL/MariaDB engines (`etcd://`, `zk://`,
+//!   `postgres://`, `mysql://` URLs; see "Engines").
 //! - `tls`: `rediss://` URLs (rustls with the ring provider), and with
 //!   `etcd`, `etcds://` URLs (trusting the system's certificate store, where
 //!   a cluster's private CA goes; `SSL_CERT_FILE` is honoured).
@@ -268,8 +269,23 @@
 //!   `LISTEN`/`NOTIFY`. Fair and read-write locks, quorum locks and replica
 //!   sync are [`LockError::Unsupported`] there for now; a name with a NUL
 //!   byte or longer than the `name` column is [`LockError::BadName`].
+//! - `mysql://user:password@h:p/db` (`mariadb://` too; feature `mysql`):
+//!   MySQL or MariaDB, the same table (times `DATETIME(6)` in UTC, names
+//!   `utf8mb4_bin`), the same `table=` and `keep_rows=`. MySQL cannot
+//!   notify: a waiter polls, starting at a few milliseconds and doubling up
+//!   to [`Config::poll_cap`] (100 ms), so a release is noticed within
+//!   about the cap, at about one statement per cap per waiting name and
+//!   client. Besides PostgreSQL's bad names, a name ending with a space
+//!   (MySQL compares `VARCHAR`s padded with spaces) or with a character
+//!   outside the `name` column's character set is [`LockError::BadName`].
+//!   A ShedLock table's `TIMESTAMP` columns are read and written in the
+//!   server's default time zone, as ShedLock's own sessions do.
 //!
-//! On etcd, ZooKeeper and PostgreSQL, a plain `lock`'s acquisitions of one client and
+//! The SQL engines share one caveat with Redis: a failover of the database
+//! to an asynchronous replica can lose or duplicate a hold; the guard
+//! learns it at its next renewal, and the fencing token is the defence.
+//!
+//! On etcd, ZooKeeper and the SQL engines, a plain `lock`'s acquisitions of one client and
 //! name wait in the process behind one record in the store; a fair waiter
 //! and a read-write waiter each have a record of their own, so `fair_lock`
 //! serves one client's tasks and other clients in one arrival order. A

@@ -13,7 +13,7 @@
 //!
 //! `--url` (any engine: `redis://`, `etcd://` with the `etcd` feature,
 //! `zk://` with the `zookeeper` feature, `postgres://` with the `postgres`
-//! feature)
+//! feature, `mysql://` with the `mysql` feature)
 //! defaults to `$LOCK_URL`, else `$REDIS_URL`, else `redis://127.0.0.1:6379`.
 //! Passwords in URLs are never printed. `inspect --json` prints one object:
 //! `{"name", "held"}` and, when held, `"kind"` (`"reentrant"`, `"fair"`,
@@ -59,7 +59,7 @@ struct Cli {
 /// Where the locks are.
 #[derive(Args, Debug)]
 struct Connection {
-    /// The store (redis://, etcd://, zk://, postgres://) [default: $LOCK_URL, else $REDIS_URL, else redis://127.0.0.1:6379]
+    /// The store (redis://, etcd://, zk://, postgres://, mysql://) [default: $LOCK_URL, else $REDIS_URL, else redis://127.0.0.1:6379]
     #[arg(long, value_name = "URL", conflicts_with_all = ["sentinel", "cluster"])]
     url: Option<String>,
     /// Sentinels to ask for the master, comma-separated (with --master)
