@@ -297,6 +297,10 @@ impl My {
     }
 }
 
+/// A column as `information_schema.COLUMNS` describes it: its name, data
+/// type, length, whether it may be NULL (`YES`) and character set.
+type Column = (String, String, Option<u64>, String, Option<String>);
+
 /// Makes the lock table when it is missing and checks its columns; the
 /// `name` column's length and character set. A role that may not create
 /// it gets [`LockError::Config`] with the statement to run.
@@ -328,7 +332,7 @@ async fn prepare_table(
             _ => store_error(&e),
         });
     }
-    let columns: Vec<(String, String, Option<u64>, String, Option<String>)> = conn
+    let columns: Vec<Column> = conn
         .exec(
             "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH, IS_NULLABLE, \
                     CHARACTER_SET_NAME \
