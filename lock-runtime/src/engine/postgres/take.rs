@@ -53,18 +53,7 @@ impl Taking for Pg {
     }
 
     fn side(target: &Target) -> Result<Kind, LockError> {
-        match target {
-            Target::Reentrant { .. } => Ok(Kind::Mutex),
-            Target::Fair { .. } => Err(crate::engine::unsupported(
-                ENGINE,
-                "fair locks (not on the SQL engines yet; a reentrant lock's waiters of one \
-                 client are served in arrival order)",
-            )),
-            Target::Read { .. } | Target::Write { .. } => Err(crate::engine::unsupported(
-                ENGINE,
-                "read-write locks (not on the SQL engines yet)",
-            )),
-        }
+        crate::engine::sql::side(target, ENGINE)
     }
 
     fn kind(side: Kind) -> Kind {

@@ -288,6 +288,27 @@ pub(crate) fn check_name(
     Ok(())
 }
 
+/// What an acquisition of `target` takes on an SQL engine: a reentrant
+/// lock's row; fair and read-write locks are not there yet.
+pub(crate) fn side(
+    target: &crate::request::Target,
+    engine: &'static str,
+) -> Result<crate::turns::Kind, LockError> {
+    use crate::request::Target;
+    match target {
+        Target::Reentrant { .. } => Ok(crate::turns::Kind::Mutex),
+        Target::Fair { .. } => Err(crate::engine::unsupported(
+            engine,
+            "fair locks (not on the SQL engines yet; a reentrant lock's waiters of one \
+             client are served in arrival order)",
+        )),
+        Target::Read { .. } | Target::Write { .. } => Err(crate::engine::unsupported(
+            engine,
+            "read-write locks (not on the SQL engines yet)",
+        )),
+    }
+}
+
 /// `d` in whole microseconds, for a statement.
 pub(crate) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
