@@ -1,6 +1,7 @@
 //! One store of any engine, for the contract tests that run on every one
 //! (`tests/tests/engines/`): a [`Store`] starts a Redis [`Server`], an
-//! [`Etcd`] server or a [`ZooKeeper`] server, hands out lock clients for it, and tells, the way
+//! [`Etcd`] server, a [`ZooKeeper`] server, a [`Postgres`] server or a
+//! [`MariaDb`] server, hands out lock clients for it, and tells, the way
 //! another program would see it in the store, how many callers wait for a
 //! lock (an event a test awaits instead of sleeping).
 
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::{Config, LockClient};
 
 use crate::etcd::Etcd;
+use crate::mariadb::MariaDb;
 use crate::postgres::Postgres;
 use crate::zookeeper::{ZooKeeper, zk_children};
 use crate::{Kind, Server, numsub};
@@ -23,6 +25,8 @@ pub enum Store {
     ZooKeeper(ZooKeeper),
     /// A PostgreSQL server (engine `postgres`).
     Postgres(Postgres),
+    /// A MariaDB server (engine `mysql`, URL scheme `mysql`).
+    MySql(MariaDb),
 }
 
 impl Store {
@@ -46,12 +50,19 @@ impl Store {
         Store::Postgres(Postgres::start())
     }
 
+    /// A fresh MariaDB server on a free loopback port.
+    pub fn mysql() -> Store {
+        Store::MySql(MariaDb::start())
+    }
+
     /// Of `kinds`, those this store's engine has (the SQL engines have no
     /// fair or read-write locks yet).
     pub fn kinds<const N: usize>(&self, kinds: [Kind; N]) -> Vec<Kind> {
         kinds
             .into_iter()
-            .filter(|k| !matches!(self, Store::Postgres(_)) || *k == Kind::Reentrant)
+            .filter(|k| {
+                !matches!(self, Store::Postgres(_) | Store::MySql(_)) || *k == Kind::Reentrant
+            })
             .collect()
     }
 
@@ -67,16 +78,19 @@ impl Store {
             Store::Etcd(_) => "etcd",
             Store::ZooKeeper(_) => "zookeeper",
             Store::Postgres(_) => "postgres",
+            Store::MySql(_) => "mysql",
         }
     }
 
-    /// The URL scheme of the engine (`redis`, `etcd`, `zk`).
+    /// The URL scheme of the engine (`redis`, `etcd`, `zk`, `postgres`,
+    /// `mysql`).
     pub fn scheme(&self) -> &'static str {
         match self {
             Store::Redis(_) => "redis",
             Store::Etcd(_) => "etcd",
             Store::ZooKeeper(_) => "zk",
             Store::Postgres(_) => "postgres",
+            Store::MySql(_) => "mysql",
         }
     }
 
@@ -87,17 +101,19 @@ impl Store {
             Store::Etcd(etcd) => etcd.url(),
             Store::ZooKeeper(zk) => zk.url(),
             Store::Postgres(pg) => pg.url(),
+            Store::MySql(my) => my.url(),
         }
     }
 
-    /// Stops the server (its data is gone with it, on Redis; etcd keeps
-    /// it on disk): clients of it meet a dead store.
+    /// Stops the server (its data is gone with it, on Redis; etcd and the
+    /// SQL servers keep it on disk): clients of it meet a dead store.
     pub fn stop(&mut self) {
         match self {
             Store::Redis(server) => server.stop(),
             Store::Etcd(etcd) => etcd.stop(),
             Store::ZooKeeper(zk) => zk.stop(),
             Store::Postgres(pg) => pg.stop(),
+            Store::MySql(my) => my.stop(),
         }
     }
 
@@ -136,7 +152,9 @@ impl Store {
     ///   or writer), counted as for etcd in sequence order;
     /// - PostgreSQL: a waiter leaves no trace in the database (it sleeps
     ///   until a notification), so this process's clients count the
-    ///   acquisitions that wait for a release (one per client and name).
+    ///   acquisitions that wait for a release (one per client and name);
+    /// - MySQL/MariaDB: likewise (a waiter polls, and leaves no row), this
+    ///   process's clients count them.
     ///
     /// A waiter that gave up or was dropped leaves this count.
     pub async fn waiting(&self, kind: Kind, name: &str) -> usize {
@@ -179,6 +197,7 @@ impl Store {
                 children.len() - holders
             }
             Store::Postgres(pg) => lock_runtime::__private::sql_waiting(&pg.url(), name),
+            Store::MySql(my) => lock_runtime::__private::sql_waiting(&my.url(), name),
         }
     }
 

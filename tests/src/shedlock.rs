@@ -1,13 +1,16 @@
-//! A test client that locks the way a Java service does with ShedLock's
-//! JDBC provider on PostgreSQL configured with `usingDbTime()`: ShedLock's
-//! own SQL statements, text as ShedLock builds it, on a table the engine
-//! under test shares (DESIGN §10). It is written from ShedLock's source
+//! Test clients that lock the way a Java service does with ShedLock's
+//! JDBC provider configured with `usingDbTime()`, on PostgreSQL
+//! ([`ShedLockPg`]) and on MySQL/MariaDB ([`ShedLockMy`]): ShedLock's own
+//! SQL statements, text as ShedLock builds it, on a table the engine under
+//! test shares (DESIGN §10). They are written from ShedLock's source
 //! (repository `lukas-krecan/ShedLock`), never from the engine's:
 //!
 //! - the statements: `providers/sql/shedlock-sql-support/src/main/java/net/
 //!   javacrumbs/shedlock/provider/sql/PostgresSqlServerTimeStatementsSource.java`
-//!   (what `SqlStatementsSource.create` in `SqlStatementsSource.java`, same
-//!   directory, picks for `POSTGRES_SQL` when `getUseDbTime()` is set);
+//!   and `MySqlServerTimeStatementsSource.java` (same directory): what
+//!   `SqlStatementsSource.create` in `SqlStatementsSource.java` picks, through
+//!   `DatabaseProduct.java`, for `POSTGRES_SQL`, and for `MY_SQL` and
+//!   `MARIA_DB` alike, when `getUseDbTime()` is set;
 //! - the defaults (table `shedlock`, columns `name`, `lock_until`,
 //!   `locked_at`, `locked_by`, `locked_by` = the host name):
 //!   `providers/sql/shedlock-sql-support/src/main/java/net/javacrumbs/
@@ -23,17 +26,28 @@
 //!   java/net/javacrumbs/shedlock/core/AbstractSimpleLock.java`.
 //!
 //! Parameters are named in ShedLock's text (`:name`, `:lockedBy`,
-//! `:lockAtMostForInterval`, `:lockAtLeastForInterval`); Spring's
+//! `:lockAtMostForInterval`, `:lockAtLeastForInterval` on PostgreSQL;
+//! `:lockAtMostForMicros`, `:lockAtLeastForMicros` on MySQL); Spring's
 //! `NamedParameterJdbcTemplate` turns every occurrence into a positional
-//! parameter of its own, and so does [`positional`] (`$1`, `$2`, ...).
+//! parameter of its own, and so does [`positional`] (`$1`, `$2`, ...) for
+//! PostgreSQL. On MySQL the statements run through the `mariadb` CLI
+//! instead (see [`ShedLockMy`]), and [`inline`] puts each value in as an
+//! SQL literal.
 
 use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls};
+
+use crate::mariadb::{Maria, MariaDb};
+use crate::sql_server::Database;
 
 /// ShedLock's `now` with `usingDbTime()` on PostgreSQL: the database's
 /// clock in UTC (`CURRENT_TIMESTAMP`, the start of the statement's
@@ -135,8 +149,27 @@ pub enum Param {
 ///
 /// On a parameter name ShedLock's PostgreSQL statements do not use.
 pub fn positional(sql: &str) -> (String, Vec<Param>) {
-    let mut out = String::with_capacity(sql.len());
     let mut params = Vec::new();
+    let out = replace_named(sql, |name| {
+        let param = match name {
+            "name" => Param::Name,
+            "lockedBy" => Param::LockedBy,
+            "lockAtMostForInterval" => Param::LockAtMostFor,
+            "lockAtLeastForInterval" => Param::LockAtLeastFor,
+            other => panic!("ShedLock's PostgreSQL statements have no parameter :{other}"),
+        };
+        params.push(param);
+        format!("${}", params.len())
+    });
+    (out, params)
+}
+
+/// `sql` with each occurrence of a named parameter (`:name`: a colon, then
+/// letters, digits and `_`) replaced by what `replace` gives for its name,
+/// the way Spring's `NamedParameterUtils` finds them: `::` (a PostgreSQL
+/// cast) and text in single quotes are left alone.
+fn replace_named(sql: &str, mut replace: impl FnMut(&str) -> String) -> String {
+    let mut out = String::with_capacity(sql.len());
     let mut chars = sql.char_indices().peekable();
     let mut quoted = false;
     while let Some((i, c)) = chars.next() {
@@ -158,20 +191,12 @@ pub fn positional(sql: &str) -> (String, Vec<Param>) {
         let len = rest
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .unwrap_or(rest.len());
-        let param = match &rest[..len] {
-            "name" => Param::Name,
-            "lockedBy" => Param::LockedBy,
-            "lockAtMostForInterval" => Param::LockAtMostFor,
-            "lockAtLeastForInterval" => Param::LockAtLeastFor,
-            other => panic!("ShedLock's PostgreSQL statements have no parameter :{other}"),
-        };
-        params.push(param);
-        out.push_str(&format!("${}", params.len()));
+        out.push_str(&replace(&rest[..len]));
         for _ in 0..len {
             chars.next();
         }
     }
-    (out, params)
+    out
 }
 
 /// `d` as ShedLock binds an interval on PostgreSQL with `usingDbTime()`:
@@ -411,6 +436,394 @@ impl ShedLockPg {
     }
 }
 
+/// ShedLock's `now` with `usingDbTime()` on MySQL and MariaDB: the
+/// database's clock in UTC, to the millisecond. Source:
+/// `MySqlServerTimeStatementsSource.java` (`private static final String
+/// now`).
+pub const MY_NOW: &str = "UTC_TIMESTAMP(3)";
+
+/// ShedLock's four statements for MySQL and MariaDB with `usingDbTime()`,
+/// built as `MySqlServerTimeStatementsSource.java` concatenates them
+/// (repository `lukas-krecan/ShedLock`, path `providers/sql/
+/// shedlock-sql-support/src/main/java/net/javacrumbs/shedlock/provider/
+/// sql/MySqlServerTimeStatementsSource.java`), with ShedLock's named
+/// parameters still in them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MyStatements {
+    /// `getInsertStatement()`: `INSERT IGNORE`, the row made when there is
+    /// none (a row already there is left alone: no row changed).
+    pub insert: String,
+    /// `getUpdateStatement()`: an expired row taken over.
+    pub update: String,
+    /// `getExtendStatement()`: a held row's end moved to `lockAtMostFor`
+    /// from now.
+    pub extend: String,
+    /// `getUnlockStatement()`: the row's end set to `locked_at +
+    /// lockAtLeastFor`, or now when that has passed.
+    pub unlock: String,
+}
+
+impl MyStatements {
+    /// The statements on `table`, substituted as ShedLock does: the table
+    /// name as configured, unquoted, and the default column names.
+    pub fn new(table: &str) -> MyStatements {
+        // `lockAtMostFor`
+        let lock_at_most_for = format!("TIMESTAMPADD(MICROSECOND, :lockAtMostForMicros, {MY_NOW})");
+        // `getInsertStatement()`
+        let insert = format!(
+            "INSERT IGNORE INTO {table}({NAME}, {LOCK_UNTIL}, {LOCKED_AT}, {LOCKED_BY}) \
+             VALUES(:name, {lock_at_most_for}, {MY_NOW}, :lockedBy)"
+        );
+        // `getUpdateStatement()`
+        let update = format!(
+            "UPDATE {table} SET {LOCK_UNTIL} = {lock_at_most_for}, {LOCKED_AT} = {MY_NOW}, \
+             {LOCKED_BY} = :lockedBy WHERE {NAME} = :name AND {LOCK_UNTIL} <= {MY_NOW}"
+        );
+        // `getUnlockStatement()`: its local `lockAtLeastFor`
+        let at_least = format!("TIMESTAMPADD(MICROSECOND, :lockAtLeastForMicros, {LOCKED_AT})");
+        let unlock = format!(
+            "UPDATE {table} SET {LOCK_UNTIL} = IF ({at_least} > {MY_NOW} , {at_least}, {MY_NOW}) \
+             WHERE {NAME} = :name AND {LOCKED_BY} = :lockedBy"
+        );
+        // `getExtendStatement()`
+        let extend = format!(
+            "UPDATE {table} SET {LOCK_UNTIL} = {lock_at_most_for} WHERE {NAME} = :name \
+             AND {LOCKED_BY} = :lockedBy AND {LOCK_UNTIL} > {MY_NOW}"
+        );
+        MyStatements {
+            insert,
+            update,
+            extend,
+            unlock,
+        }
+    }
+}
+
+/// A named parameter of ShedLock's MySQL statements (the keys of
+/// `MySqlServerTimeStatementsSource.params`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MyParam {
+    /// `:name`: the lock's name.
+    Name,
+    /// `:lockedBy`: `configuration.getLockedByValue()` (the host name).
+    LockedBy,
+    /// `:lockAtMostForMicros`: `lockAtMostFor` in whole microseconds
+    /// ([`micros`]).
+    LockAtMostForMicros,
+    /// `:lockAtLeastForMicros`: `lockAtLeastFor` in whole microseconds
+    /// ([`micros`]).
+    LockAtLeastForMicros,
+}
+
+/// `sql` with each occurrence of a named parameter replaced by the SQL
+/// literal `value` gives for it: what the server would see of a JDBC
+/// statement with its parameters bound, for a client (the `mariadb` CLI)
+/// that binds none.
+///
+/// # Panics
+///
+/// On a parameter name ShedLock's MySQL statements do not use.
+pub fn inline(sql: &str, value: impl Fn(MyParam) -> String) -> String {
+    replace_named(sql, |name| {
+        value(match name {
+            "name" => MyParam::Name,
+            "lockedBy" => MyParam::LockedBy,
+            "lockAtMostForMicros" => MyParam::LockAtMostForMicros,
+            "lockAtLeastForMicros" => MyParam::LockAtLeastForMicros,
+            other => panic!("ShedLock's MySQL statements have no parameter :{other}"),
+        })
+    })
+}
+
+/// `text` as a MySQL string literal, in single quotes, escaped for the
+/// default `sql_mode` (where a backslash escapes): `'` doubled, `\` and
+/// NUL as `\\` and `\0`.
+pub fn string_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('\'');
+    for c in text.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            '\0' => out.push_str("\\0"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// `d` as ShedLock binds it on MySQL with `usingDbTime()`:
+/// `duration.toNanos() / 1_000`, whole microseconds (`params` in
+/// `MySqlServerTimeStatementsSource.java`).
+pub fn micros(d: Duration) -> u128 {
+    d.as_nanos() / 1_000
+}
+
+/// Why a statement of [`ShedLockMy`] failed: the server's error number
+/// (`ERROR 1213 (40001) ...` of the CLI), when it names one, and the CLI's
+/// error output.
+#[derive(Debug, Clone)]
+pub struct CliError {
+    /// MySQL's error number.
+    pub code: Option<u32>,
+    /// The CLI's error output (or why it did not run).
+    pub message: String,
+}
+
+/// Whether `e` is what `JdbcTemplateStorageAccessor` catches, after
+/// Spring's translation of MySQL's error numbers (`sql-error-codes.xml`,
+/// MySQL and MariaDB), and takes for "not locked" rather than a failure:
+/// `DuplicateKeyException` (1062) and `DataIntegrityViolationException`
+/// (e.g. 1452), and `ConcurrencyFailureException`: a deadlock (1213), a
+/// lock wait timeout (1205), `NOWAIT` (3572).
+fn my_busy(e: &CliError) -> bool {
+    matches!(e.code, Some(1062 | 1213 | 1205 | 3572 | 1451 | 1452))
+}
+
+/// One ShedLock instance (a `JdbcTemplateLockProvider` built with
+/// `usingDbTime()`, as `StorageBasedLockProvider`) on a MySQL/MariaDB
+/// table: its statements, its `locked_by` value, and its cache of the
+/// names it inserted (`LockRecordRegistry`).
+///
+/// Each statement runs, as Spring's `REQUIRES_NEW` transaction does, in
+/// a transaction of its own (`START TRANSACTION`, the statement, `COMMIT`)
+/// on a session of its own: one run of the `mariadb` CLI as `root` over
+/// the server's socket. Its session keeps the server's time zone
+/// ([`crate::mariadb::TIME_ZONE`], `+05:45`), as a JDBC session does that
+/// sets none, and speaks `utf8mb4` (`SET NAMES`). Values go in as SQL
+/// literals ([`inline`]); whether a statement changed a row
+/// (`jdbcTemplate.update(...) > 0`) is `SELECT ROW_COUNT()` right after it
+/// in the same session. (`ROW_COUNT()` counts rows changed, where
+/// Connector/J's default counts rows matched: the same for ShedLock's
+/// statements, each of which moves `lock_until` or `locked_at` of every
+/// row it matches.)
+///
+/// Like ShedLock, every instance on one host writes the same `locked_by`
+/// (the host name) unless given another ([`ShedLockMy::locked_by`]).
+pub struct ShedLockMy {
+    /// The server's directory (its socket) and port: how to reach it as
+    /// root.
+    dir: PathBuf,
+    port: u16,
+    statements: MyStatements,
+    locked_by: String,
+    /// `LockRecordRegistry`: names whose row this instance made, or found
+    /// already there.
+    inserted: Mutex<HashSet<String>>,
+}
+
+impl ShedLockMy {
+    /// An instance on `server` that locks in `table` (ShedLock's
+    /// `withTableName`), with the host name as `locked_by`.
+    pub fn new(server: &MariaDb, table: &str) -> ShedLockMy {
+        ShedLockMy {
+            dir: server.dir().to_owned(),
+            port: server.port(),
+            statements: MyStatements::new(table),
+            locked_by: host_name(),
+            inserted: Mutex::default(),
+        }
+    }
+
+    /// This instance with `value` as its `locked_by` (ShedLock's
+    /// `withLockedByValue`).
+    pub fn locked_by(mut self, value: &str) -> ShedLockMy {
+        value.clone_into(&mut self.locked_by);
+        self
+    }
+
+    /// The value this instance writes in `locked_by`.
+    pub fn locked_by_value(&self) -> &str {
+        &self.locked_by
+    }
+
+    /// The statements this instance runs, with their named parameters.
+    pub fn statements(&self) -> &MyStatements {
+        &self.statements
+    }
+
+    /// Forgets the names it inserted (`StorageBasedLockProvider.clearCache`).
+    pub fn clear_cache(&self) {
+        self.inserted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// Whether this instance remembers having inserted `name`'s row
+    /// (`LockRecordRegistry.lockRecordRecentlyCreated`).
+    pub fn remembers(&self, name: &str) -> bool {
+        self.inserted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(name)
+    }
+
+    fn remember(&self, name: &str, yes: bool) {
+        let mut inserted = self.inserted.lock().unwrap_or_else(|p| p.into_inner());
+        if yes {
+            inserted.insert(name.to_owned());
+        } else {
+            inserted.remove(name);
+        }
+    }
+
+    /// Runs `sql` (ShedLock's text) with the values of `name`, `at_most`
+    /// and `at_least` in place of its named parameters, in a transaction of
+    /// its own: whether it changed a row (`jdbcTemplate.update(sql,
+    /// params) > 0` in `JdbcTemplateStorageAccessor.execute`).
+    async fn execute(
+        &self,
+        sql: &str,
+        name: &str,
+        at_most: Duration,
+        at_least: Duration,
+    ) -> Result<bool, CliError> {
+        let statement = inline(sql, |param| match param {
+            MyParam::Name => string_literal(name),
+            MyParam::LockedBy => string_literal(&self.locked_by),
+            MyParam::LockAtMostForMicros => micros(at_most).to_string(),
+            MyParam::LockAtLeastForMicros => micros(at_least).to_string(),
+        });
+        let script = format!(
+            "SET NAMES utf8mb4;\nSTART TRANSACTION;\n{statement};\nSELECT ROW_COUNT();\nCOMMIT;\n"
+        );
+        let out = self.run(&script).await?;
+        let changed: i64 = out
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("ROW_COUNT() of {statement:?}: {out:?}"));
+        Ok(changed > 0)
+    }
+
+    /// Runs `script` in the database `locks` as root, through the
+    /// `mariadb` CLI (a process awaited without blocking the runtime):
+    /// its output, or its error.
+    async fn run(&self, script: &str) -> Result<String, CliError> {
+        let cli = Maria::superuser_cli(&self.dir, self.port);
+        let mut child = tokio::process::Command::from(cli)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| CliError {
+                code: None,
+                message: format!("the mariadb CLI does not run: {e}"),
+            })?;
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let script = script.to_owned();
+        let writer = tokio::spawn(async move {
+            let _ = stdin.write_all(script.as_bytes()).await;
+        });
+        let out = child.wait_with_output().await.map_err(|e| CliError {
+            code: None,
+            message: format!("the mariadb CLI: {e}"),
+        })?;
+        let _ = writer.await;
+        if out.status.success() {
+            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        let message = String::from_utf8_lossy(&out.stderr).into_owned();
+        let code = message
+            .split_once("ERROR ")
+            .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|digits| digits.parse().ok());
+        Err(CliError { code, message })
+    }
+
+    /// ShedLock's `LockProvider.lock` with a `LockConfiguration` of `name`,
+    /// `lockAtMostFor` = `at_most`, `lockAtLeastFor` = `at_least`:
+    /// whether the lock was taken. `StorageBasedLockProvider.doLock`:
+    /// unless this instance inserted (or found) the name's row before, the
+    /// insert statement first (`INSERT IGNORE`: taken when it made the
+    /// row), and the name remembered either way; then, when the insert did
+    /// not take it, the update statement (taken when it changed a row).
+    ///
+    /// # Panics
+    ///
+    /// On what ShedLock throws: `at_least` longer than `at_most`, an empty
+    /// name (`LockConfiguration`), an unexpected database error of the
+    /// insert's or the update's (`LockException`; `JdbcTemplateStorageAccessor`
+    /// logs a few and answers "not locked": see `my_busy`).
+    pub async fn lock(&self, name: &str, at_most: Duration, at_least: Duration) -> bool {
+        assert!(
+            at_least <= at_most,
+            "lockAtLeastFor is longer than lockAtMostFor for lock '{name}'."
+        );
+        assert!(!name.is_empty(), "lock name can not be empty");
+        if !self.remembers(name) {
+            // JdbcTemplateStorageAccessor.insertRecord
+            let inserted = match self
+                .execute(&self.statements.insert, name, at_most, at_least)
+                .await
+            {
+                Ok(changed) => changed,
+                Err(e) if my_busy(&e) => false,
+                Err(e) => panic!("ShedLock's insert failed (LockException): {e:?}"),
+            };
+            self.remember(name, true);
+            if inserted {
+                return true;
+            }
+        }
+        // JdbcTemplateStorageAccessor.updateRecord
+        match self
+            .execute(&self.statements.update, name, at_most, at_least)
+            .await
+        {
+            Ok(changed) => changed,
+            Err(e) if my_busy(&e) => false,
+            Err(e) => panic!("ShedLock's update failed (LockException): {e:?}"),
+        }
+    }
+
+    /// ShedLock's `SimpleLock.extend(lockAtMostFor, lockAtLeastFor)` of a
+    /// held lock `name` (`JdbcTemplateStorageAccessor.extend`, the extend
+    /// statement): whether the lock, still held by this `locked_by`, now
+    /// lasts `at_most` from now.
+    ///
+    /// # Panics
+    ///
+    /// On `at_least` longer than `at_most` (`LockConfiguration`), or a
+    /// database error (ShedLock does not catch any here).
+    pub async fn extend(&self, name: &str, at_most: Duration, at_least: Duration) -> bool {
+        assert!(
+            at_least <= at_most,
+            "lockAtLeastFor is longer than lockAtMostFor for lock '{name}'."
+        );
+        self.execute(&self.statements.extend, name, at_most, at_least)
+            .await
+            .unwrap_or_else(|e| panic!("ShedLock's extend failed: {e:?}"))
+    }
+
+    /// ShedLock's `SimpleLock.unlock()` of a lock `name` taken with
+    /// `lockAtLeastFor` = `at_least` (`JdbcTemplateStorageAccessor.unlock`,
+    /// the unlock statement): the row's end set to `locked_at + at_least`,
+    /// or now when that has passed. Tried up to 10 times on a concurrency
+    /// failure, as ShedLock does; then given up silently (ShedLock logs
+    /// it).
+    ///
+    /// # Panics
+    ///
+    /// On any other database error.
+    pub async fn unlock(&self, name: &str, at_least: Duration) {
+        for _ in 0..10 {
+            // `lockAtMostFor` is in the parameters' map but not in the
+            // statement.
+            match self
+                .execute(&self.statements.unlock, name, at_least, at_least)
+                .await
+            {
+                Ok(_) => return,
+                Err(e) if matches!(e.code, Some(1213 | 1205 | 3572)) => continue,
+                Err(e) => panic!("ShedLock's unlock failed: {e:?}"),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,5 +868,53 @@ mod tests {
     fn intervals_are_whole_milliseconds_in_seconds() {
         assert_eq!(seconds(Duration::from_micros(2_500_900)), 2.5);
         assert_eq!(seconds(Duration::ZERO), 0.0);
+    }
+
+    #[test]
+    fn mysql_statements_read_as_shedlock_builds_them() {
+        let s = MyStatements::new("shedlock");
+        assert_eq!(
+            s.insert,
+            "INSERT IGNORE INTO shedlock(name, lock_until, locked_at, locked_by) \
+             VALUES(:name, TIMESTAMPADD(MICROSECOND, :lockAtMostForMicros, UTC_TIMESTAMP(3)), \
+             UTC_TIMESTAMP(3), :lockedBy)"
+        );
+        assert_eq!(
+            s.update,
+            "UPDATE shedlock SET lock_until = TIMESTAMPADD(MICROSECOND, :lockAtMostForMicros, \
+             UTC_TIMESTAMP(3)), locked_at = UTC_TIMESTAMP(3), locked_by = :lockedBy \
+             WHERE name = :name AND lock_until <= UTC_TIMESTAMP(3)"
+        );
+        assert_eq!(
+            s.unlock,
+            "UPDATE shedlock SET lock_until = IF (TIMESTAMPADD(MICROSECOND, \
+             :lockAtLeastForMicros, locked_at) > UTC_TIMESTAMP(3) , TIMESTAMPADD(MICROSECOND, \
+             :lockAtLeastForMicros, locked_at), UTC_TIMESTAMP(3)) WHERE name = :name \
+             AND locked_by = :lockedBy"
+        );
+        assert_eq!(
+            s.extend,
+            "UPDATE shedlock SET lock_until = TIMESTAMPADD(MICROSECOND, :lockAtMostForMicros, \
+             UTC_TIMESTAMP(3)) WHERE name = :name AND locked_by = :lockedBy \
+             AND lock_until > UTC_TIMESTAMP(3)"
+        );
+    }
+
+    #[test]
+    fn mysql_values_go_in_as_literals() {
+        let sql = inline(&MyStatements::new("shedlock").update, |param| match param {
+            MyParam::Name => string_literal("it's a \\ name\0"),
+            MyParam::LockedBy => string_literal("host"),
+            MyParam::LockAtMostForMicros => micros(Duration::from_nanos(2_500_000_999)).to_string(),
+            MyParam::LockAtLeastForMicros => unreachable!("not in the update"),
+        });
+        assert!(
+            sql.contains("TIMESTAMPADD(MICROSECOND, 2500000, UTC_TIMESTAMP(3))"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("locked_by = 'host' WHERE name = 'it''s a \\\\ name\\0'"),
+            "{sql}"
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! and does the same way on every engine (`inspect`, `list`,
 //! `force-unlock`, `watch`, its errors). What only one store has (keys or
 //! nodes that are not locks, foreign holders such as `etcdctl lock` or
-//! Curator, a Redis Cluster) is in that engine's `lockctl*.rs`.
+//! Curator, a Redis Cluster) is in that engine's `lockctl*.rs`, and the SQL
+//! engines' `lockctl schema` in `postgres.rs` and `mysql.rs`.
 
 use std::time::Duration;
 

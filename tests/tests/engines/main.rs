@@ -1,10 +1,11 @@
 //! The contract that does not depend on the store, run on every engine:
 //! every case below is one `async fn case(store: &Store)` (`&mut Store`
 //! for the one that stops it), and
-//! [`on_every_engine!`] makes it four tests, `<case>::on_redis`,
-//! `<case>::on_etcd`, `<case>::on_zookeeper` and `<case>::on_postgres`,
-//! each against a fresh server of its own (the cases of fair and
-//! read-write locks skip PostgreSQL, which has neither yet) (DESIGN §3,
+//! [`on_every_engine!`] makes it five tests, `<case>::on_redis`,
+//! `<case>::on_etcd`, `<case>::on_zookeeper`, `<case>::on_postgres` and
+//! `<case>::on_mysql` (on MariaDB), each against a fresh server of its own
+//! (the cases of fair and read-write locks skip the SQL engines, PostgreSQL
+//! and MySQL, which have neither yet) (DESIGN §3,
 //! §9: "the client, builders, guards, attribute, `inspect`/`force_unlock`
 //! ... are the same for all").
 //!
@@ -56,12 +57,15 @@ macro_rules! on_engines {
     };
 }
 
-/// Makes each named case four tests: `on_redis`, `on_etcd`,
-/// `on_zookeeper` and `on_postgres`.
+/// Makes each named case five tests: `on_redis`, `on_etcd`,
+/// `on_zookeeper`, `on_postgres` and `on_mysql`.
 macro_rules! on_every_engine {
     ($($case:ident),+ $(,)?) => {
         on_engines!(
-            [on_redis => redis, on_etcd => etcd, on_zookeeper => zookeeper, on_postgres => postgres]
+            [
+                on_redis => redis, on_etcd => etcd, on_zookeeper => zookeeper,
+                on_postgres => postgres, on_mysql => mysql
+            ]
             $($case),+
         );
     };
@@ -79,10 +83,10 @@ macro_rules! on_every_engine_with_fair_and_read_write_locks {
     };
 }
 
-/// Makes `$case` three tests in a module of its name, `on_redis`,
-/// `on_etcd` and `on_zookeeper`, each calling `$run(engine, start)`: for
-/// the cases that run in a child process of their own (see
-/// [`run_in_child`]), where the server is started.
+/// Makes `$case` five tests in a module of its name, `on_redis`,
+/// `on_etcd`, `on_zookeeper`, `on_postgres` and `on_mysql`, each calling
+/// `$run(engine, start)`: for the cases that run in a child process of
+/// their own (see [`run_in_child`]), where the server is started.
 macro_rules! in_a_child_on_every_engine {
     ($case:ident, $run:path) => {
         mod $case {
@@ -106,6 +110,11 @@ macro_rules! in_a_child_on_every_engine {
             #[test]
             fn on_postgres() {
                 $run("postgres", Store::postgres);
+            }
+
+            #[test]
+            fn on_mysql() {
+                $run("mysql", Store::mysql);
             }
         }
     };

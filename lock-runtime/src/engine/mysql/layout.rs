@@ -274,11 +274,11 @@ mod tests {
 
     #[test]
     fn a_renewal_binds_a_pair_per_row() {
-        let st = Statements::new(&Table::parse("locks").unwrap(), false);
+        let st = Statements::new(&Table::parse("locks", 64).unwrap(), false);
         let (renew, held) = st.renew(2);
         assert_eq!(renew.matches('?').count(), 5);
         assert!(renew.ends_with("IN ((?, ?), (?, ?))"), "{renew}");
         assert_eq!(held.matches('?').count(), 4);
-        assert!(ddl(&Table::parse("a.b").unwrap()).contains("`a`.`b`"));
+        assert!(ddl(&Table::parse("a.b", 64).unwrap()).contains("`a`.`b`"));
     }
 }

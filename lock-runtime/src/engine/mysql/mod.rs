@@ -62,6 +62,13 @@ use layout::{Charset, Q};
 /// The engine's name in errors and metrics.
 pub(crate) const ENGINE: &str = "mysql";
 
+/// MySQL's URLs and identifiers (at most 64 bytes).
+const DIALECT: crate::engine::sql::Dialect = crate::engine::sql::Dialect {
+    scheme: "mysql",
+    aliases: &["mariadb"],
+    identifier: 64,
+};
+
 /// How many connections a client keeps at most.
 pub(crate) const POOL: usize = 8;
 
@@ -85,7 +92,7 @@ impl Target {
             table,
             keep_rows,
             url,
-        } = crate::engine::sql::Params::parse(config.url(), "mysql", &["mariadb"])?;
+        } = crate::engine::sql::Params::parse(config.url(), &DIALECT)?;
         let opts = Opts::from_url(&url).map_err(|e| {
             LockError::Config(format!(
                 "a mysql:// URL ({}) that MySQL's driver refuses: {e}",

@@ -301,14 +301,14 @@ mod tests {
 
     #[test]
     fn channels_and_waiting_tables_fit_an_identifier() {
-        let t = Table::parse("ops.job_locks").unwrap();
+        let t = Table::parse("ops.job_locks", 63).unwrap();
         assert_eq!(t.channel(), "ops.job_locks");
-        let long = Table::parse(&format!("{}.{}", "s".repeat(63), "t".repeat(63))).unwrap();
+        let long = Table::parse(&format!("{}.{}", "s".repeat(63), "t".repeat(63)), 63).unwrap();
         assert!(long.channel().len() <= 63, "{}", long.channel());
         assert_eq!(long.channel(), long.clone().channel());
         assert!(long.waiting().name.len() <= 63);
         assert_eq!(
-            Table::parse("locks").unwrap().waiting().name,
+            Table::parse("locks", 63).unwrap().waiting().name,
             "locks_waiting"
         );
     }

@@ -80,6 +80,13 @@ use layout::{PgTable, Q};
 /// The engine's name in errors and metrics.
 pub(crate) const ENGINE: &str = "postgres";
 
+/// PostgreSQL's URLs and identifiers (at most 63 bytes).
+const DIALECT: crate::engine::sql::Dialect = crate::engine::sql::Dialect {
+    scheme: "postgres",
+    aliases: &["postgresql"],
+    identifier: 63,
+};
+
 /// How many connections a client keeps for its statements (besides its
 /// listener): each pipelines the statements of many tasks.
 pub(crate) const POOL: usize = 4;
@@ -102,7 +109,7 @@ impl Target {
             table,
             keep_rows,
             url,
-        } = Params::parse(config.url(), "postgres", &["postgresql"])?;
+        } = Params::parse(config.url(), &DIALECT)?;
         let mut connect: tokio_postgres::Config = url.parse().map_err(|e| {
             LockError::Config(format!(
                 "a postgres:// URL ({}) that PostgreSQL's driver refuses: {e}",

@@ -207,6 +207,16 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// How a database spells what the shared SQL code needs of it.
+pub(crate) struct Dialect {
+    /// Its URL scheme.
+    pub(crate) scheme: &'static str,
+    /// Other schemes that name it.
+    pub(crate) aliases: &'static [&'static str],
+    /// The longest identifier it takes, in bytes.
+    pub(crate) identifier: usize,
+}
+
 /// What a URL says beyond the connection: the table and how rows go, and
 /// the URL without them (for the driver).
 pub(crate) struct Params {
@@ -218,16 +228,16 @@ pub(crate) struct Params {
 
 impl Params {
     /// Reads `url`'s query parameters `table=` and `keep_rows=` (the
-    /// others are the driver's), with `scheme` (the engine's own spelling)
-    /// for `aliases` of it.
-    pub(crate) fn parse(url: &str, scheme: &str, aliases: &[&str]) -> Result<Params, LockError> {
+    /// others are the driver's), with the dialect's scheme for its aliases.
+    pub(crate) fn parse(url: &str, dialect: &Dialect) -> Result<Params, LockError> {
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
-        let mut table = Table::parse(DEFAULT_TABLE)?;
+        let longest = dialect.identifier;
+        let mut table = Table::parse(DEFAULT_TABLE, longest)?;
         let mut keep_rows = false;
         let mut rest = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
-                Some(("table", value)) => table = Table::parse(value)?,
+                Some(("table", value)) => table = Table::parse(value, longest)?,
                 Some(("keep_rows", value)) => {
                     keep_rows = match value {
                         "true" | "1" => true,
@@ -242,10 +252,14 @@ impl Params {
                 _ => rest.push(pair),
             }
         }
-        let base = aliases
+        let base = dialect
+            .aliases
             .iter()
             .find_map(|alias| base.strip_prefix(&format!("{alias}://")[..]))
-            .map_or_else(|| base.to_owned(), |rest| format!("{scheme}://{rest}"));
+            .map_or_else(
+                || base.to_owned(),
+                |rest| format!("{}://{rest}", dialect.scheme),
+            );
         let url = if rest.is_empty() {
             base
         } else {
@@ -334,21 +348,33 @@ mod tests {
 
     #[test]
     fn params_take_table_and_keep_rows_and_leave_the_rest() {
+        const PG: Dialect = Dialect {
+            scheme: "postgres",
+            aliases: &["postgresql"],
+            identifier: 63,
+        };
+        const MY: Dialect = Dialect {
+            scheme: "mysql",
+            aliases: &["mariadb"],
+            identifier: 64,
+        };
         let p = Params::parse(
             "postgresql://u@h/db?table=ops.jobs&keep_rows=true&application_name=x",
-            "postgres",
-            &["postgresql"],
+            &PG,
         )
         .unwrap();
-        assert_eq!(p.table, Table::parse("ops.jobs").unwrap());
+        assert_eq!(p.table, Table::parse("ops.jobs", 63).unwrap());
         assert!(p.keep_rows);
         assert_eq!(p.url, "postgres://u@h/db?application_name=x");
-        let p = Params::parse("mariadb://u@h/db", "mysql", &["mariadb"]).unwrap();
+        let p = Params::parse("mariadb://u@h/db", &MY).unwrap();
         assert_eq!(p.url, "mysql://u@h/db");
         assert!(!p.keep_rows);
         assert!(matches!(
-            Params::parse("mysql://u@h/db?keep_rows=yes", "mysql", &[]),
+            Params::parse("mysql://u@h/db?keep_rows=yes", &MY),
             Err(LockError::Config(_))
         ));
+        let long = format!("mysql://u@h/db?table={}", "t".repeat(64));
+        assert!(Params::parse(&long, &MY).is_ok());
+        assert!(Params::parse(&long.replace("mysql", "postgres"), &PG).is_err());
     }
 }

@@ -14,20 +14,20 @@ pub(crate) struct Table {
 
 impl Table {
     /// The table `text` names; [`LockError::Config`] when it is not
-    /// letters, digits and `_` (not starting with a digit, at most 63 of
-    /// them: an identifier on PostgreSQL and MySQL alike), with at most
+    /// letters, digits and `_` (not starting with a digit, at most
+    /// `longest` of them: an identifier of the database's), with at most
     /// one `schema.` prefix.
-    pub(crate) fn parse(text: &str) -> Result<Table, LockError> {
+    pub(crate) fn parse(text: &str, longest: usize) -> Result<Table, LockError> {
         let ident = |part: &str| {
             !part.is_empty()
-                && part.len() <= 63
+                && part.len() <= longest
                 && !part.starts_with(|c: char| c.is_ascii_digit())
                 && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         };
         let refused = || {
             LockError::Config(format!(
                 "table={text:?}: a table is letters, digits and `_` (not starting with a \
-                 digit, at most 63 of them), with an optional `schema.` prefix"
+                 digit, at most {longest} of them), with an optional `schema.` prefix"
             ))
         };
         match text.split_once('.') {
@@ -68,16 +68,18 @@ mod tests {
 
     #[test]
     fn tables_are_letters_digits_and_one_schema() {
-        assert_eq!(Table::parse("locks").unwrap().quoted('"'), "\"locks\"");
-        let t = Table::parse("ops.job_locks").unwrap();
+        assert_eq!(Table::parse("locks", 63).unwrap().quoted('"'), "\"locks\"");
+        let t = Table::parse("ops.job_locks", 63).unwrap();
         assert_eq!(t.quoted('"'), "\"ops\".\"job_locks\"");
         assert_eq!(t.quoted('`'), "`ops`.`job_locks`");
         assert_eq!(t.qualified(), "ops.job_locks");
+        assert!(Table::parse(&"t".repeat(64), 64).is_ok());
+        assert!(Table::parse(&"t".repeat(64), 63).is_err());
         for bad in [
             "", "a.b.c", "x;drop", "\"x\"", "1abc", "a b", ".x", "x.", "a`b",
         ] {
             assert!(
-                matches!(Table::parse(bad), Err(LockError::Config(_))),
+                matches!(Table::parse(bad, 63), Err(LockError::Config(_))),
                 "{bad:?}"
             );
         }

@@ -1,0 +1,491 @@
+//! The MySQL/MariaDB engine (`mysql://`, `mariadb://`) against real
+//! MariaDB servers the tests start (UTC+05:45, never the machine's 3306):
+//! what only it has. The table is made when missing, with ShedLock's
+//! columns and `fence`, names compared byte for byte (`utf8mb4_bin`), and
+//! no table for waiters (they poll); a role that may not make it gets the
+//! DDL; a table of another shape, a bad `table=`, a URL without a database
+//! and wrong credentials are typed errors that write nothing; names MySQL
+//! would merge (a trailing space) or that the column cannot hold (too long,
+//! outside its character set) are bad names; times are UTC by the
+//! database's clock; tokens keep rising across deletes; `keep_rows` keeps
+//! rows; a release wakes another client's waiter (by its polling) long
+//! before the holder's lease would end. What every engine does is in
+//! `tests/engines/`, ShedLock's statements on the same table in
+//! `tests/shedlock.rs`.
+
+use std::time::{Duration, Instant};
+
+use lock_runtime::{Config, LockClient, LockError};
+use tests::mariadb::{MariaDb, UTC_OFFSET_SECONDS};
+
+const WITHIN: Duration = Duration::from_secs(20);
+
+/// The table the engine makes when it is missing (DESIGN §10, the
+/// engine's documented DDL).
+const DDL: &str = "CREATE TABLE IF NOT EXISTS `distributed_locks` (
+    name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
+    lock_until DATETIME(6) NOT NULL,
+    locked_at DATETIME(6) NOT NULL,
+    locked_by VARCHAR(255) NOT NULL,
+    fence BIGINT NOT NULL DEFAULT 0
+) ENGINE=InnoDB;";
+
+async fn client(url: &str) -> LockClient {
+    LockClient::connect(Config::new(url))
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+/// `text` with every run of white space made one space, for comparing SQL
+/// whatever its layout.
+fn squeezed(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The tables of database `schema`, by name.
+fn tables(my: &MariaDb, schema: &str) -> String {
+    my.sql(&format!(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = '{schema}' \
+         ORDER BY table_name"
+    ))
+}
+
+/// The rows of `table` (in `locks`).
+fn rows(my: &MariaDb, table: &str) -> String {
+    my.sql(&format!("SELECT count(*) FROM `{table}`"))
+}
+
+#[tokio::test]
+async fn the_table_is_made_with_shedlocks_columns_and_rows_are_utc_by_the_databases_clock() {
+    let my = MariaDb::start();
+    let c = client(&my.url()).await;
+    assert_eq!(c.engine_name(), "mysql");
+    // One table: waiters poll, they register nowhere.
+    assert_eq!(tables(&my, "locks"), "distributed_locks");
+    let columns = my.sql(
+        "SELECT column_name, data_type, IFNULL(character_maximum_length, '-'), \
+         IFNULL(datetime_precision, '-'), IFNULL(collation_name, '-'), is_nullable, column_key \
+         FROM information_schema.columns \
+         WHERE table_schema = 'locks' AND table_name = 'distributed_locks' \
+         ORDER BY ordinal_position",
+    );
+    let columns: Vec<Vec<&str>> = columns.lines().map(|l| l.split('\t').collect()).collect();
+    let shape: Vec<(&str, &str, &str, &str, &str)> = columns
+        .iter()
+        .map(|c| (c[0], c[1], c[2], c[3], c[5]))
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            ("name", "varchar", "255", "-", "NO"),
+            ("lock_until", "datetime", "-", "6", "NO"),
+            ("locked_at", "datetime", "-", "6", "NO"),
+            ("locked_by", "varchar", "255", "-", "NO"),
+            ("fence", "bigint", "-", "-", "NO"),
+        ]
+    );
+    // The name is the primary key, compared byte for byte.
+    assert_eq!((columns[0][4], columns[0][6]), ("utf8mb4_bin", "PRI"));
+    assert_eq!(
+        my.sql(
+            "SELECT engine FROM information_schema.tables \
+             WHERE table_schema = 'locks' AND table_name = 'distributed_locks'"
+        ),
+        "InnoDB"
+    );
+
+    let taken = Instant::now();
+    let guard = c.lock("stock:1").acquire().await.unwrap();
+    let row = my.sql(
+        "SELECT locked_by, TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(6), locked_at), \
+         TIMESTAMPDIFF(MICROSECOND, locked_at, lock_until), fence, \
+         TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) \
+         FROM distributed_locks WHERE name = 'stock:1'",
+    );
+    let since_taken = taken.elapsed();
+    let fields: Vec<&str> = row.split('\t').collect();
+    assert_eq!(fields.len(), 5, "{row}");
+    assert_eq!(fields[0], guard.holder_id());
+    // locked_at is now in UTC (not the server's +05:45).
+    assert_ne!(UTC_OFFSET_SECONDS, 0);
+    let off: i64 = fields[1].parse().unwrap();
+    assert!(off.abs() < 60, "locked_at is {off} s off UTC: {row}");
+    // The lease is the watchdog's 30 s (or later, when the watchdog renewed
+    // it meanwhile).
+    let lease: u128 = fields[2].parse().unwrap();
+    assert!(
+        lease >= 30_000_000 && lease <= 30_000_000 + since_taken.as_micros(),
+        "lock_until - locked_at = {lease} µs: {row}"
+    );
+    // The token is the row's fence, made anew from the database's clock in
+    // microseconds.
+    let (fence, clock): (i64, i64) = (fields[3].parse().unwrap(), fields[4].parse().unwrap());
+    assert_eq!(u64::try_from(fence).unwrap(), guard.token());
+    assert!(
+        (clock - fence).abs() < 60_000_000,
+        "fence {fence} is not the clock's µs ({clock})"
+    );
+
+    // Names are compared byte for byte: another case or accent is another
+    // lock.
+    for name in ["Stock:1", "stöck:1", "STOCK:1"] {
+        let other = c.lock(name).try_acquire().await.unwrap();
+        assert!(other.is_some(), "{name} is not stock:1");
+        other.unwrap().release().await.unwrap();
+    }
+    // mariadb:// is mysql://: the same engine, the same lock.
+    let maria = client(&my.url().replacen("mysql://", "mariadb://", 1)).await;
+    assert_eq!(maria.engine_name(), "mysql");
+    assert!(maria.lock("stock:1").try_acquire().await.unwrap().is_none());
+
+    guard.release().await.unwrap();
+    tests::eventually("the released rows are gone", WITHIN, || async {
+        rows(&my, "distributed_locks") == "0"
+    })
+    .await;
+    tests::take_and_release(maria.lock("stock:1")).await;
+}
+
+#[tokio::test]
+async fn tokens_keep_rising_across_deletes_and_keep_rows_keeps_rows() {
+    let my = MariaDb::start();
+    let c = client(&my.url()).await;
+    let mut last = 0;
+    for _ in 0..3 {
+        let g = c.lock("job").acquire().await.unwrap();
+        assert!(g.token() > last, "{} after {last}", g.token());
+        last = g.token();
+        g.release().await.unwrap();
+        assert_eq!(
+            my.sql("SELECT count(*) FROM distributed_locks WHERE name = 'job'"),
+            "0"
+        );
+    }
+    let kept = client(&format!("{}?table=shedlock&keep_rows=true", my.url())).await;
+    let g = kept.lock("job").acquire().await.unwrap();
+    assert!(g.token() > last);
+    last = g.token();
+    g.release().await.unwrap();
+    assert_eq!(
+        my.sql(
+            "SELECT count(*) FROM shedlock WHERE name = 'job' \
+             AND lock_until <= UTC_TIMESTAMP(6)"
+        ),
+        "1",
+        "a released row stays, free"
+    );
+    let again = kept.lock("job").acquire().await.unwrap();
+    assert!(again.token() > last, "{} after {last}", again.token());
+    again.release().await.unwrap();
+    assert_eq!(rows(&my, "shedlock"), "1");
+}
+
+#[tokio::test]
+async fn a_release_wakes_another_clients_waiter_long_before_the_holders_lease() {
+    let my = MariaDb::start();
+    // The holder's lease is 120 s, renewed by its watchdog: the waiter,
+    // which gives up after 20 s, can only get the lock by the release.
+    let a = LockClient::connect(Config::new(my.url()).watchdog_timeout(Duration::from_secs(120)))
+        .await
+        .unwrap();
+    let b = LockClient::connect(Config::new(my.url()).poll_cap(Duration::from_millis(50)))
+        .await
+        .unwrap();
+    let held = a.lock("handoff").acquire().await.unwrap();
+    let left: i64 = my
+        .sql(
+            "SELECT TIMESTAMPDIFF(SECOND, UTC_TIMESTAMP(6), lock_until) \
+             FROM distributed_locks WHERE name = 'handoff'",
+        )
+        .parse()
+        .unwrap();
+    assert!(left > 60, "the holder's lease ends in {left} s");
+    let waiter = tokio::spawn(async move { b.lock("handoff").wait(WITHIN).acquire().await });
+    tests::eventually("the waiter waits", WITHIN, || async {
+        lock_runtime::__private::sql_waiting(&my.url(), "handoff") == 1
+    })
+    .await;
+    let first = held.token();
+    held.release().await.unwrap();
+    let next = tests::finish(WITHIN, waiter).await;
+    assert!(next.token() > first);
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_is_a_typed_error_and_writes_nothing() {
+    let my = MariaDb::start();
+    let port = my.port();
+    let cases = [
+        format!("mysql://app:wrong@127.0.0.1:{port}/locks"),
+        format!("mysql://app:secret@127.0.0.1:{port}"),
+        format!("mysql://app:secret@127.0.0.1:{port}/"),
+        format!("mysql://app:secret@127.0.0.1:{port}/locks?table=x;drop"),
+        format!("mysql://app:secret@127.0.0.1:{port}/locks?table=a.b.c"),
+        format!("mysql://app:secret@127.0.0.1:{port}/locks?table=x%60y"),
+        format!("mysql://app:secret@127.0.0.1:{port}/locks?keep_rows=maybe"),
+        format!("mysql://app:secret@127.0.0.1:{port}/nosuch"),
+        format!("mariadb://app:wrong@127.0.0.1:{port}/locks"),
+    ];
+    for url in &cases {
+        match LockClient::connect(Config::new(url)).await {
+            Err(LockError::Config(message)) => {
+                assert!(!message.contains("wrong"), "no password: {message}");
+                assert!(!message.contains("secret"), "no password: {message}");
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+    let dead = format!("mysql://app:secret@127.0.0.1:{}/locks", tests::free_port());
+    assert!(matches!(
+        LockClient::connect(Config::new(&dead).connect_timeout(Duration::from_secs(2))).await,
+        Err(LockError::Store {
+            transient: true,
+            ..
+        })
+    ));
+    assert_eq!(tables(&my, "locks"), "", "nothing was made");
+
+    // A role that may not create the table gets the statement to run.
+    let reader = my.url_as("reader", "secret");
+    match LockClient::connect(Config::new(&reader)).await {
+        Err(LockError::Config(message)) => {
+            assert!(
+                squeezed(&message).contains(&squeezed(DDL)),
+                "the DDL is in: {message}"
+            );
+            assert!(!message.contains("secret"), "no password: {message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(tables(&my, "locks"), "", "nothing was made");
+    // Once made, it may use it.
+    my.sql_as("app", "secret", DDL).expect("app runs the DDL");
+    let r = client(&reader).await;
+    tests::take_and_release(r.lock("x")).await;
+
+    // A table of another shape names what is wrong: a column missing
+    // (ShedLock's table before `fence` is added), or of another type.
+    my.sql_as(
+        "app",
+        "secret",
+        "CREATE TABLE shedlock (name VARCHAR(64) NOT NULL PRIMARY KEY, \
+         lock_until TIMESTAMP(3) NOT NULL, locked_at TIMESTAMP(3) NOT NULL, \
+         locked_by VARCHAR(255) NOT NULL); \
+         CREATE TABLE mistyped (name VARCHAR(64) NOT NULL PRIMARY KEY, \
+         lock_until INT NOT NULL, locked_at DATETIME(6) NOT NULL, \
+         locked_by VARCHAR(255) NOT NULL, fence BIGINT NOT NULL DEFAULT 0);",
+    )
+    .expect("app makes the tables");
+    for (table, column) in [("shedlock", "fence"), ("mistyped", "lock_until")] {
+        match LockClient::connect(Config::new(format!("{}?table={table}", my.url()))).await {
+            Err(LockError::Config(message)) => {
+                assert!(message.contains(column), "{table}: {message}")
+            }
+            other => panic!("{table}: {other:?}"),
+        }
+        assert_eq!(rows(&my, table), "0");
+    }
+
+    // What the SQL engines do not have yet.
+    let c = client(&my.url()).await;
+    assert!(matches!(
+        c.fair_lock("f").try_acquire().await,
+        Err(LockError::Unsupported { .. })
+    ));
+    assert!(matches!(
+        c.read_write_lock("rw").write().try_acquire().await,
+        Err(LockError::Unsupported { .. })
+    ));
+    assert_eq!(rows(&my, "distributed_locks"), "0");
+}
+
+/// Asserts that `name` is `LockError::BadName` on `client` and wrote no
+/// row in `table`.
+async fn bad_name(my: &MariaDb, client: &LockClient, table: &str, name: &str) {
+    let before = rows(my, table);
+    let attempt = client.lock(name).try_acquire().await;
+    assert!(
+        matches!(attempt, Err(LockError::BadName { .. })),
+        "{name:?} on {table}: {attempt:?}"
+    );
+    assert_eq!(rows(my, table), before, "{name:?} wrote a row in {table}");
+}
+
+/// Asserts that `name` is a lock on `client`: taken, held (by its row in
+/// `table`) and given back.
+async fn good_name(my: &MariaDb, client: &LockClient, table: &str, name: &str) {
+    let guard = client
+        .lock(name)
+        .try_acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{name:?} on {table}: {e}"))
+        .unwrap_or_else(|| panic!("{name:?} on {table} is free"));
+    assert_eq!(rows(my, table), "1", "{name:?} in {table}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn names_mysql_would_merge_or_its_column_cannot_hold_are_bad_names() {
+    let my = MariaDb::start();
+    let c = client(&my.url()).await;
+    let table = "distributed_locks";
+    // MySQL's PAD SPACE comparison would make "a " the lock "a".
+    bad_name(&my, &c, table, "a ").await;
+    bad_name(&my, &c, table, "stock:1 ").await;
+    // A NUL, and more characters than the column's 255 (in characters:
+    // 255 two-byte ones fit).
+    bad_name(&my, &c, table, "a\0b").await;
+    bad_name(&my, &c, table, &"x".repeat(256)).await;
+    bad_name(&my, &c, table, &"é".repeat(256)).await;
+    good_name(&my, &c, table, &"x".repeat(255)).await;
+    good_name(&my, &c, table, &"é".repeat(255)).await;
+    // utf8mb4 holds every character.
+    good_name(&my, &c, table, "📦:1").await;
+    good_name(&my, &c, table, " a").await;
+    let held = c.lock("a").acquire().await.unwrap();
+    bad_name(&my, &c, table, "a ").await;
+    held.release().await.unwrap();
+
+    // A table of the user's whose name column is utf8mb3 (no characters
+    // beyond the BMP) or latin1, of 64 characters.
+    my.sql_as(
+        "app",
+        "secret",
+        "CREATE TABLE narrow (name VARCHAR(64) CHARACTER SET utf8mb3 COLLATE utf8mb3_bin \
+         NOT NULL PRIMARY KEY, lock_until DATETIME(6) NOT NULL, locked_at DATETIME(6) NOT NULL, \
+         locked_by VARCHAR(255) NOT NULL, fence BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB; \
+         CREATE TABLE latin (name VARCHAR(64) CHARACTER SET latin1 COLLATE latin1_bin \
+         NOT NULL PRIMARY KEY, lock_until DATETIME(6) NOT NULL, locked_at DATETIME(6) NOT NULL, \
+         locked_by VARCHAR(255) NOT NULL, fence BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB;",
+    )
+    .expect("app makes the tables");
+    let narrow = client(&format!("{}?table=narrow", my.url())).await;
+    bad_name(&my, &narrow, "narrow", "📦:1").await;
+    bad_name(&my, &narrow, "narrow", &"x".repeat(65)).await;
+    bad_name(&my, &narrow, "narrow", "a ").await;
+    good_name(&my, &narrow, "narrow", "日本:1").await;
+    good_name(&my, &narrow, "narrow", &"é".repeat(64)).await;
+    let latin = client(&format!("{}?table=latin", my.url())).await;
+    bad_name(&my, &latin, "latin", "📦:1").await;
+    bad_name(&my, &latin, "latin", "日本:1").await;
+    bad_name(&my, &latin, "latin", "ā:1").await;
+    good_name(&my, &latin, "latin", "é:1").await;
+    good_name(&my, &latin, "latin", &"x".repeat(64)).await;
+}
+
+#[tokio::test]
+async fn lockctl_schema_prints_the_table_a_role_without_create_then_uses() {
+    let lockctl = tests::lockctl::Lockctl(env!("CARGO_BIN_EXE_lockctl"));
+    let my = MariaDb::start();
+    let reader = format!("{}?table=job_locks", my.url_as("reader", "secret"));
+    let out = lockctl.run(&["--url", &reader, "schema"]).await;
+    assert!(out.status.success(), "{}", tests::lockctl::stderr(&out));
+    let ddl = tests::lockctl::stdout(&out);
+    assert!(
+        ddl.starts_with("CREATE TABLE IF NOT EXISTS `job_locks`"),
+        "{ddl}"
+    );
+    assert_eq!(
+        squeezed(&ddl),
+        squeezed(&DDL.replace("`distributed_locks`", "`job_locks`")),
+    );
+    assert!(!ddl.contains("secret"), "{ddl}");
+    assert_eq!(tables(&my, "locks"), "", "schema makes nothing");
+    my.sql_as("app", "secret", &ddl).expect("app runs the DDL");
+    let c = client(&reader).await;
+    tests::take_and_release(c.lock("nightly")).await;
+    // Not an SQL URL: one line of error, naming the SQL schemes.
+    let redis = lockctl
+        .run(&["--url", "redis://127.0.0.1:1", "schema"])
+        .await;
+    assert_eq!(redis.status.code(), Some(1));
+    assert!(
+        tests::lockctl::stderr(&redis).contains("mysql://"),
+        "{}",
+        tests::lockctl::stderr(&redis)
+    );
+}
+
+/// A renewal never takes back a row that was freed (with `keep_rows`, a
+/// freed row keeps its holder id): a force-unlocked guard stays lost, and
+/// the name stays free.
+#[tokio::test]
+async fn a_force_unlocked_hold_stays_lost_when_rows_are_kept() {
+    let my = MariaDb::start();
+    let url = format!("{}?keep_rows=true", my.url());
+    // Renewed every second.
+    let holder = LockClient::connect(Config::new(&url).watchdog_timeout(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    let other = client(&url).await;
+    let stuck = holder.lock("kept").acquire().await.unwrap();
+    assert!(other.force_unlock("kept").await.unwrap());
+    tokio::time::timeout(WITHIN, stuck.lost())
+        .await
+        .expect("the old holder learns the loss");
+    let taken = other.lock("kept").wait(WITHIN).acquire().await.unwrap();
+    assert!(matches!(stuck.release().await, Err(LockError::Lost { .. })));
+    assert_eq!(
+        my.sql("SELECT locked_by FROM distributed_locks WHERE name = 'kept'"),
+        taken.holder_id()
+    );
+    taken.release().await.unwrap();
+    assert_eq!(rows(&my, "distributed_locks"), "1");
+}
+
+/// A table in another database of the server (`table=<schema>.<table>`)
+/// is made there, and clients that make it at once all connect.
+#[tokio::test]
+async fn a_schema_qualified_table_is_made_there_and_clients_may_make_it_at_once() {
+    let my = MariaDb::start();
+    let (schema, table) = ("jobs", "job_locks");
+    my.sql(&format!(
+        "CREATE DATABASE {schema} CHARACTER SET utf8mb4; \
+         GRANT ALL PRIVILEGES ON {schema}.* TO 'app'@'%';"
+    ));
+    let url = format!("{}?table={schema}.{table}", my.url());
+    let connects: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { LockClient::connect(Config::new(url)).await })
+        })
+        .collect();
+    let mut clients = Vec::new();
+    for c in connects {
+        clients.push(c.await.unwrap().expect("every client connects"));
+    }
+    assert_eq!(tables(&my, schema), table);
+    assert_eq!(tables(&my, "locks"), "");
+    let (a, b) = (clients[0].clone(), clients[1].clone());
+    let held = a.lock("long").acquire().await.unwrap();
+    assert_eq!(
+        my.sql(&format!("SELECT locked_by FROM {schema}.{table}")),
+        held.holder_id()
+    );
+    let waiter = tokio::spawn(async move { b.lock("long").wait(WITHIN).acquire().await });
+    tests::eventually("the waiter waits", WITHIN, || async {
+        lock_runtime::__private::sql_waiting(&url, "long") == 1
+    })
+    .await;
+    held.release().await.unwrap();
+    tests::finish(WITHIN, waiter).await.release().await.unwrap();
+}
+
+/// MySQL's longest names, 64 characters, name a table and its database.
+#[tokio::test]
+async fn tables_and_databases_of_mysqls_longest_names_are_tables() {
+    let my = MariaDb::start();
+    let schema = "s".repeat(64);
+    let table = "t".repeat(64);
+    my.sql(&format!(
+        "CREATE DATABASE {schema} CHARACTER SET utf8mb4; \
+         GRANT ALL PRIVILEGES ON {schema}.* TO 'app'@'%';"
+    ));
+    for table in [table.clone(), format!("{schema}.{table}")] {
+        let c = client(&format!("{}?table={table}", my.url())).await;
+        tests::take_and_release(c.lock("long")).await;
+    }
+    assert_eq!(tables(&my, &schema), table);
+    assert_eq!(tables(&my, "locks"), table);
+}
