@@ -113,7 +113,7 @@ impl LockBuilder {
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! sql_slot {
     ($sql:expr) => {{
-        let sql: SqlAcquiring = $sql;
+        let sql = $sql;
         #[cfg(feature = "zookeeper")]
         let sql = Either::Right(sql);
         #[cfg(feature = "etcd")]
@@ -174,27 +174,27 @@ pub(crate) fn acquire_hold(
             let zk = Either::Right(zk);
             Either::Right(zk)
         }
-        // The SQL engines share one slot, boxed (an acquisition there is a
-        // round trip to a database: the allocation is noise).
+        // The SQL engines share the last slot: PostgreSQL left of MySQL
+        // when the build has both.
         #[cfg(feature = "postgres")]
-        Engine::Postgres(pg) => sql_slot!(
-            crate::turns::acquire(alive, pg.clone(), target, options)
-                .map(|held| held.map(Held::Postgres))
-                .boxed()
-        ),
+        Engine::Postgres(pg) => {
+            let pg = crate::turns::acquire(alive, pg.clone(), target, options)
+                .map(|held| held.map(Held::Postgres));
+            #[cfg(feature = "mysql")]
+            let pg = Either::Left(pg);
+            sql_slot!(pg)
+        }
         #[cfg(feature = "mysql")]
-        Engine::MySql(my) => sql_slot!(
-            crate::turns::acquire(alive, my.clone(), target, options)
-                .map(|held| held.map(Held::MySql))
-                .boxed()
-        ),
+        Engine::MySql(my) => {
+            let my = crate::turns::acquire(alive, my.clone(), target, options)
+                .map(|held| held.map(Held::MySql));
+            #[cfg(feature = "postgres")]
+            let my = Either::Right(my);
+            sql_slot!(my)
+        }
     };
     acquiring.instrument(span)
 }
-
-/// An SQL engine's acquisition, in the last slot of the engines' `Either`s.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-type SqlAcquiring = futures_util::future::BoxFuture<'static, Result<Held, LockError>>;
 
 /// The client's entry point to this module's locks.
 impl LockClient {

@@ -30,9 +30,11 @@
 //!   [`Config::poll_cap`] (100 ms by default), never sleeping past the
 //!   holder's `lock_until` or its own deadline. A release is noticed
 //!   within about the cap.
-//! - **Connections.** A pool of at most [`POOL`] connections per client,
-//!   each running one statement at a time; prepared statements are cached
-//!   per connection.
+//! - **Connections.** Per caller runtime, a pool of at most [`POOL`]
+//!   connections made and driven there (see `crate::near`: a statement
+//!   wakes no other thread), plus [`HOME_POOL`] on the client's own runtime
+//!   for its watchdog, undos and a runtime's first calls. Each runs one
+//!   statement at a time and keeps its session and prepared statements.
 //! - **Faults.** A lost race (a deadlock, 1213 and 3058, or a lock wait
 //!   that timed out) is tried again as busy. An acquisition whose answer
 //!   was lost is found again by its holder id (the next try takes its own
@@ -49,8 +51,11 @@ mod take;
 use std::sync::Arc;
 
 use mysql_async::prelude::{FromRow, Queryable};
-use mysql_async::{Conn, Opts, OptsBuilder, Params, Pool, PoolConstraints, PoolOpts};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use mysql_async::{Conn, Opts, OptsBuilder, Params};
 use tokio::runtime::Handle;
+use tokio::sync::OwnedMutexGuard;
 
 pub(crate) use ops::{force_unlock, inspect, locks};
 
@@ -69,8 +74,31 @@ const DIALECT: crate::engine::sql::Dialect = crate::engine::sql::Dialect {
     identifier: 64,
 };
 
-/// How many connections a client keeps at most.
+/// How many connections a client keeps at most per caller runtime: each
+/// runs one statement at a time, and keeps its session and its prepared
+/// statements.
 pub(crate) const POOL: usize = 8;
+
+/// How many connections a client keeps on its own runtime.
+pub(crate) const HOME_POOL: usize = 2;
+
+/// Connections of one runtime: each made when first needed (and again
+/// after it broke), on that runtime.
+struct Slots {
+    slots: Vec<Arc<tokio::sync::Mutex<Option<Conn>>>>,
+    next: AtomicUsize,
+}
+
+impl Slots {
+    fn new(n: usize) -> Slots {
+        Slots {
+            slots: (0..n)
+                .map(|_| Arc::new(tokio::sync::Mutex::new(None)))
+                .collect(),
+            next: AtomicUsize::new(0),
+        }
+    }
+}
 
 /// A hold on MySQL.
 pub(crate) type MyHold = crate::engine::sql::SqlHold<My>;
@@ -107,13 +135,9 @@ impl Target {
         }
         let (user, password) = config.credentials();
         let mut builder = OptsBuilder::from_opts(opts)
-            .pool_opts(
-                PoolOpts::default()
-                    .with_constraints(PoolConstraints::new(0, POOL).expect("0 <= POOL"))
-                    // A connection keeps its session (and its prepared
-                    // statements) from one use to the next.
-                    .with_reset_connection(false),
-            )
+            // The URL's host and port, never a socket the server names
+            // instead (which would also pass by a proxy in front of it).
+            .prefer_socket(false)
             .tcp_keepalive(Some(std::time::Duration::from_secs(15)))
             // Run in reverse order. Each statement on its own, a lost race
             // a deadlock retried as busy, never a silently mangled value.
@@ -171,7 +195,12 @@ pub(crate) fn waiting(url: &str, name: &str) -> usize {
 /// engine's client has: [`Common`], which it derefs to).
 pub(crate) struct My {
     common: Common<My>,
-    pool: Pool,
+    /// The connections of the client's own runtime. The driver's own pool
+    /// is not used: giving a connection back to it passes through a task
+    /// of its own, a hop per statement.
+    home: Arc<Slots>,
+    /// Per caller runtime, connections of its own.
+    near: crate::near::Near<Arc<Slots>>,
     target: Target,
     st: layout::Statements,
     /// The `name` column's length (a longer name is refused).
@@ -187,6 +216,10 @@ impl std::ops::Deref for My {
         &self.common
     }
 }
+
+/// A connection of the pool, the caller's until dropped (`None` when its
+/// place has none yet).
+pub(crate) type Lease = OwnedMutexGuard<Option<Conn>>;
 
 /// A statement's answer: its rows, affected rows and last insert id.
 pub(crate) struct Answer<T> {
@@ -210,21 +243,23 @@ impl My {
         }
         let handle = runtime.clone();
         crate::background::run(&runtime, async move {
-            let pool = Pool::new(target.opts.clone());
-            let conn = tokio::time::timeout(config.connect_timeout, pool.get_conn())
-                .await
-                .map_err(|_| connect_error(&target, "no answer in time"))?
-                .map_err(|e| connect_failed(&target, &e))?;
-            let mut conn = conn;
+            let mut conn =
+                tokio::time::timeout(config.connect_timeout, Conn::new(target.opts.clone()))
+                    .await
+                    .map_err(|_| connect_error(&target, "no answer in time"))?
+                    .map_err(|e| connect_failed(&target, &e))?;
             let shape =
                 tokio::time::timeout(config.response_timeout, prepare_table(&mut conn, &target))
                     .await
                     .unwrap_or_else(|_| Err(timeout_error()));
             let (longest, charset) = shape?;
-            drop(conn);
+            let home = Slots::new(HOME_POOL);
+            // The connection that made the table is the first of the pool.
+            *home.slots[0].try_lock().expect("nobody else has it yet") = Some(conn);
             let my = Arc::new(My {
+                near: crate::near::Near::new(handle.id()),
                 common: Common::new(config, handle, target.key()),
-                pool,
+                home: Arc::new(home),
                 st: layout::Statements::new(&target.table, target.keep_rows),
                 longest,
                 charset,
@@ -236,26 +271,73 @@ impl My {
         .await?
     }
 
-    /// A connection of the pool, within the response timeout.
-    pub(crate) async fn conn(&self) -> Result<Conn, LockError> {
-        tokio::time::timeout(self.config.response_timeout, self.pool.get_conn())
-            .await
-            .map_err(|_| timeout_error())?
-            .map_err(|e| store_error(&e))
+    /// The connections for a statement of a caller's task: its runtime's
+    /// when they are ready, else the client's own (also for a call finished
+    /// for a caller who left, whose runtime may be gone).
+    fn slots(&self) -> (Arc<Slots>, bool) {
+        if crate::background::finishing_for_one_who_left() {
+            return (self.home.clone(), true);
+        }
+        let near = self
+            .near
+            .here(|| async { Ok::<_, std::convert::Infallible>(Arc::new(Slots::new(POOL))) });
+        match near {
+            Some((_, slots)) => (slots, false),
+            None => (self.home.clone(), true),
+        }
     }
 
-    /// Runs `statement` with `params` on `conn` within the response
-    /// timeout. A connection that does not answer in time is closed (its
-    /// statement's answer would come to the next one's).
+    /// A connection of the pool, within the response timeout: a free one
+    /// (from the next in turn), else the next in turn once it is free;
+    /// made when its place has none (on the runtime whose pool it is).
+    pub(crate) async fn conn(&self) -> Result<Lease, LockError> {
+        let (pool, home) = self.slots();
+        let start = pool.next.fetch_add(1, Ordering::Relaxed);
+        let n = pool.slots.len();
+        let free = (0..n).find_map(|i| pool.slots[(start + i) % n].clone().try_lock_owned().ok());
+        let mut lease = match free {
+            Some(lease) => lease,
+            None => tokio::time::timeout(
+                self.config.response_timeout,
+                pool.slots[start % n].clone().lock_owned(),
+            )
+            .await
+            .map_err(|_| timeout_error())?,
+        };
+        if lease.is_none() {
+            let make = tokio::time::timeout(
+                self.config.connect_timeout,
+                Conn::new(self.target.opts.clone()),
+            );
+            let made = if home {
+                crate::background::run(&self.runtime, make).await?
+            } else {
+                make.await
+            };
+            let made = made
+                .map_err(|_| connect_error(&self.target, "no answer in time"))?
+                .map_err(|e| connect_failed(&self.target, &e))?;
+            *lease = Some(made);
+        }
+        Ok(lease)
+    }
+
+    /// Runs `statement` with `params` on `lease` (a connection of the
+    /// pool, taken when `None`; kept there for the next statement) within
+    /// the response timeout. A connection that broke, or does not answer
+    /// in time, is closed and its place made again.
     pub(crate) async fn on<T: FromRow + Send + 'static>(
         &self,
-        conn: &mut Option<Conn>,
+        lease: &mut Option<Lease>,
         statement: &str,
         params: Params,
     ) -> Result<Answer<T>, LockError> {
-        let mut c = match conn.take() {
-            Some(c) => c,
+        let mut held = match lease.take() {
+            Some(held) => held,
             None => self.conn().await?,
+        };
+        let Some(c) = held.as_mut() else {
+            return Err(timeout_error());
         };
         let answer = tokio::time::timeout(
             self.config.response_timeout,
@@ -269,21 +351,22 @@ impl My {
                     affected: c.affected_rows(),
                     last_id: c.last_insert_id(),
                 };
-                *conn = Some(c);
+                *lease = Some(held);
                 Ok(answer)
             }
+            // A server's refusal leaves the connection usable.
+            Ok(Err(e @ mysql_async::Error::Server(_))) => {
+                *lease = Some(held);
+                Err(store_error(&e))
+            }
             Ok(Err(e)) => {
-                // A server's refusal leaves the connection usable.
-                if matches!(e, mysql_async::Error::Server(_)) {
-                    *conn = Some(c);
-                }
+                *held = None;
                 Err(store_error(&e))
             }
             Err(_) => {
-                self.runtime.spawn(async move {
-                    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), c.disconnect())
-                        .await;
-                });
+                // Its answer would come to the next statement: closed (in
+                // the background, when the drop lets the driver).
+                *held = None;
                 Err(timeout_error())
             }
         }

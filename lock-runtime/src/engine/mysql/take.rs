@@ -166,6 +166,11 @@ async fn take(
     let lease_us = micros(lease);
     made.name = name.to_owned();
     let mut pause = FIRST_POLL.min(my.config.poll_cap);
+    // When the holder's lease ends by this client's clock (looked at
+    // once, and again when that comes near): a poll never sleeps past it.
+    // A lease only moves later while its holder keeps it; a new holder's
+    // row is looked at again once the old end comes near.
+    let mut holder_until: Option<Instant> = None;
     loop {
         let sent = Instant::now();
         // A try whose answer is unseen may have made the row: until it
@@ -193,17 +198,28 @@ async fn take(
         if options.wait == Some(Duration::ZERO) {
             return Err(timed_out(target, options));
         }
-        let look = my
-            .on::<(Option<i64>, String)>(&mut conn, &my.st.look, (name,).into())
-            .await?;
-        drop(conn);
-        let left = match look.rows.first() {
-            Some((Some(left), _)) if *left > 0 => {
-                Duration::from_micros(u64::try_from(*left).unwrap_or(0))
+        let near = holder_until.is_none_or(|until| until <= Instant::now() + pause);
+        if near {
+            let looked = Instant::now();
+            let look = my
+                .on::<(Option<i64>, String)>(&mut conn, &my.st.look, (name,).into())
+                .await?;
+            match look.rows.first() {
+                Some((Some(left), _)) if *left > 0 => {
+                    let left = Duration::from_micros(u64::try_from(*left).unwrap_or(0));
+                    holder_until = Some(looked + left);
+                }
+                // Freed, or its lease ended, since the statement: try again.
+                _ => {
+                    holder_until = None;
+                    continue;
+                }
             }
-            // Freed, or its lease ended, since the statement: try again.
-            _ => continue,
-        };
+        }
+        drop(conn);
+        let left = holder_until.map_or(pause, |until| {
+            until.saturating_duration_since(Instant::now())
+        });
         let sleep = pause.min(left);
         pause = (pause * 2).min(my.config.poll_cap);
         let _waiting = my.waiting(name);
