@@ -35,7 +35,11 @@
 //!     `--no-zookeeper`; `zk_bench` runs them alone;
 //! 15. to 18. the PostgreSQL engine against its floor on the same database
 //!     (the same four rows; the floor in `examples::pg_rows`), unless
-//!     `--no-postgres`; `pg_bench` runs them alone.
+//!     `--no-postgres`; `pg_bench` runs them alone;
+//! 19. to 22. the MySQL/MariaDB engine against its floor on the same
+//!     database (the same four rows; the floor in `examples::my_rows`),
+//!     then what its polling cost, unless `--no-mysql`; `my_bench` runs
+//!     them alone.
 //!
 //! ```text
 //! cargo run --release -p examples --example lock_bench
@@ -44,7 +48,7 @@
 //!
 //! Uses `REDIS_URL` when set; otherwise starts a throwaway `redis-server` on a
 //! free loopback port; the etcd rows use `LOCK_URL` when it names an etcd,
-//! otherwise a throwaway `etcd` (the ZooKeeper and PostgreSQL rows
+//! otherwise a throwaway `etcd` (the ZooKeeper, PostgreSQL and MySQL rows
 //! likewise). `BENCH_COUNTS=1` also prints row 5's sections per task.
 //! BENCHMARKS.md explains the figures.
 
@@ -56,6 +60,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use examples::etcd_rows::EtcdFloor;
+use examples::my_rows::MyFloor;
 use examples::pg_rows::PgFloor;
 use examples::rows::{self, Floor, Server};
 use examples::zk_rows::ZkFloor;
@@ -98,6 +103,8 @@ struct Args {
     zookeeper: bool,
     /// Whether rows 15-18 (PostgreSQL) run.
     postgres: bool,
+    /// Whether rows 19-22 (MySQL/MariaDB) run.
+    mysql: bool,
 }
 
 #[derive(Debug)]
@@ -868,7 +875,8 @@ const USAGE: &str =
   --names N     names they wait on (default 1000)
   --no-etcd     skip the etcd rows (7-10)
   --no-zookeeper  skip the ZooKeeper rows (11-14)
-  --no-postgres   skip the PostgreSQL rows (15-18)";
+  --no-postgres   skip the PostgreSQL rows (15-18)
+  --no-mysql      skip the MySQL/MariaDB rows (19-22)";
 
 fn parse_args() -> Result<Args, String> {
     let mut parsed = Args {
@@ -881,6 +889,7 @@ fn parse_args() -> Result<Args, String> {
         etcd: true,
         zookeeper: true,
         postgres: true,
+        mysql: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -895,6 +904,7 @@ fn parse_args() -> Result<Args, String> {
             "--no-etcd" => parsed.etcd = false,
             "--no-zookeeper" => parsed.zookeeper = false,
             "--no-postgres" => parsed.postgres = false,
+            "--no-mysql" => parsed.mysql = false,
             "-h" | "--help" => return Err(String::new()),
             // `cargo bench` style flags, harmless here.
             "--bench" => {}
@@ -1066,12 +1076,19 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
         println!();
         engine_rows::<PgFloor>(args, 15, "--no-postgres")?;
     }
+    if args.mysql {
+        println!();
+        engine_rows::<MyFloor>(args, 19, "--no-mysql")?;
+        if let Some(polling) = examples::my_rows::polling() {
+            println!("  {polling}");
+        }
+    }
     Ok(())
 }
 
-/// Rows 7-10 (etcd), 11-14 (ZooKeeper) or 15-18 (PostgreSQL), numbered
-/// from `first`: the engine against its floor (`examples::rows`), sized as
-/// `etcd_bench`'s, `zk_bench`'s and `pg_bench`'s defaults but for the
+/// Rows 7-10 (etcd), 11-14 (ZooKeeper), 15-18 (PostgreSQL) or 19-22
+/// (MySQL/MariaDB), numbered from `first`: the engine against its floor
+/// (`examples::rows`), sized as the engine benches' defaults but for the
 /// waiters. `skip` is the flag that skips
 /// them.
 fn engine_rows<F: Floor>(args: Args, first: usize, skip: &str) -> Result<(), BenchError> {

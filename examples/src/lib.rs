@@ -1,11 +1,12 @@
 //! Shared helpers of the examples: finding a Redis server to run against
 //! (`REDIS_URL`, or a throwaway local `redis-server`), an etcd or a
-//! ZooKeeper or a PostgreSQL (`LOCK_URL`, or a throwaway one), small
-//! statistics for the reports, and the rows the benchmarks share for every
-//! engine but Redis ([`rows`]; each engine's floor in [`etcd_rows`],
-//! [`zk_rows`], [`pg_rows`]).
+//! ZooKeeper, a PostgreSQL or a MariaDB (`LOCK_URL`, or a throwaway one),
+//! small statistics for the reports, and the rows the benchmarks share for
+//! every engine but Redis ([`rows`]; each engine's floor in [`etcd_rows`],
+//! [`zk_rows`], [`pg_rows`], [`my_rows`]).
 
 pub mod etcd_rows;
+pub mod my_rows;
 pub mod pg_rows;
 pub mod rows;
 pub mod zk_rows;
@@ -109,15 +110,15 @@ impl Drop for Redis {
     }
 }
 
-/// A loopback port nobody listens on right now, other than 6379 and 5432
-/// (real servers' ports we must never touch).
+/// A loopback port nobody listens on right now, other than 6379, 5432,
+/// 3306 and 33060 (real servers' ports we must never touch).
 fn free_port() -> Result<u16, NoRedis> {
     loop {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .map_err(|e| NoRedis(format!("no free loopback port: {e}")))?;
-        if port != 6379 && port != 5432 {
+        if ![6379, 5432, 3306, 33060].contains(&port) {
             return Ok(port);
         }
     }
@@ -741,6 +742,195 @@ fn postgres_bin() -> Result<std::path::PathBuf, NoRedis> {
 }
 
 impl Drop for Postgres {
+    fn drop(&mut self) {
+        if let Some((mut keeper, dir)) = self.started.take() {
+            drop(keeper.stdin.take());
+            let _ = keeper.wait();
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// The MySQL/MariaDB server an example runs against: `LOCK_URL` when it
+/// names one (`mysql://...` or `mariadb://...`), otherwise a throwaway
+/// MariaDB on a free loopback port (never 3306), stopped with the example.
+///
+/// The throwaway server is the system's `mariadb-server` package, as the
+/// tests start it (`tests/src/mariadb.rs`): `mariadb-install-db` makes the
+/// database `locks` and the user `bench` (a password made for the run) in
+/// a fresh temporary directory, then `mariadbd --no-defaults` (the
+/// system's `/etc/mysql` never read) serves it there, its socket and pid
+/// file in that directory too; as root both run with `--user=root`.
+/// Durability is relaxed ([`MARIADB_SETTINGS`]).
+pub struct MariaDb {
+    url: String,
+    started: Option<(Child, std::path::PathBuf)>,
+}
+
+/// The throwaway server's options (its bootstrap's too): the tests'
+/// servers' (durability relaxed, no binary log, small buffers).
+pub const MARIADB_SETTINGS: &[&str] = &[
+    "--skip-name-resolve",
+    "--skip-log-bin",
+    "--character-set-server=utf8mb4",
+    "--innodb-buffer-pool-size=64M",
+    "--innodb-log-file-size=16M",
+    "--innodb-flush-log-at-trx-commit=0",
+    "--innodb-doublewrite=0",
+    "--innodb-use-native-aio=0",
+    "--innodb-buffer-pool-dump-at-shutdown=0",
+    "--innodb-buffer-pool-load-at-startup=0",
+];
+
+impl MariaDb {
+    /// `LOCK_URL` when it is a `mysql://` (or `mariadb://`) URL; otherwise
+    /// a throwaway server (see [`MariaDb`]).
+    pub fn from_env_or_start() -> Result<MariaDb, NoRedis> {
+        match std::env::var("LOCK_URL") {
+            Ok(url) if url.starts_with("mysql://") || url.starts_with("mariadb://") => {
+                Ok(MariaDb { url, started: None })
+            }
+            _ => MariaDb::start_local(),
+        }
+    }
+
+    /// Makes a data directory with `mariadb-install-db` in a fresh
+    /// temporary directory and starts `mariadbd` on it under a keeper that
+    /// stops it (`SIGTERM`, a clean shutdown) when our end of its stdin
+    /// closes (on drop, or however the example exits).
+    pub fn start_local() -> Result<MariaDb, NoRedis> {
+        const KEEPER: &str =
+            r#""$@" & server=$!; read _ignored; kill $server 2>/dev/null; wait $server"#;
+        let find = |names: &[&str]| {
+            ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"]
+                .iter()
+                .flat_map(|dir| names.iter().map(move |n| std::path::Path::new(dir).join(n)))
+                .find(|path| path.is_file())
+                .ok_or_else(|| NoRedis(format!("no MariaDB: LOCK_URL names none and `{}` is not installed (Debian/Ubuntu: `sudo apt-get install mariadb-server`; or run tools/setup.sh)", names[0])))
+        };
+        let (install_db, server) = (
+            find(&["mariadb-install-db", "mysql_install_db"])?,
+            find(&["mariadbd", "mysqld"])?,
+        );
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
+        let dir = std::env::temp_dir().join(format!("lock-example-mariadb-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cleanup = |e: String| {
+            let _ = std::fs::remove_dir_all(&dir);
+            NoRedis(e)
+        };
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| NoRedis(format!("cannot make {}: {e}", dir.display())))?;
+        let password = format!(
+            "bench{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        );
+        // Its bootstrap runs without the grant tables loaded, where CREATE
+        // USER fails: FLUSH PRIVILEGES loads them first.
+        let setup = format!(
+            "FLUSH PRIVILEGES;\nCREATE DATABASE locks CHARACTER SET utf8mb4;\n\
+             CREATE USER 'bench'@'%' IDENTIFIED BY '{password}';\n\
+             GRANT ALL PRIVILEGES ON locks.* TO 'bench'@'%';\n"
+        );
+        std::fs::write(dir.join("setup.sql"), setup).map_err(|e| cleanup(format!("setup: {e}")))?;
+        let user = root.then_some("--user=root");
+        let out = Command::new(&install_db)
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .args(user)
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .arg(format!("--extra-file={}", dir.join("setup.sql").display()))
+            .arg(format!("--tmpdir={}", dir.display()))
+            .args(MARIADB_SETTINGS)
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| cleanup(format!("mariadb-install-db does not run: {e}")))?;
+        if !out.status.success() {
+            return Err(cleanup(format!(
+                "mariadb-install-db failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        for _ in 0..5 {
+            let port = free_port()?;
+            let keeper = Command::new("sh")
+                .arg("-c")
+                .arg(KEEPER)
+                .arg("sh")
+                .arg(&server)
+                // `--no-defaults` must come first.
+                .arg("--no-defaults")
+                .args(user)
+                .arg(format!("--datadir={}", dir.join("data").display()))
+                .arg(format!("--socket={}", dir.join("mysqld.sock").display()))
+                .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
+                .arg(format!("--tmpdir={}", dir.display()))
+                .args([format!("--port={port}"), "--bind-address=127.0.0.1".into()])
+                .args(MARIADB_SETTINGS)
+                .current_dir(&dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn();
+            let mut keeper = keeper.map_err(|e| cleanup(format!("cannot start mariadbd: {e}")))?;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = keeper.try_wait() {
+                    break;
+                }
+                if greets(port) {
+                    return Ok(MariaDb {
+                        url: format!("mysql://bench:{password}@127.0.0.1:{port}/locks"),
+                        started: Some((keeper, dir.clone())),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            drop(keeper.stdin.take());
+            let _ = keeper.wait();
+        }
+        Err(cleanup(
+            "MariaDB is installed but did not start on a free loopback port".into(),
+        ))
+    }
+
+    /// The server's URL (`mysql://user:password@host:port/database`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Where the server comes from, for the report (never the password).
+    pub fn describe(&self) -> String {
+        match &self.started {
+            Some(_) => {
+                let at = self.url.rsplit_once('@').map_or("", |(_, at)| at);
+                format!("throwaway MariaDB at {at} (flush at commit off)")
+            }
+            None => "the MySQL/MariaDB at LOCK_URL".to_owned(),
+        }
+    }
+}
+
+/// Whether a MySQL server on `port` greets a connection (protocol 10):
+/// it listens once it is ready.
+fn greets(port: u16) -> bool {
+    use std::io::Read;
+    let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut head = [0u8; 5];
+    conn.read_exact(&mut head).is_ok() && head[4] == 10
+}
+
+impl Drop for MariaDb {
     fn drop(&mut self) {
         if let Some((mut keeper, dir)) = self.started.take() {
             drop(keeper.stdin.take());
