@@ -243,7 +243,7 @@ impl Floor for MyFloor {
     /// A client's connections: its pool (no listener: its waiters poll).
     const STREAMS: Option<Streams> = Some(Streams {
         unit: "connection(s)",
-        goal: "a pool per runtime + the client's own 2",
+        goal: "a pool per runtime + 2",
         most: (POOL + HOME_POOL) as i64,
     });
     const STREAMS_FROM_CONNECT: bool = true;

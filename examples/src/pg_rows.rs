@@ -33,6 +33,10 @@ use crate::rows::{BenchError, DRAIN, Floor, Streams};
 /// for its statements (`lock_runtime`'s `POOL`, besides its listener).
 pub const POOL: usize = 4;
 
+/// How many connections the engine keeps on its client's own runtime,
+/// besides a pool per caller runtime (`lock_runtime`'s `HOME_POOL`).
+pub const HOME_POOL: usize = 2;
+
 /// The floor's table: a name and nothing else.
 const TABLE: &str = "floor_locks";
 
@@ -140,11 +144,12 @@ impl Floor for PgFloor {
     const LABEL: &'static str = "postgres";
     const NAME: &'static str = "PostgreSQL";
     const ISSUE: u32 = 35;
-    /// A client's connections: its pool and its one `LISTEN` connection.
+    /// A client's connections: a pool per caller runtime, two on its own
+    /// runtime and its one `LISTEN` connection.
     const STREAMS: Option<Streams> = Some(Streams {
         unit: "connection(s)",
-        goal: "pool + one listener",
-        most: POOL as i64 + 1,
+        goal: "pools + one listener",
+        most: (POOL + HOME_POOL) as i64 + 1,
     });
     const STREAMS_FROM_CONNECT: bool = true;
     const ROUND_TRIP: &'static str = "release+NOTIFY+insert";

@@ -41,8 +41,11 @@
 //!   registration; a waiter that leaves drops it, and one that died is
 //!   forgotten at its `wait_until`. One `LISTEN` connection per client
 //!   carries every waiter; its reconnect wakes them all to look again.
-//! - **Connections.** A few connections per client ([`POOL`]), each
-//!   pipelining the statements of many tasks, plus the listener.
+//! - **Connections.** Per caller runtime, a few connections made and
+//!   driven there ([`POOL`]; see `crate::near`: an answer wakes no other
+//!   thread), each pipelining the statements of many tasks; [`HOME_POOL`]
+//!   on the client's own runtime (its watchdog, undos and a runtime's first
+//!   calls), and the listener.
 //! - **Faults.** An acquisition whose answer was lost is found again by
 //!   its holder id (the next try takes its own row over) or given back by
 //!   the undo of a dropped acquisition. Connection loss and timeouts inside
@@ -87,9 +90,14 @@ const DIALECT: crate::engine::sql::Dialect = crate::engine::sql::Dialect {
     identifier: 63,
 };
 
-/// How many connections a client keeps for its statements (besides its
-/// listener): each pipelines the statements of many tasks.
+/// How many connections a client keeps for its statements per caller
+/// runtime (besides its listener): each pipelines the statements of many
+/// tasks.
 pub(crate) const POOL: usize = 4;
+
+/// How many connections a client keeps on its own runtime (its watchdog,
+/// undos and a runtime's first calls).
+pub(crate) const HOME_POOL: usize = 2;
 
 /// What a URL says beyond the connection: the table and how rows go.
 #[derive(Debug, Clone)]
@@ -196,7 +204,8 @@ pub(crate) struct Connected {
 pub(crate) struct Conn {
     client: tokio_postgres::Client,
     st: Prepared,
-    /// Its place in the pool.
+    /// Its pool, and its place there.
+    pool: std::sync::Weak<Slots>,
     slot: usize,
 }
 
@@ -230,6 +239,23 @@ struct Slot {
     making: tokio::sync::Mutex<()>,
 }
 
+/// The connections of one runtime, made and driven there: the client's
+/// own, or a caller runtime's (see `crate::near`: a statement's answer
+/// then wakes no other thread).
+struct Slots {
+    slots: Vec<Slot>,
+    next: AtomicUsize,
+}
+
+impl Slots {
+    fn new(n: usize) -> Slots {
+        Slots {
+            slots: (0..n).map(|_| Slot::default()).collect(),
+            next: AtomicUsize::new(0),
+        }
+    }
+}
+
 /// What the tasks of a client on PostgreSQL share (besides what every
 /// SQL engine's client has: [`Common`], which it derefs to).
 pub(crate) struct Pg {
@@ -240,8 +266,10 @@ pub(crate) struct Pg {
     statements: layout::Statements,
     /// The `name` column's length (a longer name is refused).
     pub(crate) longest: Option<usize>,
-    slots: Vec<Slot>,
-    next: AtomicUsize,
+    /// The connections of the client's own runtime.
+    home: Arc<Slots>,
+    /// Per caller runtime, connections of its own.
+    near: crate::near::Near<Arc<Slots>>,
     pub(crate) listener: Arc<listen::Listener>,
 }
 
@@ -298,19 +326,22 @@ impl Pg {
                 async move { connect(&at).await }
             });
             let pg = Arc::new(Pg {
+                near: crate::near::Near::new(handle.id()),
                 common: Common::new(config, handle, target.key()),
                 statements,
                 longest,
-                slots: (0..POOL).map(|_| Slot::default()).collect(),
-                next: AtomicUsize::new(0),
+                home: Arc::new(Slots::new(HOME_POOL)),
                 listener,
                 channel: target.table.channel(),
                 target,
             });
             // The first connection of the pool is the one that made the
             // table: its statements prepared now prove the table answers.
-            let conn = pg.prepare(client, 0).await?;
-            *pg.slots[0].conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(conn));
+            let conn = pg.prepare(client, &pg.home, 0).await?;
+            *pg.home.slots[0]
+                .conn
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(conn));
             crate::engine::sql::Keeper::start(&pg);
             Ok(pg)
         })
@@ -321,6 +352,7 @@ impl Pg {
     async fn prepare(
         &self,
         client: tokio_postgres::Client,
+        pool: &Arc<Slots>,
         slot: usize,
     ) -> Result<Conn, LockError> {
         let s = &self.statements;
@@ -349,13 +381,36 @@ impl Pg {
             unwait: next(),
             sweep: next(),
         };
-        Ok(Conn { client, st, slot })
+        Ok(Conn {
+            client,
+            st,
+            pool: Arc::downgrade(pool),
+            slot,
+        })
     }
 
-    /// A connection of the pool (in turn), made again when it broke.
+    /// The connections for a statement of a caller's task: its runtime's
+    /// when they are ready, else the client's own (also for a call finished
+    /// for a caller who left, whose runtime may be gone).
+    fn pool(&self) -> (Arc<Slots>, bool) {
+        if crate::background::finishing_for_one_who_left() {
+            return (self.home.clone(), true);
+        }
+        let near = self
+            .near
+            .here(|| async { Ok::<_, std::convert::Infallible>(Arc::new(Slots::new(POOL))) });
+        match near {
+            Some((_, slots)) => (slots, false),
+            None => (self.home.clone(), true),
+        }
+    }
+
+    /// A connection of the pool (in turn), made again when it broke: made
+    /// and driven on the runtime whose pool it is.
     pub(crate) async fn conn(&self) -> Result<Arc<Conn>, LockError> {
-        let at = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-        let slot = &self.slots[at];
+        let (pool, home) = self.pool();
+        let at = pool.next.fetch_add(1, Ordering::Relaxed) % pool.slots.len();
+        let slot = &pool.slots[at];
         let live = |slot: &Slot| {
             slot.conn
                 .lock()
@@ -370,14 +425,26 @@ impl Pg {
         if let Some(conn) = live(slot) {
             return Ok(conn);
         }
-        let made = tokio::time::timeout(self.config.connect_timeout, connect(&self.target.connect))
-            .await
+        let timeout = self.config.connect_timeout;
+        let at_url = self.target.connect.clone();
+        let make = async move {
+            let made = tokio::time::timeout(timeout, connect(&at_url)).await;
+            if let Ok(Ok(made)) = made {
+                let Connected { client, connection } = made;
+                tokio::spawn(connection);
+                return Ok(Ok(client));
+            }
+            made.map(|made| made.map(|c| c.client))
+        };
+        let made = if home {
+            crate::background::run(&self.runtime, make).await?
+        } else {
+            make.await
+        };
+        let client = made
             .map_err(|_| connect_error(&self.target, "no answer in time"))?
             .map_err(|e| connect_failed(&self.target, &e))?;
-        let Connected { client, connection } = made;
-        // Driven by the client's runtime, whoever made it.
-        self.runtime.spawn(connection);
-        let conn = Arc::new(self.prepare(client, at).await?);
+        let conn = Arc::new(self.prepare(client, &pool, at).await?);
         *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
         Ok(conn)
     }
@@ -412,12 +479,14 @@ impl Pg {
         match answer {
             Ok(answer) => answer.map_err(|e| store_error(&e)),
             Err(_) => {
-                let mut slot = self.slots[conn.slot]
-                    .conn
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
-                    *slot = None;
+                if let Some(pool) = conn.pool.upgrade() {
+                    let mut slot = pool.slots[conn.slot]
+                        .conn
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner());
+                    if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+                        *slot = None;
+                    }
                 }
                 Err(timeout_error())
             }
