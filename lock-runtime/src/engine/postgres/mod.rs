@@ -389,20 +389,10 @@ impl Pg {
         })
     }
 
-    /// The connections for a statement of a caller's task: its runtime's
-    /// when they are ready, else the client's own (also for a call finished
-    /// for a caller who left, whose runtime may be gone).
+    /// The connections for a statement of a caller's task (see
+    /// [`pool_here`](crate::engine::sql::pool_here)).
     fn pool(&self) -> (Arc<Slots>, bool) {
-        if crate::background::finishing_for_one_who_left() {
-            return (self.home.clone(), true);
-        }
-        let near = self
-            .near
-            .here(|| async { Ok::<_, std::convert::Infallible>(Arc::new(Slots::new(POOL))) });
-        match near {
-            Some((_, slots)) => (slots, false),
-            None => (self.home.clone(), true),
-        }
+        crate::engine::sql::pool_here(&self.home, &self.near, || Slots::new(POOL))
     }
 
     /// A connection of the pool (in turn), made again when it broke: made

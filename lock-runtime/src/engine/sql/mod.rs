@@ -323,6 +323,24 @@ pub(crate) fn side(
     }
 }
 
+/// The connections for a statement of a caller's task: its runtime's
+/// (`near`, made by `make` on its first call) when they are ready, else the
+/// client's own `home` (also for a call finished for a caller who left,
+/// whose runtime may be gone); and whether they are the client's own.
+pub(crate) fn pool_here<T: Send + Sync + 'static>(
+    home: &Arc<T>,
+    near: &crate::near::Near<Arc<T>>,
+    make: fn() -> T,
+) -> (Arc<T>, bool) {
+    if crate::background::finishing_for_one_who_left() {
+        return (home.clone(), true);
+    }
+    match near.here(|| async move { Ok::<_, std::convert::Infallible>(Arc::new(make())) }) {
+        Some((_, pool)) => (pool, false),
+        None => (home.clone(), true),
+    }
+}
+
 /// `d` in whole microseconds, for a statement.
 pub(crate) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
