@@ -8,68 +8,24 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mysql_async::Row;
-use tokio::sync::OwnedMutexGuard;
 
-use super::{ENGINE, My, MyHold};
-use crate::background::Background;
-use crate::engine::sql::hold::reenter;
+use super::{ENGINE, My};
+use crate::engine::sql::take::{SqlTaking, Taken};
 use crate::engine::sql::{Rows, micros};
 use crate::error::LockError;
-use crate::holder::Chain;
-use crate::kept::{Taking, Undo};
+use crate::kept::Undo;
 use crate::request::{Options, Target, timed_out, within};
-use crate::turns::Kind;
 
 /// The first pause of a polling waiter; each next one is twice as long,
 /// up to the cap.
 const FIRST_POLL: Duration = Duration::from_millis(4);
 
 /// Who takes the hold.
-type How<'a> = crate::kept::How<'a, Record, Kind>;
+type How<'a> = crate::engine::sql::take::How<'a, My>;
 
-/// MySQL's record of a taken row.
-type Record = crate::engine::sql::Record<My>;
-
-/// A hold taken on MySQL.
-type Taken = crate::kept::Taken<()>;
-
-impl Taking for My {
-    type Record = Record;
-    type Side = Kind;
+impl SqlTaking for My {
     type Made = Made;
-    type More = ();
     const ENGINE: &'static str = ENGINE;
-
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn turns(&self) -> &crate::turns::Turns {
-        &self.turns
-    }
-
-    fn records(&self) -> &crate::turns::Records<Record> {
-        &self.records
-    }
-
-    fn side(target: &Target) -> Result<Kind, LockError> {
-        crate::engine::sql::side(target, ENGINE)
-    }
-
-    fn kind(side: Kind) -> Kind {
-        side
-    }
-
-    fn reenter<'a>(
-        alive: Arc<Background>,
-        record: Arc<Record>,
-        _side: Kind,
-        chain: Chain,
-        options: &'a Options,
-        metric: &'static str,
-    ) -> impl Future<Output = Result<MyHold, LockError>> + Send + 'a {
-        reenter(alive, record, chain, options, metric)
-    }
 
     fn made(self: &Arc<Self>, holder: &str) -> Made {
         Made {
@@ -90,20 +46,8 @@ impl Taking for My {
         take(self, target, options, how, made)
     }
 
-    fn record(
-        self: &Arc<Self>,
-        name: &str,
-        options: &Options,
-        how: &How<'_>,
-        taken: &Taken,
-        made: &mut Made,
-        turn: Option<OwnedMutexGuard<()>>,
-    ) -> Result<Arc<Record>, LockError> {
-        // Ours now: nothing to undo.
+    fn owned(made: &mut Made) {
         made.until = None;
-        Ok(Record::taken(
-            self, name, how.holder, options, taken.sent, turn, how.under,
-        ))
     }
 }
 

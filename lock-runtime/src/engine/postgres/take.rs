@@ -6,18 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::OwnedMutexGuard;
-
-use super::PgHold;
 use super::{Conn, ENGINE, Pg, layout};
-use crate::background::Background;
-use crate::engine::sql::hold::reenter;
 use crate::engine::sql::micros;
+use crate::engine::sql::take::{SqlTaking, Taken};
 use crate::error::LockError;
-use crate::holder::Chain;
-use crate::kept::{Taking, Undo};
+use crate::kept::Undo;
 use crate::request::{Options, Target, timed_out, within};
-use crate::turns::Kind;
 
 /// How long a waiter sleeps at most while it cannot count on an
 /// announcement: the listener is not listening, or the holder is not one
@@ -25,51 +19,11 @@ use crate::turns::Kind;
 const DEAF: Duration = Duration::from_millis(500);
 
 /// Who takes the hold.
-type How<'a> = crate::kept::How<'a, Record, Kind>;
+type How<'a> = crate::engine::sql::take::How<'a, Pg>;
 
-/// PostgreSQL's record of a taken row.
-type Record = crate::engine::sql::Record<Pg>;
-
-/// A hold taken on PostgreSQL.
-type Taken = crate::kept::Taken<()>;
-
-impl Taking for Pg {
-    type Record = Record;
-    type Side = Kind;
+impl SqlTaking for Pg {
     type Made = Made;
-    type More = ();
     const ENGINE: &'static str = ENGINE;
-
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn turns(&self) -> &crate::turns::Turns {
-        &self.turns
-    }
-
-    fn records(&self) -> &crate::turns::Records<Record> {
-        &self.records
-    }
-
-    fn side(target: &Target) -> Result<Kind, LockError> {
-        crate::engine::sql::side(target, ENGINE)
-    }
-
-    fn kind(side: Kind) -> Kind {
-        side
-    }
-
-    fn reenter<'a>(
-        alive: Arc<Background>,
-        record: Arc<Record>,
-        _side: Kind,
-        chain: Chain,
-        options: &'a Options,
-        metric: &'static str,
-    ) -> impl Future<Output = Result<PgHold, LockError>> + Send + 'a {
-        reenter(alive, record, chain, options, metric)
-    }
 
     fn made(self: &Arc<Self>, holder: &str) -> Made {
         Made {
@@ -93,20 +47,8 @@ impl Taking for Pg {
         take(self, target, options, how, made)
     }
 
-    fn record(
-        self: &Arc<Self>,
-        name: &str,
-        options: &Options,
-        how: &How<'_>,
-        taken: &Taken,
-        made: &mut Made,
-        turn: Option<OwnedMutexGuard<()>>,
-    ) -> Result<Arc<Record>, LockError> {
-        // Ours now: nothing to undo.
+    fn owned(made: &mut Made) {
         made.until = None;
-        Ok(Record::taken(
-            self, name, how.holder, options, taken.sent, turn, how.under,
-        ))
     }
 }
 

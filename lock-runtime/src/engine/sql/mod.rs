@@ -10,6 +10,7 @@
 
 pub(crate) mod hold;
 mod table;
+pub(crate) mod take;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
