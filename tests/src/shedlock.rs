@@ -25,16 +25,23 @@
 //!   directory); `extend`/`unlock` of a held lock: `shedlock-core/src/main/
 //!   java/net/javacrumbs/shedlock/core/AbstractSimpleLock.java`.
 //!
+//! As in ShedLock, that logic is one, [`ShedLock`] (its
+//! `StorageBasedLockProvider`), the same on both databases; what differs is
+//! the statements' text ([`Statements::postgres`], [`Statements::mysql`])
+//! and how a statement runs and fails there, an [`Accessor`]: [`PgClient`]
+//! ([`ShedLockPg`]) and [`MyCli`] ([`ShedLockMy`]).
+//!
 //! Parameters are named in ShedLock's text (`:name`, `:lockedBy`,
 //! `:lockAtMostForInterval`, `:lockAtLeastForInterval` on PostgreSQL;
 //! `:lockAtMostForMicros`, `:lockAtLeastForMicros` on MySQL); Spring's
 //! `NamedParameterJdbcTemplate` turns every occurrence into a positional
 //! parameter of its own, and so does [`positional`] (`$1`, `$2`, ...) for
 //! PostgreSQL. On MySQL the statements run through the `mariadb` CLI
-//! instead (see [`ShedLockMy`]), and [`inline`] puts each value in as an
+//! instead (see [`MyCli`]), and [`inline`] puts each value in as an
 //! SQL literal.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Mutex;
@@ -54,6 +61,11 @@ use crate::sql_server::Database;
 /// transaction). Source: `PostgresSqlServerTimeStatementsSource.java`
 /// (`private static final String now`).
 pub const NOW: &str = "timezone('utc', CURRENT_TIMESTAMP)";
+/// ShedLock's `now` with `usingDbTime()` on MySQL and MariaDB: the
+/// database's clock in UTC, to the millisecond. Source:
+/// `MySqlServerTimeStatementsSource.java` (`private static final String
+/// now`).
+pub const MY_NOW: &str = "UTC_TIMESTAMP(3)";
 
 /// ShedLock's column names (`SqlConfiguration.ColumnNames`, defaults of
 /// `SqlConfigurationBuilder` in `SqlConfiguration.java`).
@@ -62,16 +74,17 @@ const LOCK_UNTIL: &str = "lock_until";
 const LOCKED_AT: &str = "locked_at";
 const LOCKED_BY: &str = "locked_by";
 
-/// ShedLock's four statements for PostgreSQL with `usingDbTime()`, built
-/// as `PostgresSqlServerTimeStatementsSource.java` concatenates them
-/// (repository `lukas-krecan/ShedLock`, path `providers/sql/
+/// ShedLock's four statements for one database with `usingDbTime()`,
+/// built as its `SqlStatementsSource` for that database concatenates them
+/// (repository `lukas-krecan/ShedLock`, directory `providers/sql/
 /// shedlock-sql-support/src/main/java/net/javacrumbs/shedlock/provider/
-/// sql/PostgresSqlServerTimeStatementsSource.java`), with ShedLock's named
-/// parameters still in them.
+/// sql/`), with ShedLock's named parameters still in them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Statements {
-    /// `getInsertStatement()`: the row made, or an expired one taken over
-    /// (`ON CONFLICT ... DO UPDATE ... WHERE lock_until <= now`).
+    /// `getInsertStatement()`: the row made when there is none. On
+    /// PostgreSQL an expired one is taken over too (`ON CONFLICT ... DO
+    /// UPDATE ... WHERE lock_until <= now`); on MySQL (`INSERT IGNORE`) a
+    /// row already there is left alone (no row changed).
     pub insert: String,
     /// `getUpdateStatement()`: an expired row taken over.
     pub update: String,
@@ -84,9 +97,10 @@ pub struct Statements {
 }
 
 impl Statements {
-    /// The statements on `table`, substituted as ShedLock does: the table
-    /// name as configured, unquoted, and the default column names.
-    pub fn new(table: &str) -> Statements {
+    /// PostgreSQL's statements (`PostgresSqlServerTimeStatementsSource.java`)
+    /// on `table`, substituted as ShedLock does: the table name as
+    /// configured, unquoted, and the default column names.
+    pub fn postgres(table: &str) -> Statements {
         // `lockAtMostFor()`: now + make_interval(secs => :lockAtMostForInterval)
         let lock_at_most_for = format!("{NOW} + make_interval(secs => :lockAtMostForInterval)");
         // `lockAtLeastFor()`
@@ -110,18 +124,54 @@ impl Statements {
             "UPDATE {table} SET {LOCK_UNTIL} = CASE WHEN {at_least} > {NOW} THEN {at_least} \
              ELSE {NOW} END WHERE {NAME} = :name AND {LOCKED_BY} = :lockedBy"
         );
-        // `getExtendStatement()`
-        let extend = format!(
-            "UPDATE {table} SET {LOCK_UNTIL} = {lock_at_most_for} WHERE {NAME} = :name \
-             AND {LOCKED_BY} = :lockedBy AND {LOCK_UNTIL} > {NOW}"
+        Statements {
+            insert,
+            update,
+            extend: extend(table, &lock_at_most_for, NOW),
+            unlock,
+        }
+    }
+
+    /// MySQL's and MariaDB's statements
+    /// (`MySqlServerTimeStatementsSource.java`) on `table`, substituted as
+    /// ShedLock does: the table name as configured, unquoted, and the
+    /// default column names.
+    pub fn mysql(table: &str) -> Statements {
+        // `lockAtMostFor`
+        let lock_at_most_for = format!("TIMESTAMPADD(MICROSECOND, :lockAtMostForMicros, {MY_NOW})");
+        // `getInsertStatement()`
+        let insert = format!(
+            "INSERT IGNORE INTO {table}({NAME}, {LOCK_UNTIL}, {LOCKED_AT}, {LOCKED_BY}) \
+             VALUES(:name, {lock_at_most_for}, {MY_NOW}, :lockedBy)"
+        );
+        // `getUpdateStatement()`
+        let update = format!(
+            "UPDATE {table} SET {LOCK_UNTIL} = {lock_at_most_for}, {LOCKED_AT} = {MY_NOW}, \
+             {LOCKED_BY} = :lockedBy WHERE {NAME} = :name AND {LOCK_UNTIL} <= {MY_NOW}"
+        );
+        // `getUnlockStatement()`: its local `lockAtLeastFor`
+        let at_least = format!("TIMESTAMPADD(MICROSECOND, :lockAtLeastForMicros, {LOCKED_AT})");
+        let unlock = format!(
+            "UPDATE {table} SET {LOCK_UNTIL} = IF ({at_least} > {MY_NOW} , {at_least}, {MY_NOW}) \
+             WHERE {NAME} = :name AND {LOCKED_BY} = :lockedBy"
         );
         Statements {
             insert,
             update,
-            extend,
+            extend: extend(table, &lock_at_most_for, MY_NOW),
             unlock,
         }
     }
+}
+
+/// `getExtendStatement()`, written alike by both sources: `table`'s row
+/// of `:name`, still held by `:lockedBy` at `now`, held until
+/// `lock_at_most_for` (from now).
+fn extend(table: &str, lock_at_most_for: &str, now: &str) -> String {
+    format!(
+        "UPDATE {table} SET {LOCK_UNTIL} = {lock_at_most_for} WHERE {NAME} = :name \
+         AND {LOCKED_BY} = :lockedBy AND {LOCK_UNTIL} > {now}"
+    )
 }
 
 /// A named parameter of ShedLock's statements (the keys of
@@ -222,283 +272,6 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-/// Whether `e` is what `JdbcTemplateStorageAccessor` catches as
-/// `DuplicateKeyException` or `ConcurrencyFailureException` (Spring's
-/// translation of SQLSTATE 23505, and of 40001, 40P01 and 55P03) and
-/// takes for "not locked" rather than a failure.
-fn busy(e: &tokio_postgres::Error) -> bool {
-    e.code().is_some_and(|code| {
-        *code == SqlState::UNIQUE_VIOLATION
-            || *code == SqlState::T_R_SERIALIZATION_FAILURE
-            || *code == SqlState::T_R_DEADLOCK_DETECTED
-            || *code == SqlState::LOCK_NOT_AVAILABLE
-    })
-}
-
-/// One ShedLock instance (a `JdbcTemplateLockProvider` built with
-/// `usingDbTime()`, as `StorageBasedLockProvider`) on a PostgreSQL table:
-/// its connection, its statements, its `locked_by` value, and its cache of
-/// the names it inserted (`LockRecordRegistry`).
-///
-/// Like ShedLock, every instance on one host writes the same `locked_by`
-/// (the host name) unless given another ([`ShedLockPg::locked_by`]).
-pub struct ShedLockPg {
-    client: Client,
-    statements: Statements,
-    locked_by: String,
-    /// `LockRecordRegistry`: names whose row this instance made, or found
-    /// already there.
-    inserted: Mutex<HashSet<String>>,
-}
-
-impl ShedLockPg {
-    /// Connects to `url` (`postgres://user:password@host:port/db`) and
-    /// locks in `table` (ShedLock's `withTableName`), with the host name as
-    /// `locked_by`. The connection is driven by a task of the current
-    /// tokio runtime.
-    pub async fn connect(url: &str, table: &str) -> Result<ShedLockPg, tokio_postgres::Error> {
-        let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        Ok(ShedLockPg {
-            client,
-            statements: Statements::new(table),
-            locked_by: host_name(),
-            inserted: Mutex::default(),
-        })
-    }
-
-    /// This instance with `value` as its `locked_by` (ShedLock's
-    /// `withLockedByValue`).
-    pub fn locked_by(mut self, value: &str) -> ShedLockPg {
-        value.clone_into(&mut self.locked_by);
-        self
-    }
-
-    /// The value this instance writes in `locked_by`.
-    pub fn locked_by_value(&self) -> &str {
-        &self.locked_by
-    }
-
-    /// The statements this instance runs, with their named parameters.
-    pub fn statements(&self) -> &Statements {
-        &self.statements
-    }
-
-    /// Forgets the names it inserted (`StorageBasedLockProvider.clearCache`).
-    pub fn clear_cache(&self) {
-        self.inserted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-    }
-
-    /// Whether this instance remembers having inserted `name`'s row
-    /// (`LockRecordRegistry.lockRecordRecentlyCreated`).
-    pub fn remembers(&self, name: &str) -> bool {
-        self.inserted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(name)
-    }
-
-    /// Runs `sql` (ShedLock's text) with the values of `name`, `at_most`
-    /// and `at_least` bound to its named parameters: whether it changed a
-    /// row (`jdbcTemplate.update(sql, params) > 0` in
-    /// `JdbcTemplateStorageAccessor.execute`). One statement in a
-    /// transaction of its own, as Spring's `REQUIRES_NEW` transaction runs
-    /// it.
-    async fn execute(
-        &self,
-        sql: &str,
-        name: &str,
-        at_most: Duration,
-        at_least: Duration,
-    ) -> Result<bool, tokio_postgres::Error> {
-        let (sql, params) = positional(sql);
-        let (at_most, at_least) = (seconds(at_most), seconds(at_least));
-        let values: Vec<&(dyn ToSql + Sync)> = params
-            .iter()
-            .map(|param| -> &(dyn ToSql + Sync) {
-                match param {
-                    Param::Name => &name,
-                    Param::LockedBy => &self.locked_by,
-                    Param::LockAtMostFor => &at_most,
-                    Param::LockAtLeastFor => &at_least,
-                }
-            })
-            .collect();
-        Ok(self.client.execute(&sql, &values).await? > 0)
-    }
-
-    /// ShedLock's `LockProvider.lock` with a `LockConfiguration` of `name`,
-    /// `lockAtMostFor` = `at_most`, `lockAtLeastFor` = `at_least`:
-    /// whether the lock was taken. `StorageBasedLockProvider.doLock`:
-    /// unless this instance inserted (or found) the name's row before, the
-    /// insert statement first (taken when it changed a row; a duplicate key
-    /// or a concurrency failure is "not taken"), and the name remembered
-    /// either way; then, when the insert did not take it, the update
-    /// statement (taken when it changed a row). An unexpected error of the
-    /// update forgets the name again, if this call remembered it.
-    ///
-    /// # Panics
-    ///
-    /// On what ShedLock throws: `at_least` longer than `at_most`, an empty
-    /// name (`LockConfiguration`), an unexpected database error
-    /// (`LockException`).
-    pub async fn lock(&self, name: &str, at_most: Duration, at_least: Duration) -> bool {
-        assert!(
-            at_least <= at_most,
-            "lockAtLeastFor is longer than lockAtMostFor for lock '{name}'."
-        );
-        assert!(!name.is_empty(), "lock name can not be empty");
-        let try_to_create = !self.remembers(name);
-        if try_to_create {
-            // JdbcTemplateStorageAccessor.insertRecord
-            let inserted = match self
-                .execute(&self.statements.insert, name, at_most, at_least)
-                .await
-            {
-                Ok(changed) => changed,
-                Err(e) if busy(&e) => false,
-                Err(e) => panic!("ShedLock's insert failed (LockException): {e:?}"),
-            };
-            self.inserted
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(name.to_owned());
-            if inserted {
-                return true;
-            }
-        }
-        // JdbcTemplateStorageAccessor.updateRecord
-        match self
-            .execute(&self.statements.update, name, at_most, at_least)
-            .await
-        {
-            Ok(changed) => changed,
-            Err(e) if busy(&e) => false,
-            Err(e) => {
-                if try_to_create {
-                    self.inserted
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(name);
-                }
-                panic!("ShedLock's update failed (LockException): {e:?}")
-            }
-        }
-    }
-
-    /// ShedLock's `SimpleLock.extend(lockAtMostFor, lockAtLeastFor)` of a
-    /// held lock `name` (`JdbcTemplateStorageAccessor.extend`, the extend
-    /// statement): whether the lock, still held by this `locked_by`, now
-    /// lasts `at_most` from now.
-    ///
-    /// # Panics
-    ///
-    /// On `at_least` longer than `at_most` (`LockConfiguration`), or a
-    /// database error (ShedLock does not catch any here).
-    pub async fn extend(&self, name: &str, at_most: Duration, at_least: Duration) -> bool {
-        assert!(
-            at_least <= at_most,
-            "lockAtLeastFor is longer than lockAtMostFor for lock '{name}'."
-        );
-        self.execute(&self.statements.extend, name, at_most, at_least)
-            .await
-            .unwrap_or_else(|e| panic!("ShedLock's extend failed: {e:?}"))
-    }
-
-    /// ShedLock's `SimpleLock.unlock()` of a lock `name` taken with
-    /// `lockAtLeastFor` = `at_least` (`JdbcTemplateStorageAccessor.unlock`,
-    /// the unlock statement): the row's end set to `locked_at + at_least`,
-    /// or now when that has passed. Tried up to 10 times on a concurrency
-    /// failure, as ShedLock does; then given up silently (ShedLock logs
-    /// it).
-    ///
-    /// # Panics
-    ///
-    /// On any other database error.
-    pub async fn unlock(&self, name: &str, at_least: Duration) {
-        for _ in 0..10 {
-            // `lockAtMostFor` is in the parameters' map but not in the
-            // statement.
-            match self
-                .execute(&self.statements.unlock, name, at_least, at_least)
-                .await
-            {
-                Ok(_) => return,
-                Err(e) if busy(&e) => continue,
-                Err(e) => panic!("ShedLock's unlock failed: {e:?}"),
-            }
-        }
-    }
-}
-
-/// ShedLock's `now` with `usingDbTime()` on MySQL and MariaDB: the
-/// database's clock in UTC, to the millisecond. Source:
-/// `MySqlServerTimeStatementsSource.java` (`private static final String
-/// now`).
-pub const MY_NOW: &str = "UTC_TIMESTAMP(3)";
-
-/// ShedLock's four statements for MySQL and MariaDB with `usingDbTime()`,
-/// built as `MySqlServerTimeStatementsSource.java` concatenates them
-/// (repository `lukas-krecan/ShedLock`, path `providers/sql/
-/// shedlock-sql-support/src/main/java/net/javacrumbs/shedlock/provider/
-/// sql/MySqlServerTimeStatementsSource.java`), with ShedLock's named
-/// parameters still in them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MyStatements {
-    /// `getInsertStatement()`: `INSERT IGNORE`, the row made when there is
-    /// none (a row already there is left alone: no row changed).
-    pub insert: String,
-    /// `getUpdateStatement()`: an expired row taken over.
-    pub update: String,
-    /// `getExtendStatement()`: a held row's end moved to `lockAtMostFor`
-    /// from now.
-    pub extend: String,
-    /// `getUnlockStatement()`: the row's end set to `locked_at +
-    /// lockAtLeastFor`, or now when that has passed.
-    pub unlock: String,
-}
-
-impl MyStatements {
-    /// The statements on `table`, substituted as ShedLock does: the table
-    /// name as configured, unquoted, and the default column names.
-    pub fn new(table: &str) -> MyStatements {
-        // `lockAtMostFor`
-        let lock_at_most_for = format!("TIMESTAMPADD(MICROSECOND, :lockAtMostForMicros, {MY_NOW})");
-        // `getInsertStatement()`
-        let insert = format!(
-            "INSERT IGNORE INTO {table}({NAME}, {LOCK_UNTIL}, {LOCKED_AT}, {LOCKED_BY}) \
-             VALUES(:name, {lock_at_most_for}, {MY_NOW}, :lockedBy)"
-        );
-        // `getUpdateStatement()`
-        let update = format!(
-            "UPDATE {table} SET {LOCK_UNTIL} = {lock_at_most_for}, {LOCKED_AT} = {MY_NOW}, \
-             {LOCKED_BY} = :lockedBy WHERE {NAME} = :name AND {LOCK_UNTIL} <= {MY_NOW}"
-        );
-        // `getUnlockStatement()`: its local `lockAtLeastFor`
-        let at_least = format!("TIMESTAMPADD(MICROSECOND, :lockAtLeastForMicros, {LOCKED_AT})");
-        let unlock = format!(
-            "UPDATE {table} SET {LOCK_UNTIL} = IF ({at_least} > {MY_NOW} , {at_least}, {MY_NOW}) \
-             WHERE {NAME} = :name AND {LOCKED_BY} = :lockedBy"
-        );
-        // `getExtendStatement()`
-        let extend = format!(
-            "UPDATE {table} SET {LOCK_UNTIL} = {lock_at_most_for} WHERE {NAME} = :name \
-             AND {LOCKED_BY} = :lockedBy AND {LOCK_UNTIL} > {MY_NOW}"
-        );
-        MyStatements {
-            insert,
-            update,
-            extend,
-            unlock,
-        }
-    }
-}
-
 /// A named parameter of ShedLock's MySQL statements (the keys of
 /// `MySqlServerTimeStatementsSource.params`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -560,67 +333,84 @@ pub fn micros(d: Duration) -> u128 {
     d.as_nanos() / 1_000
 }
 
-/// Why a statement of [`ShedLockMy`] failed: the server's error number
-/// (`ERROR 1213 (40001) ...` of the CLI), when it names one, and the CLI's
-/// error output.
-#[derive(Debug, Clone)]
-pub struct CliError {
-    /// MySQL's error number.
-    pub code: Option<u32>,
-    /// The CLI's error output (or why it did not run).
-    pub message: String,
+/// The values a ShedLock instance binds to its statements' named
+/// parameters (the `params` of its `SqlStatementsSource`).
+#[derive(Debug, Clone, Copy)]
+pub struct Values<'a> {
+    /// `:name`: the lock's name.
+    pub name: &'a str,
+    /// `:lockedBy`: the instance's `locked_by` value.
+    pub locked_by: &'a str,
+    /// `lockAtMostFor` (`:lockAtMostForInterval`, `:lockAtMostForMicros`).
+    pub at_most: Duration,
+    /// `lockAtLeastFor` (`:lockAtLeastForInterval`,
+    /// `:lockAtLeastForMicros`).
+    pub at_least: Duration,
 }
 
-/// Whether `e` is what `JdbcTemplateStorageAccessor` catches, after
-/// Spring's translation of MySQL's error numbers (`sql-error-codes.xml`,
-/// MySQL and MariaDB), and takes for "not locked" rather than a failure:
-/// `DuplicateKeyException` (1062) and `DataIntegrityViolationException`
-/// (e.g. 1452), and `ConcurrencyFailureException`: a deadlock (1213), a
-/// lock wait timeout (1205), `NOWAIT` (3572).
-fn my_busy(e: &CliError) -> bool {
-    matches!(e.code, Some(1062 | 1213 | 1205 | 3572 | 1451 | 1452))
+/// How `JdbcTemplateStorageAccessor` takes a statement's error, after
+/// Spring's translation of the database's error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// `DuplicateKeyException` or `DataIntegrityViolationException`: "not
+    /// locked" for the insert and the update.
+    Conflict,
+    /// `ConcurrencyFailureException`: "not locked" for the insert and the
+    /// update, and the unlock tried again.
+    Concurrency,
+    /// Anything else: ShedLock throws (here, a panic).
+    Unexpected,
+}
+
+/// How a ShedLock instance runs one of its statements on its database:
+/// the part of `JdbcTemplateStorageAccessor` (and of Spring's JDBC under
+/// it) that differs by database. The rest, ShedLock's
+/// `StorageBasedLockProvider`, is [`ShedLock`], the same on every
+/// database.
+pub trait Accessor: Send + Sync {
+    /// A statement's error.
+    type Error: std::fmt::Debug + Send;
+
+    /// Runs `sql` (ShedLock's text, with its named parameters) with
+    /// `values` bound to them, as Spring's `REQUIRES_NEW` transaction runs
+    /// it: one statement in a transaction of its own. Whether it changed a
+    /// row (`jdbcTemplate.update(sql, params) > 0` in
+    /// `JdbcTemplateStorageAccessor.execute`).
+    fn execute(
+        &self,
+        sql: &str,
+        values: Values<'_>,
+    ) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// How ShedLock takes `error`.
+    fn failure(error: &Self::Error) -> Failure;
 }
 
 /// One ShedLock instance (a `JdbcTemplateLockProvider` built with
-/// `usingDbTime()`, as `StorageBasedLockProvider`) on a MySQL/MariaDB
-/// table: its statements, its `locked_by` value, and its cache of the
-/// names it inserted (`LockRecordRegistry`).
-///
-/// Each statement runs, as Spring's `REQUIRES_NEW` transaction does, in
-/// a transaction of its own (`START TRANSACTION`, the statement, `COMMIT`)
-/// on a session of its own: one run of the `mariadb` CLI as `root` over
-/// the server's socket. Its session keeps the server's time zone
-/// ([`crate::mariadb::TIME_ZONE`], `+05:45`), as a JDBC session does that
-/// sets none, and speaks `utf8mb4` (`SET NAMES`). Values go in as SQL
-/// literals ([`inline`]); whether a statement changed a row
-/// (`jdbcTemplate.update(...) > 0`) is `SELECT ROW_COUNT()` right after it
-/// in the same session. (`ROW_COUNT()` counts rows changed, where
-/// Connector/J's default counts rows matched: the same for ShedLock's
-/// statements, each of which moves `lock_until` or `locked_at` of every
-/// row it matches.)
+/// `usingDbTime()`, as `StorageBasedLockProvider`) on a table of the
+/// database `A` reaches: how it runs a statement there, its statements,
+/// its `locked_by` value, and its cache of the names it inserted
+/// (`LockRecordRegistry`). [`ShedLockPg`] on PostgreSQL, [`ShedLockMy`]
+/// on MySQL/MariaDB.
 ///
 /// Like ShedLock, every instance on one host writes the same `locked_by`
-/// (the host name) unless given another ([`ShedLockMy::locked_by`]).
-pub struct ShedLockMy {
-    /// The server's directory (its socket) and port: how to reach it as
-    /// root.
-    dir: PathBuf,
-    port: u16,
-    statements: MyStatements,
+/// (the host name) unless given another ([`ShedLock::locked_by`]).
+pub struct ShedLock<A> {
+    accessor: A,
+    statements: Statements,
     locked_by: String,
     /// `LockRecordRegistry`: names whose row this instance made, or found
     /// already there.
     inserted: Mutex<HashSet<String>>,
 }
 
-impl ShedLockMy {
-    /// An instance on `server` that locks in `table` (ShedLock's
-    /// `withTableName`), with the host name as `locked_by`.
-    pub fn new(server: &MariaDb, table: &str) -> ShedLockMy {
-        ShedLockMy {
-            dir: server.dir().to_owned(),
-            port: server.port(),
-            statements: MyStatements::new(table),
+impl<A: Accessor> ShedLock<A> {
+    /// An instance that runs `statements` through `accessor`, with the
+    /// host name as `locked_by`.
+    pub fn with_accessor(accessor: A, statements: Statements) -> ShedLock<A> {
+        ShedLock {
+            accessor,
+            statements,
             locked_by: host_name(),
             inserted: Mutex::default(),
         }
@@ -628,7 +418,7 @@ impl ShedLockMy {
 
     /// This instance with `value` as its `locked_by` (ShedLock's
     /// `withLockedByValue`).
-    pub fn locked_by(mut self, value: &str) -> ShedLockMy {
+    pub fn locked_by(mut self, value: &str) -> ShedLock<A> {
         value.clone_into(&mut self.locked_by);
         self
     }
@@ -639,131 +429,75 @@ impl ShedLockMy {
     }
 
     /// The statements this instance runs, with their named parameters.
-    pub fn statements(&self) -> &MyStatements {
+    pub fn statements(&self) -> &Statements {
         &self.statements
     }
 
     /// Forgets the names it inserted (`StorageBasedLockProvider.clearCache`).
     pub fn clear_cache(&self) {
-        self.inserted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        self.registry().clear();
     }
 
     /// Whether this instance remembers having inserted `name`'s row
     /// (`LockRecordRegistry.lockRecordRecentlyCreated`).
     pub fn remembers(&self, name: &str) -> bool {
-        self.inserted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(name)
+        self.registry().contains(name)
     }
 
-    fn remember(&self, name: &str, yes: bool) {
-        let mut inserted = self.inserted.lock().unwrap_or_else(|p| p.into_inner());
-        if yes {
-            inserted.insert(name.to_owned());
-        } else {
-            inserted.remove(name);
-        }
+    fn registry(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.inserted.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs `sql` (ShedLock's text) with the values of `name`, `at_most`
-    /// and `at_least` in place of its named parameters, in a transaction of
-    /// its own: whether it changed a row (`jdbcTemplate.update(sql,
-    /// params) > 0` in `JdbcTemplateStorageAccessor.execute`).
+    /// Runs `sql` with `name`'s values (see [`Accessor::execute`]).
     async fn execute(
         &self,
         sql: &str,
         name: &str,
         at_most: Duration,
         at_least: Duration,
-    ) -> Result<bool, CliError> {
-        let statement = inline(sql, |param| match param {
-            MyParam::Name => string_literal(name),
-            MyParam::LockedBy => string_literal(&self.locked_by),
-            MyParam::LockAtMostForMicros => micros(at_most).to_string(),
-            MyParam::LockAtLeastForMicros => micros(at_least).to_string(),
-        });
-        let script = format!(
-            "SET NAMES utf8mb4;\nSTART TRANSACTION;\n{statement};\nSELECT ROW_COUNT();\nCOMMIT;\n"
-        );
-        let out = self.run(&script).await?;
-        let changed: i64 = out
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("ROW_COUNT() of {statement:?}: {out:?}"));
-        Ok(changed > 0)
-    }
-
-    /// Runs `script` in the database `locks` as root, through the
-    /// `mariadb` CLI (a process awaited without blocking the runtime):
-    /// its output, or its error.
-    async fn run(&self, script: &str) -> Result<String, CliError> {
-        let cli = Maria::superuser_cli(&self.dir, self.port);
-        let mut child = tokio::process::Command::from(cli)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| CliError {
-                code: None,
-                message: format!("the mariadb CLI does not run: {e}"),
-            })?;
-        let mut stdin = child.stdin.take().expect("piped stdin");
-        let script = script.to_owned();
-        let writer = tokio::spawn(async move {
-            let _ = stdin.write_all(script.as_bytes()).await;
-        });
-        let out = child.wait_with_output().await.map_err(|e| CliError {
-            code: None,
-            message: format!("the mariadb CLI: {e}"),
-        })?;
-        let _ = writer.await;
-        if out.status.success() {
-            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
-        }
-        let message = String::from_utf8_lossy(&out.stderr).into_owned();
-        let code = message
-            .split_once("ERROR ")
-            .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|digits| digits.parse().ok());
-        Err(CliError { code, message })
+    ) -> Result<bool, A::Error> {
+        let values = Values {
+            name,
+            locked_by: &self.locked_by,
+            at_most,
+            at_least,
+        };
+        self.accessor.execute(sql, values).await
     }
 
     /// ShedLock's `LockProvider.lock` with a `LockConfiguration` of `name`,
     /// `lockAtMostFor` = `at_most`, `lockAtLeastFor` = `at_least`:
     /// whether the lock was taken. `StorageBasedLockProvider.doLock`:
     /// unless this instance inserted (or found) the name's row before, the
-    /// insert statement first (`INSERT IGNORE`: taken when it made the
-    /// row), and the name remembered either way; then, when the insert did
-    /// not take it, the update statement (taken when it changed a row).
+    /// insert statement first (taken when it changed a row; a conflict or a
+    /// concurrency failure, see [`Failure`], is "not taken"), and the name
+    /// remembered either way; then, when the insert did not take it, the
+    /// update statement (taken when it changed a row). An unexpected error
+    /// of the update forgets the name again, if this call remembered it.
     ///
     /// # Panics
     ///
     /// On what ShedLock throws: `at_least` longer than `at_most`, an empty
-    /// name (`LockConfiguration`), an unexpected database error of the
-    /// insert's or the update's (`LockException`; `JdbcTemplateStorageAccessor`
-    /// logs a few and answers "not locked": see `my_busy`).
+    /// name (`LockConfiguration`), an unexpected database error
+    /// (`LockException`).
     pub async fn lock(&self, name: &str, at_most: Duration, at_least: Duration) -> bool {
         assert!(
             at_least <= at_most,
             "lockAtLeastFor is longer than lockAtMostFor for lock '{name}'."
         );
         assert!(!name.is_empty(), "lock name can not be empty");
-        if !self.remembers(name) {
+        let try_to_create = !self.remembers(name);
+        if try_to_create {
             // JdbcTemplateStorageAccessor.insertRecord
             let inserted = match self
                 .execute(&self.statements.insert, name, at_most, at_least)
                 .await
             {
                 Ok(changed) => changed,
-                Err(e) if my_busy(&e) => false,
+                Err(e) if A::failure(&e) != Failure::Unexpected => false,
                 Err(e) => panic!("ShedLock's insert failed (LockException): {e:?}"),
             };
-            self.remember(name, true);
+            self.registry().insert(name.to_owned());
             if inserted {
                 return true;
             }
@@ -774,8 +508,13 @@ impl ShedLockMy {
             .await
         {
             Ok(changed) => changed,
-            Err(e) if my_busy(&e) => false,
-            Err(e) => panic!("ShedLock's update failed (LockException): {e:?}"),
+            Err(e) if A::failure(&e) != Failure::Unexpected => false,
+            Err(e) => {
+                if try_to_create {
+                    self.registry().remove(name);
+                }
+                panic!("ShedLock's update failed (LockException): {e:?}")
+            }
         }
     }
 
@@ -817,9 +556,191 @@ impl ShedLockMy {
                 .await
             {
                 Ok(_) => return,
-                Err(e) if matches!(e.code, Some(1213 | 1205 | 3572)) => continue,
+                Err(e) if A::failure(&e) == Failure::Concurrency => continue,
                 Err(e) => panic!("ShedLock's unlock failed: {e:?}"),
             }
+        }
+    }
+}
+
+/// A ShedLock instance on PostgreSQL (see [`PgClient`]).
+pub type ShedLockPg = ShedLock<PgClient>;
+
+impl ShedLockPg {
+    /// Connects to `url` (`postgres://user:password@host:port/db`) and
+    /// locks in `table` (ShedLock's `withTableName`), with the host name as
+    /// `locked_by`. The connection is driven by a task of the current
+    /// tokio runtime.
+    pub async fn connect(url: &str, table: &str) -> Result<ShedLockPg, tokio_postgres::Error> {
+        let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(ShedLock::with_accessor(
+            PgClient { client },
+            Statements::postgres(table),
+        ))
+    }
+}
+
+/// How ShedLock's statements run on PostgreSQL: on one connection, each in
+/// a transaction of its own (autocommit), with each occurrence of a named
+/// parameter bound to a positional one ([`positional`]).
+pub struct PgClient {
+    client: Client,
+}
+
+impl Accessor for PgClient {
+    type Error = tokio_postgres::Error;
+
+    async fn execute(&self, sql: &str, values: Values<'_>) -> Result<bool, tokio_postgres::Error> {
+        let (sql, params) = positional(sql);
+        let (at_most, at_least) = (seconds(values.at_most), seconds(values.at_least));
+        let bound: Vec<&(dyn ToSql + Sync)> = params
+            .iter()
+            .map(|param| -> &(dyn ToSql + Sync) {
+                match param {
+                    Param::Name => &values.name,
+                    Param::LockedBy => &values.locked_by,
+                    Param::LockAtMostFor => &at_most,
+                    Param::LockAtLeastFor => &at_least,
+                }
+            })
+            .collect();
+        Ok(self.client.execute(&sql, &bound).await? > 0)
+    }
+
+    /// Spring's translation of SQLSTATE 23505 (`DuplicateKeyException`),
+    /// and of 40001, 40P01 and 55P03 (`ConcurrencyFailureException`).
+    fn failure(e: &tokio_postgres::Error) -> Failure {
+        match e.code() {
+            Some(code) if *code == SqlState::UNIQUE_VIOLATION => Failure::Conflict,
+            Some(code)
+                if *code == SqlState::T_R_SERIALIZATION_FAILURE
+                    || *code == SqlState::T_R_DEADLOCK_DETECTED
+                    || *code == SqlState::LOCK_NOT_AVAILABLE =>
+            {
+                Failure::Concurrency
+            }
+            _ => Failure::Unexpected,
+        }
+    }
+}
+
+/// Why a statement of [`MyCli`] failed: the server's error number
+/// (`ERROR 1213 (40001) ...` of the CLI), when it names one, and the CLI's
+/// error output.
+#[derive(Debug, Clone)]
+pub struct CliError {
+    /// MySQL's error number.
+    pub code: Option<u32>,
+    /// The CLI's error output (or why it did not run).
+    pub message: String,
+}
+
+/// A ShedLock instance on MySQL/MariaDB (see [`MyCli`]).
+pub type ShedLockMy = ShedLock<MyCli>;
+
+impl ShedLockMy {
+    /// An instance on `server` that locks in `table` (ShedLock's
+    /// `withTableName`), with the host name as `locked_by`.
+    pub fn new(server: &MariaDb, table: &str) -> ShedLockMy {
+        let cli = MyCli {
+            dir: server.dir().to_owned(),
+            port: server.port(),
+        };
+        ShedLock::with_accessor(cli, Statements::mysql(table))
+    }
+}
+
+/// How ShedLock's statements run on MySQL/MariaDB: each, as Spring's
+/// `REQUIRES_NEW` transaction does, in a transaction of its own (`START
+/// TRANSACTION`, the statement, `COMMIT`) on a session of its own: one run
+/// of the `mariadb` CLI as `root` over the server's socket. Its session
+/// keeps the server's time zone ([`crate::mariadb::TIME_ZONE`], `+05:45`),
+/// as a JDBC session does that sets none, and speaks `utf8mb4` (`SET
+/// NAMES`). Values go in as SQL literals ([`inline`]); whether a statement
+/// changed a row (`jdbcTemplate.update(...) > 0`) is `SELECT ROW_COUNT()`
+/// right after it in the same session. (`ROW_COUNT()` counts rows
+/// changed, where Connector/J's default counts rows matched: the same for
+/// ShedLock's statements, each of which moves `lock_until` or `locked_at`
+/// of every row it matches.)
+pub struct MyCli {
+    /// The server's directory (its socket) and port: how to reach it as
+    /// root.
+    dir: PathBuf,
+    port: u16,
+}
+
+impl MyCli {
+    /// Runs `script` in the database `locks` as root, through the
+    /// `mariadb` CLI (a process awaited without blocking the runtime):
+    /// its output, or its error.
+    async fn run(&self, script: &str) -> Result<String, CliError> {
+        let cli = Maria::superuser_cli(&self.dir, self.port);
+        let mut child = tokio::process::Command::from(cli)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| CliError {
+                code: None,
+                message: format!("the mariadb CLI does not run: {e}"),
+            })?;
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let script = script.to_owned();
+        let writer = tokio::spawn(async move {
+            let _ = stdin.write_all(script.as_bytes()).await;
+        });
+        let out = child.wait_with_output().await.map_err(|e| CliError {
+            code: None,
+            message: format!("the mariadb CLI: {e}"),
+        })?;
+        let _ = writer.await;
+        if out.status.success() {
+            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        let message = String::from_utf8_lossy(&out.stderr).into_owned();
+        let code = message
+            .split_once("ERROR ")
+            .and_then(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|digits| digits.parse().ok());
+        Err(CliError { code, message })
+    }
+}
+
+impl Accessor for MyCli {
+    type Error = CliError;
+
+    async fn execute(&self, sql: &str, values: Values<'_>) -> Result<bool, CliError> {
+        let statement = inline(sql, |param| match param {
+            MyParam::Name => string_literal(values.name),
+            MyParam::LockedBy => string_literal(values.locked_by),
+            MyParam::LockAtMostForMicros => micros(values.at_most).to_string(),
+            MyParam::LockAtLeastForMicros => micros(values.at_least).to_string(),
+        });
+        let script = format!(
+            "SET NAMES utf8mb4;\nSTART TRANSACTION;\n{statement};\nSELECT ROW_COUNT();\nCOMMIT;\n"
+        );
+        let out = self.run(&script).await?;
+        let changed: i64 = out
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("ROW_COUNT() of {statement:?}: {out:?}"));
+        Ok(changed > 0)
+    }
+
+    /// Spring's translation of MySQL's error numbers (`sql-error-codes.xml`,
+    /// MySQL and MariaDB): `DuplicateKeyException` (1062) and
+    /// `DataIntegrityViolationException` (e.g. 1451, 1452), and
+    /// `ConcurrencyFailureException`: a deadlock (1213), a lock wait
+    /// timeout (1205), `NOWAIT` (3572).
+    fn failure(e: &CliError) -> Failure {
+        match e.code {
+            Some(1062 | 1451 | 1452) => Failure::Conflict,
+            Some(1213 | 1205 | 3572) => Failure::Concurrency,
+            _ => Failure::Unexpected,
         }
     }
 }
@@ -830,7 +751,7 @@ mod tests {
 
     #[test]
     fn statements_read_as_shedlock_builds_them() {
-        let s = Statements::new("shedlock");
+        let s = Statements::postgres("shedlock");
         assert_eq!(
             s.insert,
             "INSERT INTO shedlock(name, lock_until, locked_at, locked_by) \
@@ -852,7 +773,7 @@ mod tests {
 
     #[test]
     fn every_occurrence_is_a_parameter_of_its_own() {
-        let (sql, params) = positional(&Statements::new("shedlock").update);
+        let (sql, params) = positional(&Statements::postgres("shedlock").update);
         assert_eq!(params, [Param::LockAtMostFor, Param::LockedBy, Param::Name]);
         assert!(sql.contains("make_interval(secs => $1)"), "{sql}");
         assert!(
@@ -872,7 +793,7 @@ mod tests {
 
     #[test]
     fn mysql_statements_read_as_shedlock_builds_them() {
-        let s = MyStatements::new("shedlock");
+        let s = Statements::mysql("shedlock");
         assert_eq!(
             s.insert,
             "INSERT IGNORE INTO shedlock(name, lock_until, locked_at, locked_by) \
@@ -902,7 +823,7 @@ mod tests {
 
     #[test]
     fn mysql_values_go_in_as_literals() {
-        let sql = inline(&MyStatements::new("shedlock").update, |param| match param {
+        let sql = inline(&Statements::mysql("shedlock").update, |param| match param {
             MyParam::Name => string_literal("it's a \\ name\0"),
             MyParam::LockedBy => string_literal("host"),
             MyParam::LockAtMostForMicros => micros(Duration::from_nanos(2_500_000_999)).to_string(),
