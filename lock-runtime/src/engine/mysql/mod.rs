@@ -82,10 +82,14 @@ pub(crate) const POOL: usize = 8;
 /// How many connections a client keeps on its own runtime.
 pub(crate) const HOME_POOL: usize = 2;
 
+/// A place for one connection (none until first needed, or after it
+/// broke).
+pub(crate) type Slot = Arc<tokio::sync::Mutex<Option<Conn>>>;
+
 /// Connections of one runtime: each made when first needed (and again
 /// after it broke), on that runtime.
 struct Slots {
-    slots: Vec<Arc<tokio::sync::Mutex<Option<Conn>>>>,
+    slots: Vec<Slot>,
     next: AtomicUsize,
 }
 
@@ -285,7 +289,7 @@ impl My {
         let start = pool.next.fetch_add(1, Ordering::Relaxed);
         let n = pool.slots.len();
         let free = (0..n).find_map(|i| pool.slots[(start + i) % n].clone().try_lock_owned().ok());
-        let mut lease = match free {
+        let lease = match free {
             Some(lease) => lease,
             None => tokio::time::timeout(
                 self.config.response_timeout,
@@ -294,6 +298,21 @@ impl My {
             .await
             .map_err(|_| timeout_error())?,
         };
+        self.made(lease, home).await
+    }
+
+    /// The connection of `slot`, within the response timeout (made when it
+    /// has none, on the current runtime).
+    pub(crate) async fn lease_on(&self, slot: &Slot) -> Result<Lease, LockError> {
+        let lease = tokio::time::timeout(self.config.response_timeout, slot.clone().lock_owned())
+            .await
+            .map_err(|_| timeout_error())?;
+        self.made(lease, false).await
+    }
+
+    /// `lease` with a connection: its own, or one made now (on the
+    /// client's runtime for its `home` pool).
+    async fn made(&self, mut lease: Lease, home: bool) -> Result<Lease, LockError> {
         if lease.is_none() {
             let make = tokio::time::timeout(
                 self.config.connect_timeout,
@@ -353,12 +372,10 @@ impl My {
                 *held = None;
                 Err(store_error(&e))
             }
-            Err(_) => {
-                // Its answer would come to the next statement: closed (in
-                // the background, when the drop lets the driver).
-                *held = None;
-                Err(timeout_error())
-            }
+            // Kept: the next statement on it waits for this one's answer
+            // first (the order an undo relies on), and a connection that
+            // is gone fails then and is made again.
+            Err(_) => Err(timeout_error()),
         }
     }
 

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mysql_async::Row;
+use tokio::sync::OwnedMutexGuard;
 
-use super::{ENGINE, My};
+use super::{ENGINE, Lease, My, Slot};
+use crate::engine::sql::micros;
 use crate::engine::sql::take::{SqlTaking, Taken};
-use crate::engine::sql::{Rows, micros};
 use crate::error::LockError;
 use crate::kept::Undo;
 use crate::request::{Options, Target, timed_out, within};
@@ -33,6 +34,7 @@ impl SqlTaking for My {
             name: String::new(),
             holder: holder.to_owned(),
             until: None,
+            slot: None,
         }
     }
 
@@ -63,12 +65,31 @@ pub(crate) struct Made {
     /// clock, from the latest try whose answer is unseen); `None` when
     /// there is none.
     until: Option<Instant>,
+    /// The connection every try and the undo go through: statements on
+    /// one connection run in the order they are sent (a statement whose
+    /// caller left is finished before the next one starts), so the undo
+    /// runs after a try whose answer was lost, never before it lands.
+    slot: Option<Slot>,
+}
+
+impl Made {
+    /// The acquisition's connection: the one of its earlier tries, else
+    /// one of the pool (kept for the next).
+    async fn lease(&mut self) -> Result<Option<Lease>, LockError> {
+        let lease = match &self.slot {
+            Some(slot) => self.my.lease_on(slot).await?,
+            None => self.my.conn().await?,
+        };
+        self.slot = Some(OwnedMutexGuard::mutex(&lease).clone());
+        Ok(Some(lease))
+    }
 }
 
 impl Undo for Made {
     fn take(&mut self) -> Option<Made> {
         let until = self.until.take()?;
         Some(Made {
+            slot: self.slot.clone(),
             my: self.my.clone(),
             name: self.name.clone(),
             holder: self.holder.clone(),
@@ -78,7 +99,14 @@ impl Undo for Made {
 
     async fn clear(&mut self) -> Result<(), LockError> {
         if self.until.is_some() {
-            self.my.release(&self.name, &self.holder).await?;
+            let mut conn = self.lease().await?;
+            self.my
+                .on::<Row>(
+                    &mut conn,
+                    &self.my.st.release,
+                    (self.name.as_str(), self.holder.as_str()).into(),
+                )
+                .await?;
             self.until = None;
         }
         Ok(())
@@ -121,7 +149,7 @@ async fn take(
         // ends, the undo frees it.
         let before = made.until;
         made.until = Some(sent + lease);
-        let mut conn = None;
+        let mut conn = made.lease().await?;
         let answer = my
             .on::<Row>(
                 &mut conn,
