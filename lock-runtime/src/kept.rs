@@ -80,6 +80,34 @@ impl<R: Record> Held for R {
     }
 }
 
+/// Resolves once `deleted` says the record is gone from the store, or once
+/// the end `until` gives has passed (read again after each sleep, as an
+/// `extend` moves it; `None`: no end of its own).
+pub(crate) async fn gone_or_ended(
+    deleted: &tokio::sync::watch::Sender<bool>,
+    until: impl Fn() -> Option<Instant>,
+) {
+    let mut deleted = deleted.subscribe();
+    let gone = async move {
+        let _ = deleted.wait_for(|d| *d).await;
+    };
+    let ended = async {
+        loop {
+            match until() {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+            if until().is_some_and(|at| Instant::now() >= at) {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = gone => {}
+        () = ended => {}
+    }
+}
+
 /// The error of a hold known lost.
 pub(crate) fn lost(name: &str) -> LockError {
     LockError::Lost {

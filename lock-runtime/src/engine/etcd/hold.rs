@@ -138,29 +138,15 @@ impl Record {
     }
 
     async fn lost(&self) {
-        let mut deleted = self.deleted.subscribe();
-        let gone = async move {
-            let _ = deleted.wait_for(|d| *d).await;
-        };
-        let mut gone = std::pin::pin!(gone);
+        let gone = crate::kept::gone_or_ended(&self.deleted, || self.lease.fixed_until());
         match &self.lease {
             Lease::Session { session, .. } => {
                 tokio::select! {
                     () = session.lost() => {}
-                    () = &mut gone => {}
+                    () = gone => {}
                 }
             }
-            Lease::Fixed { .. } => loop {
-                let until = self.lease.fixed_until().unwrap_or_else(Instant::now);
-                tokio::select! {
-                    () = tokio::time::sleep_until(until.into()) => {
-                        if self.is_lost() {
-                            return;
-                        }
-                    }
-                    () = &mut gone => return,
-                }
-            },
+            Lease::Fixed { .. } => gone.await,
         }
     }
 

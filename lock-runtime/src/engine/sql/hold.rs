@@ -128,22 +128,7 @@ impl<S: Rows> Record<S> {
     }
 
     async fn lost(&self) {
-        let mut deleted = self.deleted.subscribe();
-        let gone = async move {
-            let _ = deleted.wait_for(|d| *d).await;
-        };
-        let mut gone = std::pin::pin!(gone);
-        loop {
-            let until = self.until();
-            tokio::select! {
-                () = tokio::time::sleep_until(until.into()) => {
-                    if Instant::now() >= self.until() {
-                        return;
-                    }
-                }
-                () = &mut gone => return,
-            }
-        }
+        crate::kept::gone_or_ended(&self.deleted, || Some(self.until())).await;
     }
 }
 
@@ -324,7 +309,9 @@ async fn give_back_once<S: Rows>(
 /// The watchdog: renews the rows of the client's holds without a fixed
 /// lease, all in one round, every third of the watchdog timeout.
 pub(crate) struct Keeper<S: Rows> {
-    kept: Mutex<Vec<Weak<Record<S>>>>,
+    /// By the record's address: kept and forgotten without a scan (an
+    /// acquisition and a release each touch one entry).
+    kept: Mutex<std::collections::HashMap<usize, Weak<Record<S>>>>,
     /// Rounds so far: every [`SWEEP_EVERY`]th also sweeps the table.
     rounds: AtomicUsize,
 }
@@ -366,17 +353,20 @@ impl<S: Rows> Keeper<S> {
 
     /// Keeps `record`'s row renewed.
     fn keep(&self, record: &Arc<Record<S>>) {
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        kept.retain(|r| r.strong_count() > 0);
-        kept.push(Arc::downgrade(record));
+        let at = Arc::as_ptr(record) as usize;
+        self.kept
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(at, Arc::downgrade(record));
     }
 
     /// Stops renewing `record`'s row.
     fn forget(&self, record: &Arc<Record<S>>) {
+        let at = Arc::as_ptr(record) as usize;
         self.kept
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|r| r.strong_count() > 0 && !std::ptr::eq(r.as_ptr(), Arc::as_ptr(record)));
+            .remove(&at);
     }
 
     /// How many holds it renews.
@@ -384,9 +374,11 @@ impl<S: Rows> Keeper<S> {
         self.live().len()
     }
 
+    /// The records still alive and not known gone (the others leave).
     fn live(&self) -> Vec<Arc<Record<S>>> {
-        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        kept.iter()
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.retain(|_, r| r.strong_count() > 0);
+        kept.values()
             .filter_map(Weak::upgrade)
             .filter(|r| !*r.deleted.borrow())
             .collect()

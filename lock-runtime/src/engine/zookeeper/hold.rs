@@ -113,25 +113,9 @@ impl Record {
     }
 
     async fn lost(&self) {
-        let mut deleted = self.deleted.subscribe();
-        let gone = async move {
-            let _ = deleted.wait_for(|d| *d).await;
-        };
-        let ended = async {
-            loop {
-                match self.fixed_until() {
-                    Some(until) => tokio::time::sleep_until(until.into()).await,
-                    None => std::future::pending().await,
-                }
-                if self.fixed_until().is_some_and(|u| Instant::now() >= u) {
-                    return;
-                }
-            }
-        };
         tokio::select! {
             () = self.session.lost() => {}
-            () = gone => {}
-            () = ended => {}
+            () = crate::kept::gone_or_ended(&self.deleted, || self.fixed_until()) => {}
         }
     }
 
