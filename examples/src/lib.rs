@@ -282,7 +282,7 @@ where
 /// loopback ports (never 2379/2380), stopped with the example.
 pub struct Etcd {
     url: String,
-    started: Option<(Child, std::path::PathBuf)>,
+    started: Option<Started>,
 }
 
 impl Etcd {
@@ -356,7 +356,7 @@ impl Etcd {
                 if healthy {
                     return Ok(Etcd {
                         url: format!("etcd://127.0.0.1:{client}"),
-                        started: Some((keeper, dir)),
+                        started: Some(Started { keeper, dir }),
                     });
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -396,23 +396,13 @@ impl Etcd {
     }
 }
 
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        if let Some((mut keeper, dir)) = self.started.take() {
-            drop(keeper.stdin.take());
-            let _ = keeper.wait();
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
 /// The ZooKeeper server an example runs against: `LOCK_URL` when it names
 /// one (`zk://...`), otherwise a throwaway standalone server (the system's
 /// `zookeeper` package, run from its jars) on a free loopback port (never
 /// 2181), stopped with the example.
 pub struct ZooKeeper {
     url: String,
-    started: Option<(Child, std::path::PathBuf)>,
+    started: Option<Started>,
 }
 
 /// The jars a standalone server runs from (Debian's `zookeeper` package;
@@ -483,7 +473,7 @@ impl ZooKeeper {
                 if ruok(port) {
                     return Ok(ZooKeeper {
                         url: format!("zk://127.0.0.1:{port}/locks"),
-                        started: Some((keeper, dir)),
+                        started: Some(Started { keeper, dir }),
                     });
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -530,13 +520,18 @@ fn ruok(port: u16) -> bool {
     conn.write_all(b"ruok").is_ok() && conn.read_to_string(&mut answer).is_ok() && answer == "imok"
 }
 
-impl Drop for ZooKeeper {
+/// A throwaway server an example started: its keeper (which stops the
+/// server once its stdin closes) and its directory, both gone when dropped.
+struct Started {
+    keeper: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Started {
     fn drop(&mut self) {
-        if let Some((mut keeper, dir)) = self.started.take() {
-            drop(keeper.stdin.take());
-            let _ = keeper.wait();
-            let _ = std::fs::remove_dir_all(dir);
-        }
+        drop(self.keeper.stdin.take());
+        let _ = self.keeper.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -553,7 +548,7 @@ impl Drop for ZooKeeper {
 /// connects over TCP with a password made for the run.
 pub struct Postgres {
     url: String,
-    started: Option<(Child, std::path::PathBuf)>,
+    started: Option<Started>,
 }
 
 /// The throwaway cluster's settings (appended to its `postgresql.conf`):
@@ -686,7 +681,10 @@ impl Postgres {
                 if ready {
                     return Ok(Postgres {
                         url: format!("postgres://postgres:{password}@127.0.0.1:{port}/postgres"),
-                        started: Some((keeper, dir.clone())),
+                        started: Some(Started {
+                            keeper,
+                            dir: dir.clone(),
+                        }),
                     });
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -741,16 +739,6 @@ fn postgres_bin() -> Result<std::path::PathBuf, NoRedis> {
     })
 }
 
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        if let Some((mut keeper, dir)) = self.started.take() {
-            drop(keeper.stdin.take());
-            let _ = keeper.wait();
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
 /// The MySQL/MariaDB server an example runs against: `LOCK_URL` when it
 /// names one (`mysql://...` or `mariadb://...`), otherwise a throwaway
 /// MariaDB on a free loopback port (never 3306), stopped with the example.
@@ -764,7 +752,7 @@ impl Drop for Postgres {
 /// Durability is relaxed ([`MARIADB_SETTINGS`]).
 pub struct MariaDb {
     url: String,
-    started: Option<(Child, std::path::PathBuf)>,
+    started: Option<Started>,
 }
 
 /// The throwaway server's options (its bootstrap's too): the tests'
@@ -888,7 +876,10 @@ impl MariaDb {
                 if greets(port) {
                     return Ok(MariaDb {
                         url: format!("mysql://bench:{password}@127.0.0.1:{port}/locks"),
-                        started: Some((keeper, dir.clone())),
+                        started: Some(Started {
+                            keeper,
+                            dir: dir.clone(),
+                        }),
                     });
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -928,16 +919,6 @@ fn greets(port: u16) -> bool {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
     let mut head = [0u8; 5];
     conn.read_exact(&mut head).is_ok() && head[4] == 10
-}
-
-impl Drop for MariaDb {
-    fn drop(&mut self) {
-        if let Some((mut keeper, dir)) = self.started.take() {
-            drop(keeper.stdin.take());
-            let _ = keeper.wait();
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
 }
 
 /// The end of a drain row: awaits the `waiters`, then the `releases` that
