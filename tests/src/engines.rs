@@ -55,15 +55,10 @@ impl Store {
         Store::MySql(MariaDb::start())
     }
 
-    /// Of `kinds`, those this store's engine has (the SQL engines have no
-    /// fair or read-write locks yet).
+    /// Of `kinds`, those this store's engine has (every engine has every
+    /// kind now; kept for an engine that may not).
     pub fn kinds<const N: usize>(&self, kinds: [Kind; N]) -> Vec<Kind> {
-        kinds
-            .into_iter()
-            .filter(|k| {
-                !matches!(self, Store::Postgres(_) | Store::MySql(_)) || *k == Kind::Reentrant
-            })
-            .collect()
+        kinds.into_iter().collect()
     }
 
     /// Whether this store's engine has `kind` (see [`kinds`](Self::kinds)).

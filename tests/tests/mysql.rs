@@ -286,18 +286,6 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         }
         assert_eq!(rows(&my, table), "0");
     }
-
-    // What the SQL engines do not have yet.
-    let c = client(&my.url()).await;
-    assert!(matches!(
-        c.fair_lock("f").try_acquire().await,
-        Err(LockError::Unsupported { .. })
-    ));
-    assert!(matches!(
-        c.read_write_lock("rw").write().try_acquire().await,
-        Err(LockError::Unsupported { .. })
-    ));
-    assert_eq!(rows(&my, "distributed_locks"), "0");
 }
 
 /// Asserts that `name` is `LockError::BadName` on `client` and wrote no

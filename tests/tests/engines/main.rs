@@ -4,8 +4,7 @@
 //! [`on_every_engine!`] makes it five tests, `<case>::on_redis`,
 //! `<case>::on_etcd`, `<case>::on_zookeeper`, `<case>::on_postgres` and
 //! `<case>::on_mysql` (on MariaDB), each against a fresh server of its own
-//! (the cases of fair and read-write locks skip the SQL engines, PostgreSQL
-//! and MySQL, which have neither yet) (DESIGN §3,
+//! (DESIGN §3,
 //! §9: "the client, builders, guards, attribute, `inspect`/`force_unlock`
 //! ... are the same for all").
 //!
@@ -66,18 +65,6 @@ macro_rules! on_every_engine {
                 on_redis => redis, on_etcd => etcd, on_zookeeper => zookeeper,
                 on_postgres => postgres, on_mysql => mysql
             ]
-            $($case),+
-        );
-    };
-}
-
-/// Makes each named case three tests, `on_redis`, `on_etcd` and
-/// `on_zookeeper`: the cases of fair and read-write locks, which the SQL
-/// engines do not have yet.
-macro_rules! on_every_engine_with_fair_and_read_write_locks {
-    ($($case:ident),+ $(,)?) => {
-        on_engines!(
-            [on_redis => redis, on_etcd => etcd, on_zookeeper => zookeeper]
             $($case),+
         );
     };
@@ -160,7 +147,7 @@ on_every_engine!(
     a_dead_store_is_an_error_not_a_busy_lock,
 );
 
-on_every_engine_with_fair_and_read_write_locks!(
+on_every_engine!(
     a_fair_lock_serves_clients_in_arrival_order,
     a_fair_lock_serves_tasks_and_clients_in_arrival_order,
     readers_share_and_a_writer_excludes,

@@ -5,6 +5,7 @@
 //! `RETURNING`: a statement's answer is its affected rows and, for the
 //! token, `LAST_INSERT_ID(expr)` (sent back in the same answer).
 
+use crate::engine::sql::queue::READERS;
 use crate::engine::sql::{KEPT, Table};
 use crate::error::LockError;
 
@@ -27,6 +28,34 @@ pub(crate) fn ddl(table: &Table) -> String {
          locked_by VARCHAR(255) NOT NULL,\n    \
          fence BIGINT NOT NULL DEFAULT 0\n) ENGINE=InnoDB;",
         table.quoted(Q)
+    )
+}
+
+/// The statements that make the lock table and its line (`lockctl
+/// schema`).
+pub(crate) fn all_ddl(table: &Table) -> String {
+    format!("{}\n{}", ddl(table), queue_ddl(table))
+}
+
+/// The line of fair and read-write locks beside the lock table:
+/// `<name>_queue` (a hash of the name when that is longer than an
+/// identifier; see `engine::sql::queue`).
+pub(crate) fn queue(table: &Table) -> Table {
+    table.beside("queue", 64)
+}
+
+/// The statement that makes the line.
+pub(crate) fn queue_ddl(table: &Table) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n    \
+         seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,\n    \
+         name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n    \
+         holder VARCHAR(255) NOT NULL,\n    \
+         side CHAR(1) NOT NULL,\n    \
+         held BOOLEAN NOT NULL DEFAULT FALSE,\n    \
+         ticket_until DATETIME(6) NOT NULL,\n    \
+         KEY by_name (name, seq)\n) ENGINE=InnoDB;",
+        queue(table).quoted(Q)
     )
 }
 
@@ -78,6 +107,55 @@ pub(crate) struct Statements {
     /// How old in µs: rows free that long deleted (none with
     /// `keep_rows`).
     pub(crate) sweep: Option<String>,
+    /// The line's statements (fair and read-write locks).
+    pub(crate) line: Line,
+}
+
+/// The statements on a lock table's line (see `engine::sql::queue`).
+#[derive(Debug, Clone)]
+pub(crate) struct Line {
+    /// Name, holder id, side, µs: a ticket at the back of the line,
+    /// counting that long (its `seq` the last insert id).
+    pub(crate) enqueue: String,
+    /// µs, seq: the ticket made to count that long from now.
+    pub(crate) refresh: String,
+    /// Seq: whether the ticket is there.
+    pub(crate) there: String,
+    /// Name, seq, reader (1 or 0): whether no live ticket before it keeps
+    /// it out.
+    pub(crate) first: String,
+    /// µs, seq: the ticket marked held that long.
+    pub(crate) mark: String,
+    /// Seq: the ticket's mark taken back.
+    pub(crate) unmark: String,
+    /// Name, lease in µs: the readers' row joined (made, taken over when
+    /// free, or shared), its token raised (the last insert id).
+    pub(crate) join: String,
+    /// Name, holder id: its ticket dropped.
+    pub(crate) drop_ticket: String,
+    /// Name, name: the readers' row's token and whether a held reader is
+    /// left, when the readers hold it.
+    pub(crate) readers_left: String,
+    /// Name, token: the readers' row freed if its token is that.
+    pub(crate) free_readers: String,
+    /// Name, holder id, name: the holder's row handed to the readers when
+    /// a held reader is in line.
+    pub(crate) hand_to_readers: String,
+    /// Name, name, holder id: the readers' row's token raised (the last
+    /// insert id) while the holder's ticket holds it.
+    pub(crate) reenter_read: String,
+    /// Name: the live tickets in order (holder id, side, held).
+    pub(crate) tickets: String,
+    /// The live tickets in order (name, holder id, side, held).
+    pub(crate) all_tickets: String,
+    /// Name: the holders of the held tickets.
+    pub(crate) held_tickets: String,
+    /// Name, holder id: a held ticket dropped.
+    pub(crate) force_ticket: String,
+    /// How old in µs: tickets run out that long ago deleted.
+    pub(crate) sweep: String,
+    q: String,
+    t: String,
 }
 
 impl Statements {
@@ -159,7 +237,9 @@ impl Statements {
                  LIMIT 1000"
             )
         });
+        let line = Line::new(table, keep_rows);
         Statements {
+            line,
             acquire,
             look,
             renew_head,
@@ -185,6 +265,125 @@ impl Statements {
             format!("{}({pairs})", self.renew_head),
             format!("{}({pairs})", self.held_of_head),
         )
+    }
+}
+
+impl Line {
+    fn new(table: &Table, keep_rows: bool) -> Line {
+        let t = table.quoted(Q);
+        let q = queue(table).quoted(Q);
+        let held_reader = format!(
+            "EXISTS (SELECT 1 FROM {q} r WHERE r.name = ? AND r.side = 'r' AND r.held = 1 \
+             AND r.ticket_until > {NOW})"
+        );
+        let enqueue = format!(
+            "INSERT INTO {q} (name, holder, side, held, ticket_until) \
+             VALUES (?, ?, ?, 0, TIMESTAMPADD(MICROSECOND, ?, {NOW}))"
+        );
+        let refresh = format!(
+            "UPDATE {q} SET ticket_until = TIMESTAMPADD(MICROSECOND, ?, {NOW}) WHERE seq = ?"
+        );
+        let there = format!("SELECT 1 FROM {q} WHERE seq = ?");
+        let first = format!(
+            "SELECT NOT EXISTS (SELECT 1 FROM {q} e WHERE e.name = ? AND e.seq < ? \
+             AND e.ticket_until > {NOW} AND (? = 0 OR e.side <> 'r'))"
+        );
+        let mark = format!(
+            "UPDATE {q} SET held = 1, ticket_until = TIMESTAMPADD(MICROSECOND, ?, {NOW}) \
+             WHERE seq = ?"
+        );
+        let unmark = format!("UPDATE {q} SET held = 0 WHERE seq = ?");
+        // As `acquire`, for the readers (their end the latest of theirs).
+        let free = "(lock_until <= VALUES(locked_at) OR locked_by = VALUES(locked_by))";
+        let join = format!(
+            "INSERT INTO {t} (name, lock_until, locked_at, locked_by, fence) \
+             VALUES (?, TIMESTAMPADD(MICROSECOND, ?, {NOW}), {NOW}, '{READERS}', \
+                     LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {NOW}))) \
+             ON DUPLICATE KEY UPDATE \
+               fence = IF({free}, LAST_INSERT_ID(GREATEST(fence + 1, VALUES(fence))), fence), \
+               locked_at = IF({free}, VALUES(locked_at), locked_at), \
+               locked_by = IF({free}, VALUES(locked_by), locked_by), \
+               lock_until = IF({free}, GREATEST(lock_until, VALUES(lock_until)), lock_until)"
+        );
+        let drop_ticket = format!("DELETE FROM {q} WHERE name = ? AND holder = ?");
+        let readers_left = format!(
+            "SELECT fence, {held_reader} FROM {t} WHERE name = ? AND locked_by = '{READERS}' \
+             AND lock_until > {NOW}"
+        );
+        let free_readers = if keep_rows {
+            format!(
+                "UPDATE {t} SET lock_until = {NOW} \
+                 WHERE name = ? AND locked_by = '{READERS}' AND fence = ?"
+            )
+        } else {
+            format!("DELETE FROM {t} WHERE name = ? AND locked_by = '{READERS}' AND fence = ?")
+        };
+        let hand_to_readers = format!(
+            "UPDATE {t} SET locked_by = '{READERS}' WHERE name = ? AND locked_by = ? \
+             AND lock_until > {NOW} AND {held_reader}"
+        );
+        let reenter_read = format!(
+            "UPDATE {t} SET fence = LAST_INSERT_ID(fence + 1) WHERE name = ? \
+             AND lock_until > {NOW} AND EXISTS (SELECT 1 FROM {q} r WHERE r.name = ? \
+               AND r.holder = ? AND r.held = 1 AND r.ticket_until > {NOW})"
+        );
+        let tickets = format!(
+            "SELECT holder, side, held FROM {q} WHERE name = ? AND ticket_until > {NOW} \
+             ORDER BY seq"
+        );
+        let all_tickets = format!(
+            "SELECT name, holder, side, held FROM {q} WHERE ticket_until > {NOW} ORDER BY seq"
+        );
+        let held_tickets = format!("SELECT holder FROM {q} WHERE name = ? AND held = 1");
+        let force_ticket = format!("DELETE FROM {q} WHERE name = ? AND holder = ? AND held = 1");
+        let sweep = format!(
+            "DELETE FROM {q} WHERE ticket_until < TIMESTAMPADD(MICROSECOND, -?, {NOW}) LIMIT 1000"
+        );
+        Line {
+            enqueue,
+            refresh,
+            there,
+            first,
+            mark,
+            unmark,
+            join,
+            drop_ticket,
+            readers_left,
+            free_readers,
+            hand_to_readers,
+            reenter_read,
+            tickets,
+            all_tickets,
+            held_tickets,
+            force_ticket,
+            sweep,
+            q,
+            t,
+        }
+    }
+
+    /// The renewal of `n` held tickets (a lease in µs, then `n` name and
+    /// holder id pairs), the renewal of the readers' rows among them (a
+    /// lease in µs, then the pairs), and the look at which tickets are
+    /// held since (the pairs).
+    pub(crate) fn renew(&self, n: usize) -> [String; 3] {
+        let (q, t) = (&self.q, &self.t);
+        let pairs = vec!["(?, ?)"; n].join(", ");
+        [
+            format!(
+                "UPDATE {q} SET ticket_until = TIMESTAMPADD(MICROSECOND, ?, {NOW}) \
+                 WHERE held = 1 AND ticket_until > {NOW} AND (name, holder) IN ({pairs})"
+            ),
+            format!(
+                "UPDATE {t} SET lock_until = GREATEST(lock_until, TIMESTAMPADD(MICROSECOND, ?, {NOW})) \
+                 WHERE locked_by = '{READERS}' AND lock_until > {NOW} AND name IN \
+                   (SELECT name FROM {q} WHERE side = 'r' AND held = 1 AND (name, holder) IN ({pairs}))"
+            ),
+            format!(
+                "SELECT name, holder FROM {q} WHERE held = 1 AND ticket_until > {NOW} \
+                 AND (name, holder) IN ({pairs})"
+            ),
+        ]
     }
 }
 

@@ -40,8 +40,10 @@
 //!   was lost is found again by its holder id (the next try takes its own
 //!   row over) or given back by the undo of a dropped acquisition.
 //!
-//! `fair_lock`, `read_write_lock` and quorum locks are
-//! [`LockError::Unsupported`] on this engine for now, as is replica sync.
+//! `fair_lock` and `read_write_lock` keep a line of tickets beside the
+//! lock table (`<table>_queue`; see `engine::sql::queue`), and their
+//! waiters poll it. Quorum locks are [`LockError::Unsupported`] on this
+//! engine, as is replica sync.
 
 mod layout;
 mod ops;
@@ -183,7 +185,7 @@ impl Target {
 /// The statement that makes the lock table `config`'s URL names
 /// (`lockctl schema`).
 pub(crate) fn ddl(config: &Config) -> Result<String, LockError> {
-    Ok(layout::ddl(&Target::parse(config)?.table))
+    Ok(layout::all_ddl(&Target::parse(config)?.table))
 }
 
 /// How many acquisitions of lock `name` by this process's clients of the
@@ -408,27 +410,9 @@ async fn prepare_table(
     let table = &target.table;
     let quoted = table.quoted(Q);
     let schema = table.schema.clone();
-    let exists: Option<u64> = conn
-        .exec_first(
-            "SELECT COUNT(*) FROM information_schema.TABLES \
-             WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
-            (schema.clone(), table.name.clone()),
-        )
-        .await
-        .map_err(|e| store_error(&e))?;
-    if exists.unwrap_or(0) == 0
-        && let Err(e) = conn.query_drop(layout::ddl(table)).await
-    {
-        return Err(match server_code(&e) {
-            // Denied: CREATE (1142), or the database (1044).
-            Some(1142 | 1044) => LockError::Config(format!(
-                "the table {quoted} is missing and this role may not create it; \
-                 have the lock table made with:\n{}",
-                layout::ddl(table)
-            )),
-            _ => store_error(&e),
-        });
-    }
+    make(conn, table, table, &layout::ddl(table)).await?;
+    let queue = layout::queue(table);
+    make(conn, table, &queue, &layout::queue_ddl(table)).await?;
     let columns: Vec<Column> = conn
         .exec(
             "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH, IS_NULLABLE, \
@@ -486,6 +470,40 @@ async fn prepare_table(
         }
     }
     Ok((longest, charset))
+}
+
+/// Makes `which` (the lock table `table` or its line) with `ddl` when it
+/// is missing. A role that may not gets [`LockError::Config`] with the
+/// statements to run.
+async fn make(
+    conn: &mut Conn,
+    table: &crate::engine::sql::Table,
+    which: &crate::engine::sql::Table,
+    ddl: &str,
+) -> Result<(), LockError> {
+    let exists: Option<u64> = conn
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.TABLES \
+             WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
+            (which.schema.clone(), which.name.clone()),
+        )
+        .await
+        .map_err(|e| store_error(&e))?;
+    if exists.unwrap_or(0) == 0
+        && let Err(e) = conn.query_drop(ddl).await
+    {
+        return Err(match server_code(&e) {
+            // Denied: CREATE (1142), or the database (1044).
+            Some(1142 | 1044) => LockError::Config(format!(
+                "the table {} is missing and this role may not create it; \
+                 have the lock tables made with:\n{}",
+                which.quoted(Q),
+                layout::all_ddl(table)
+            )),
+            _ => store_error(&e),
+        });
+    }
+    Ok(())
 }
 
 /// The server's error code of `e`, if it is the server's.

@@ -1,36 +1,13 @@
 //! The operations on any lock on MySQL, ShedLock's holders included:
 //! `inspect`, `locks` (lockctl's list) and `force_unlock`.
 
-use std::time::Duration;
+use std::collections::HashMap;
 
 use super::My;
-use crate::engine::sql::KEPT;
+use crate::engine::sql::queue::{Ticket, describe};
 use crate::error::LockError;
-use crate::info::{HolderInfo, LockInfo, LockKind};
-use mysql_async::Row;
-
-/// What a held row says: its holder (our holder ids; ShedLock writes its
-/// host's name) and the time it has left by the database's clock.
-fn info(my: &My, name: &str, locked_by: &str, left_us: i64) -> LockInfo {
-    let (id, kept) = match locked_by.strip_suffix(KEPT) {
-        Some(id) => (id.to_owned(), true),
-        None => (locked_by.to_owned(), false),
-    };
-    let count = crate::kept::holds_of(&my.records, name, &id, kept);
-    LockInfo {
-        name: name.to_owned(),
-        kind: LockKind::Reentrant,
-        mode: None,
-        holders: vec![HolderInfo {
-            guards: my.own.guards(name, &id),
-            id,
-            count,
-            write: false,
-        }],
-        ttl: Some(Duration::from_micros(u64::try_from(left_us).unwrap_or(0))),
-        queue: Vec::new(),
-    }
-}
+use crate::info::LockInfo;
+use mysql_async::{Params, Row};
 
 /// What lock `name` looks like on MySQL; `None` when nobody holds it (no
 /// row, or a row whose lease ended).
@@ -39,23 +16,37 @@ pub(crate) async fn inspect(my: &My, name: &str) -> Result<Option<LockInfo>, Loc
     let answer = my
         .query::<(String, i64, i64)>(&my.st.inspect, (name,).into())
         .await?;
-    Ok(answer
-        .rows
-        .first()
-        .map(|(locked_by, _, left)| info(my, name, locked_by, *left)))
+    let Some((locked_by, _, left)) = answer.rows.first() else {
+        return Ok(None);
+    };
+    let tickets = my
+        .query::<Ticket>(&my.st.line.tickets, (name,).into())
+        .await?
+        .rows;
+    Ok(Some(describe(&my.common, name, locked_by, *left, &tickets)))
 }
 
 /// The held locks whose names match `pattern` (`*` and `?` wildcards), in
 /// name order.
 pub(crate) async fn locks(my: &My, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
     let answer = my
-        .query::<(String, String, i64)>(&my.st.held, mysql_async::Params::Empty)
+        .query::<(String, String, i64)>(&my.st.held, Params::Empty)
         .await?;
+    let mut tickets: HashMap<String, Vec<Ticket>> = HashMap::new();
+    let all = my
+        .query::<(String, String, String, bool)>(&my.st.line.all_tickets, Params::Empty)
+        .await?;
+    for (name, holder, side, held) in all.rows {
+        tickets.entry(name).or_default().push((holder, side, held));
+    }
     Ok(answer
         .rows
         .iter()
         .filter(|(name, _, _)| crate::request::glob(pattern.as_bytes(), name.as_bytes()))
-        .map(|(name, locked_by, left)| info(my, name, locked_by, *left))
+        .map(|(name, locked_by, left)| {
+            let line = tickets.get(name).map_or(&[][..], Vec::as_slice);
+            describe(&my.common, name, locked_by, *left, line)
+        })
         .collect())
 }
 
@@ -64,6 +55,21 @@ pub(crate) async fn locks(my: &My, pattern: &str) -> Result<Vec<LockInfo>, LockE
 /// loss. Whether it was held.
 pub(crate) async fn force_unlock(my: &My, name: &str) -> Result<bool, LockError> {
     my.check_name(name)?;
+    // The held tickets first: a reader let in meanwhile finds the row
+    // freed, or is lost with the rest.
+    let held = my
+        .query::<String>(&my.st.line.held_tickets, (name,).into())
+        .await?;
+    let mut readers = Vec::new();
+    for holder in held.rows {
+        let dropped = my
+            .query::<Row>(&my.st.line.force_ticket, (name, holder.as_str()).into())
+            .await?;
+        if dropped.affected > 0 {
+            readers.push(holder);
+        }
+    }
+    my.deleted(name, &readers);
     // The holder looked up, then its row freed by its holder id: a holder
     // that changed in between is looked up again.
     for _ in 0..8 {

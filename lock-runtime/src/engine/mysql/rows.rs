@@ -87,10 +87,52 @@ impl Rows for My {
         Ok(!held.rows.is_empty())
     }
 
+    async fn renew_tickets(
+        &self,
+        holds: &[(&str, &str)],
+        lease: Duration,
+    ) -> Result<Vec<bool>, LockError> {
+        let mut renewed = Vec::with_capacity(holds.len());
+        for batch in holds.chunks(BATCH) {
+            let [tickets, readers, held_of] = self.st.line.renew(batch.len());
+            let pairs: Vec<Value> = batch
+                .iter()
+                .flat_map(|(name, holder)| [Value::from(*name), Value::from(*holder)])
+                .collect();
+            let with_lease = || {
+                let mut params = vec![Value::from(micros(lease))];
+                params.extend(pairs.iter().cloned());
+                Params::Positional(params)
+            };
+            let mut conn = None;
+            self.on::<Row>(&mut conn, &tickets, with_lease()).await?;
+            self.on::<Row>(&mut conn, &readers, with_lease()).await?;
+            let held = self
+                .on::<(String, String)>(&mut conn, &held_of, Params::Positional(pairs.clone()))
+                .await?
+                .rows;
+            renewed.extend(
+                batch
+                    .iter()
+                    .map(|(name, holder)| held.iter().any(|(n, h)| n == name && h == holder)),
+            );
+        }
+        Ok(renewed)
+    }
+
+    async fn reenter_read(&self, name: &str, holder: &str) -> Result<Option<u64>, LockError> {
+        let answer = self
+            .query::<Row>(&self.st.line.reenter_read, (name, name, holder).into())
+            .await?;
+        Ok((answer.affected > 0).then(|| answer.last_id.unwrap_or(0)))
+    }
+
     async fn sweep(&self, old: Duration) -> Result<(), LockError> {
         if let Some(sweep) = &self.st.sweep {
             self.query::<Row>(sweep, (micros(old),).into()).await?;
         }
+        self.query::<Row>(&self.st.line.sweep, (micros(old),).into())
+            .await?;
         Ok(())
     }
 }

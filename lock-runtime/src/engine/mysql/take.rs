@@ -10,16 +10,13 @@ use std::time::{Duration, Instant};
 use mysql_async::Row;
 use tokio::sync::OwnedMutexGuard;
 
-use super::{ENGINE, Lease, My, Slot};
+use super::{Answer, ENGINE, Lease, My, Slot};
 use crate::engine::sql::micros;
+use crate::engine::sql::queue::{FIRST_POLL, Line, Side, leave};
 use crate::engine::sql::take::{SqlTaking, Taken};
 use crate::error::LockError;
 use crate::kept::Undo;
 use crate::request::{Options, Target, timed_out, within};
-
-/// The first pause of a polling waiter; each next one is twice as long,
-/// up to the cap.
-const FIRST_POLL: Duration = Duration::from_millis(4);
 
 /// Who takes the hold.
 type How<'a> = crate::engine::sql::take::How<'a, My>;
@@ -35,7 +32,163 @@ impl SqlTaking for My {
             holder: holder.to_owned(),
             until: None,
             slot: None,
+            line: Line::default(),
         }
+    }
+
+    fn check_lock_name(&self, name: &str) -> Result<(), LockError> {
+        self.check_name(name)
+    }
+
+    fn line(made: &mut Made) -> &mut Line {
+        &mut made.line
+    }
+
+    async fn enqueue(
+        &self,
+        made: &mut Made,
+        name: &str,
+        holder: &str,
+        side: Side,
+        ttl: Duration,
+    ) -> Result<i64, LockError> {
+        made.name = name.to_owned();
+        let st = &self.st.line.enqueue;
+        let answer = made
+            .on(st, (name, holder, side.code(), micros(ttl)).into())
+            .await?;
+        let seq = answer.last_id.and_then(|id| i64::try_from(id).ok());
+        seq.ok_or_else(|| LockError::Store {
+            engine: ENGINE,
+            message: format!("lock `{name}`: a ticket was made without a number"),
+            transient: true,
+        })
+    }
+
+    async fn look(
+        &self,
+        made: &mut Made,
+        name: &str,
+        seq: i64,
+        side: Side,
+        ttl: Duration,
+    ) -> Result<Option<bool>, LockError> {
+        let line = &self.st.line;
+        let refreshed = made.on(&line.refresh, (micros(ttl), seq).into()).await?;
+        // Nothing changed is no proof it is gone (the same microsecond).
+        if refreshed.affected == 0 && made.on(&line.there, (seq,).into()).await?.rows.is_empty() {
+            return Ok(None);
+        }
+        let reader = u8::from(side == Side::Read);
+        let first = made
+            .on_rows::<Option<bool>>(&line.first, (name, seq, reader).into())
+            .await?;
+        Ok(Some(first.into_iter().next().flatten().unwrap_or(false)))
+    }
+
+    async fn take_turn(
+        &self,
+        made: &mut Made,
+        name: &str,
+        holder: &str,
+        seq: i64,
+        lease: Duration,
+    ) -> Result<Option<u64>, LockError> {
+        let lease_us = micros(lease);
+        let taken = made
+            .on(&self.st.acquire, (name, lease_us, holder).into())
+            .await?;
+        if taken.affected == 0 {
+            return Ok(None);
+        }
+        made.on(&self.st.line.mark, (lease_us, seq).into()).await?;
+        Ok(Some(taken.last_id.unwrap_or(0)))
+    }
+
+    async fn join(
+        &self,
+        made: &mut Made,
+        name: &str,
+        seq: i64,
+        lease: Duration,
+    ) -> Result<Option<u64>, LockError> {
+        // Marked first: a last reader leaving meanwhile sees this one and
+        // leaves the row to it (see `engine::sql::queue`).
+        let line = &self.st.line;
+        let lease_us = micros(lease);
+        let marked = made.on(&line.mark, (lease_us, seq).into()).await?;
+        if marked.affected == 0 {
+            return Ok(None);
+        }
+        let joined = made.on(&line.join, (name, lease_us).into()).await?;
+        if joined.affected > 0 {
+            return Ok(Some(joined.last_id.unwrap_or(0)));
+        }
+        made.on(&line.unmark, (seq,).into()).await?;
+        Ok(None)
+    }
+
+    async fn mark(&self, made: &mut Made, seq: i64, lease: Duration) -> Result<(), LockError> {
+        made.on(&self.st.line.mark, (micros(lease), seq).into())
+            .await?;
+        Ok(())
+    }
+
+    async fn drop_ticket(
+        &self,
+        made: &mut Made,
+        name: &str,
+        holder: &str,
+    ) -> Result<bool, LockError> {
+        let answer = made
+            .on(&self.st.line.drop_ticket, (name, holder).into())
+            .await?;
+        Ok(answer.affected > 0)
+    }
+
+    async fn readers_left(
+        &self,
+        made: &mut Made,
+        name: &str,
+    ) -> Result<Option<(i64, bool)>, LockError> {
+        let rows = made
+            .on_rows::<(i64, bool)>(&self.st.line.readers_left, (name, name).into())
+            .await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn free_readers(
+        &self,
+        made: &mut Made,
+        name: &str,
+        fence: i64,
+    ) -> Result<bool, LockError> {
+        let answer = made
+            .on(&self.st.line.free_readers, (name, fence).into())
+            .await?;
+        Ok(answer.affected > 0)
+    }
+
+    async fn hand_to_readers(
+        &self,
+        made: &mut Made,
+        name: &str,
+        holder: &str,
+    ) -> Result<bool, LockError> {
+        let answer = made
+            .on(&self.st.line.hand_to_readers, (name, holder, name).into())
+            .await?;
+        Ok(answer.affected > 0)
+    }
+
+    async fn release_row(
+        &self,
+        made: &mut Made,
+        name: &str,
+        holder: &str,
+    ) -> Result<bool, LockError> {
+        let answer = made.on(&self.st.release, (name, holder).into()).await?;
+        Ok(answer.affected > 0)
     }
 
     fn take<'a>(
@@ -70,9 +223,33 @@ pub(crate) struct Made {
     /// caller left is finished before the next one starts), so the undo
     /// runs after a try whose answer was lost, never before it lands.
     slot: Option<Slot>,
+    /// Its place in line (fair and read-write locks).
+    line: Line,
 }
 
 impl Made {
+    /// Runs `statement` on the acquisition's connection.
+    async fn on(
+        &mut self,
+        statement: &str,
+        params: mysql_async::Params,
+    ) -> Result<Answer<Row>, LockError> {
+        let my = self.my.clone();
+        let mut conn = self.lease().await?;
+        my.on::<Row>(&mut conn, statement, params).await
+    }
+
+    /// [`on`](Self::on), for its rows.
+    async fn on_rows<T: mysql_async::prelude::FromRow + Send + 'static>(
+        &mut self,
+        statement: &str,
+        params: mysql_async::Params,
+    ) -> Result<Vec<T>, LockError> {
+        let my = self.my.clone();
+        let mut conn = self.lease().await?;
+        Ok(my.on::<T>(&mut conn, statement, params).await?.rows)
+    }
+
     /// The acquisition's connection: the one of its earlier tries, else
     /// one of the pool (kept for the next).
     async fn lease(&mut self) -> Result<Option<Lease>, LockError> {
@@ -87,13 +264,18 @@ impl Made {
 
 impl Undo for Made {
     fn take(&mut self) -> Option<Made> {
-        let until = self.until.take()?;
+        let until = self.until.take();
+        let line = std::mem::take(&mut self.line);
+        if until.is_none() && line.ticket.is_none() {
+            return None;
+        }
         Some(Made {
             slot: self.slot.clone(),
             my: self.my.clone(),
             name: self.name.clone(),
             holder: self.holder.clone(),
-            until: Some(until),
+            until,
+            line,
         })
     }
 
@@ -109,11 +291,19 @@ impl Undo for Made {
                 .await?;
             self.until = None;
         }
+        if self.line.ticket.is_some() {
+            let my = self.my.clone();
+            let (name, holder, side) = (self.name.clone(), self.holder.clone(), self.line.side);
+            leave(&my, self, &name, &holder, side).await?;
+            self.line.ticket = None;
+        }
         Ok(())
     }
 
     fn may_outlive(&self) -> bool {
-        self.until.is_some_and(|until| Instant::now() < until)
+        let now = Instant::now();
+        self.until.is_some_and(|until| now < until)
+            || self.line.ticket.is_some_and(|until| now < until)
     }
 
     fn what(&self) -> String {

@@ -51,8 +51,10 @@
 //!   the undo of a dropped acquisition. Connection loss and timeouts inside
 //!   `wait` are tried again.
 //!
-//! `fair_lock`, `read_write_lock` and quorum locks are
-//! [`LockError::Unsupported`] on this engine for now, as is replica sync.
+//! `fair_lock` and `read_write_lock` keep a line of tickets beside the
+//! lock table (`<table>_queue`; see `engine::sql::queue`), and their
+//! waiters poll it. Quorum locks are [`LockError::Unsupported`] on this
+//! engine, as is replica sync.
 //! A failover of the database to an asynchronous replica can lose or
 //! duplicate a hold, as with Redis: the guard learns it at its next
 //! renewal, and fencing is the defence.
@@ -230,6 +232,25 @@ pub(crate) struct Prepared {
     pub(crate) wait: Statement,
     pub(crate) unwait: Statement,
     pub(crate) sweep: Statement,
+    pub(crate) line: PreparedLine,
+}
+
+/// The statements of [`layout::Line`], prepared on one connection.
+pub(crate) struct PreparedLine {
+    pub(crate) enqueue: Statement,
+    pub(crate) look: Statement,
+    pub(crate) take_turn: Statement,
+    pub(crate) join: Statement,
+    pub(crate) mark: Statement,
+    pub(crate) drop_ticket: Statement,
+    pub(crate) readers_left: Statement,
+    pub(crate) free_readers: Statement,
+    pub(crate) hand_to_readers: Statement,
+    pub(crate) renew_tickets: Statement,
+    pub(crate) reenter_read: Statement,
+    pub(crate) tickets: Statement,
+    pub(crate) all_tickets: Statement,
+    pub(crate) force_tickets: Statement,
 }
 
 /// A place in the pool: its connection once made.
@@ -356,10 +377,35 @@ impl Pg {
         slot: usize,
     ) -> Result<Conn, LockError> {
         let s = &self.statements;
+        let l = &s.line;
         let prepared = futures_util::future::try_join_all(
             [
-                &s.acquire, &s.renew, &s.release, &s.keep, &s.reenter, &s.extend, &s.force,
-                &s.inspect, &s.held, &s.wait, &s.unwait, &s.sweep,
+                &s.acquire,
+                &s.renew,
+                &s.release,
+                &s.keep,
+                &s.reenter,
+                &s.extend,
+                &s.force,
+                &s.inspect,
+                &s.held,
+                &s.wait,
+                &s.unwait,
+                &s.sweep,
+                &l.enqueue,
+                &l.look,
+                &l.take_turn,
+                &l.join,
+                &l.mark,
+                &l.drop_ticket,
+                &l.readers_left,
+                &l.free_readers,
+                &l.hand_to_readers,
+                &l.renew_tickets,
+                &l.reenter_read,
+                &l.tickets,
+                &l.all_tickets,
+                &l.force_tickets,
             ]
             .map(|text| client.prepare(text)),
         )
@@ -380,6 +426,22 @@ impl Pg {
             wait: next(),
             unwait: next(),
             sweep: next(),
+            line: PreparedLine {
+                enqueue: next(),
+                look: next(),
+                take_turn: next(),
+                join: next(),
+                mark: next(),
+                drop_ticket: next(),
+                readers_left: next(),
+                free_readers: next(),
+                hand_to_readers: next(),
+                renew_tickets: next(),
+                reenter_read: next(),
+                tickets: next(),
+                all_tickets: next(),
+                force_tickets: next(),
+            },
         };
         Ok(Conn {
             client,
@@ -544,6 +606,7 @@ async fn prepare_table(
         table,
     )
     .await?;
+    make(client, table.queue_ddl(), &table.queue().quoted(Q), table).await?;
     // From the catalog, not `information_schema` (which shows only the
     // columns this role may use).
     let columns = client

@@ -1,59 +1,57 @@
 //! The operations on any lock on PostgreSQL, ShedLock's holders included:
 //! `inspect`, `locks` (lockctl's list) and `force_unlock`.
 
-use std::time::Duration;
+use std::collections::HashMap;
 
 use super::Pg;
 use super::layout::check_name;
-use crate::engine::sql::KEPT;
+use crate::engine::sql::queue::{Ticket, describe};
 use crate::error::LockError;
-use crate::info::{HolderInfo, LockInfo, LockKind};
-
-/// What a held row says: its holder (our holder ids; ShedLock writes its
-/// host's name) and the time it has left by the database's clock.
-fn info(pg: &Pg, name: &str, locked_by: &str, left_us: i64) -> LockInfo {
-    let (id, kept) = match locked_by.strip_suffix(KEPT) {
-        Some(id) => (id.to_owned(), true),
-        None => (locked_by.to_owned(), false),
-    };
-    let count = crate::kept::holds_of(&pg.records, name, &id, kept);
-    LockInfo {
-        name: name.to_owned(),
-        kind: LockKind::Reentrant,
-        mode: None,
-        holders: vec![HolderInfo {
-            guards: pg.own.guards(name, &id),
-            id,
-            count,
-            write: false,
-        }],
-        ttl: Some(Duration::from_micros(u64::try_from(left_us).unwrap_or(0))),
-        queue: Vec::new(),
-    }
-}
+use crate::info::LockInfo;
 
 /// What lock `name` looks like on PostgreSQL; `None` when nobody holds it
 /// (no row, or a row whose lease ended).
 pub(crate) async fn inspect(pg: &Pg, name: &str) -> Result<Option<LockInfo>, LockError> {
     check_name(name, pg.longest)?;
     let rows = pg.query(|s| &s.inspect, &[&name]).await?;
-    Ok(rows.first().map(|row| {
-        let locked_by: String = row.get(0);
-        info(pg, name, &locked_by, row.get(2))
-    }))
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let tickets: Vec<Ticket> = pg
+        .query(|s| &s.line.tickets, &[&name])
+        .await?
+        .iter()
+        .map(|t| (t.get(0), t.get(1), t.get(2)))
+        .collect();
+    let locked_by: String = row.get(0);
+    Ok(Some(describe(
+        &pg.common,
+        name,
+        &locked_by,
+        row.get(2),
+        &tickets,
+    )))
 }
 
 /// The held locks whose names match `pattern` (`*` and `?` wildcards), in
 /// name order.
 pub(crate) async fn locks(pg: &Pg, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
     let rows = pg.query(|s| &s.held, &[]).await?;
+    let mut tickets: HashMap<String, Vec<Ticket>> = HashMap::new();
+    for t in pg.query(|s| &s.line.all_tickets, &[]).await? {
+        tickets
+            .entry(t.get(0))
+            .or_default()
+            .push((t.get(1), t.get(2), t.get(3)));
+    }
     Ok(rows
         .iter()
         .filter_map(|row| {
             let name: String = row.get(0);
             crate::request::glob(pattern.as_bytes(), name.as_bytes()).then(|| {
                 let locked_by: String = row.get(1);
-                info(pg, &name, &locked_by, row.get(2))
+                let line = tickets.get(&name).map_or(&[][..], Vec::as_slice);
+                describe(&pg.common, &name, &locked_by, row.get(2), line)
             })
         })
         .collect())
@@ -65,8 +63,13 @@ pub(crate) async fn locks(pg: &Pg, pattern: &str) -> Result<Vec<LockInfo>, LockE
 pub(crate) async fn force_unlock(pg: &Pg, name: &str) -> Result<bool, LockError> {
     check_name(name, pg.longest)?;
     let channel = pg.channel();
+    // The held tickets first: a reader let in meanwhile finds the row
+    // freed, or is lost with the rest.
+    let readers = pg.query(|s| &s.line.force_tickets, &[&name]).await?;
     let rows = pg.query(|s| &s.force, &[&name, &channel]).await?;
-    let holders: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    let mut holders: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    let held = !holders.is_empty();
+    holders.extend(readers.iter().map(|r| r.get::<_, String>(0)));
     pg.deleted(name, &holders);
-    Ok(!holders.is_empty())
+    Ok(held)
 }

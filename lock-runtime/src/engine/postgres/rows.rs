@@ -59,6 +59,38 @@ impl Rows for Pg {
         Ok(!rows.is_empty())
     }
 
+    async fn renew_tickets(
+        &self,
+        holds: &[(&str, &str)],
+        lease: Duration,
+    ) -> Result<Vec<bool>, LockError> {
+        let names: Vec<&str> = holds.iter().map(|h| h.0).collect();
+        let holders: Vec<&str> = holds.iter().map(|h| h.1).collect();
+        let rows = self
+            .query(
+                |s| &s.line.renew_tickets,
+                &[&names, &holders, &micros(lease)],
+            )
+            .await?;
+        let renewed: Vec<(String, String)> = rows
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+            .collect();
+        Ok(holds
+            .iter()
+            .map(|(name, holder)| renewed.iter().any(|(n, h)| n == name && h == holder))
+            .collect())
+    }
+
+    async fn reenter_read(&self, name: &str, holder: &str) -> Result<Option<u64>, LockError> {
+        let rows = self
+            .query(|s| &s.line.reenter_read, &[&name, &holder])
+            .await?;
+        Ok(rows
+            .first()
+            .map(|row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)))
+    }
+
     async fn sweep(&self, old: Duration) -> Result<(), LockError> {
         self.query(|s| &s.sweep, &[&micros(old)]).await?;
         Ok(())

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Conn, ENGINE, Pg, layout};
+use super::{Conn, ENGINE, Pg, Prepared, layout};
 use crate::engine::sql::micros;
+use crate::engine::sql::queue::{Line, Side, leave};
 use crate::engine::sql::take::{SqlTaking, Taken};
 use crate::error::LockError;
 use crate::kept::Undo;
@@ -34,7 +35,141 @@ impl SqlTaking for Pg {
             stray: None,
             registered: None,
             conn: None,
+            line: Line::default(),
         }
+    }
+
+    fn check_lock_name(&self, name: &str) -> Result<(), LockError> {
+        layout::check_name(name, self.longest)
+    }
+
+    fn line(made: &mut Made) -> &mut Line {
+        &mut made.line
+    }
+
+    async fn enqueue(
+        &self,
+        made: &mut Made,
+        name: &str,
+        holder: &str,
+        side: Side,
+        ttl: Duration,
+    ) -> Result<i64, LockError> {
+        made.name = name.to_owned();
+        let rows = made
+            .on(
+                |s| &s.line.enqueue,
+                &[&name, &holder, &side.code(), &micros(ttl)],
+            )
+            .await?;
+        rows.first()
+            .map(|r| r.get(0))
+            .ok_or_else(|| no_answer(name))
+    }
+
+    async fn look(
+        &self,
+        made: &mut Made,
+        name: &str,
+        seq: i64,
+        side: Side,
+        ttl: Duration,
+    ) -> Result<Option<bool>, LockError> {
+        let reader = side == Side::Read;
+        let rows = made
+            .on(|s| &s.line.look, &[&name, &seq, &reader, &micros(ttl)])
+            .await?;
+        Ok(rows.first().map(|r| r.get(0)))
+    }
+
+    async fn take_turn(
+        &self,
+        made: &mut Made,
+        name: &str,
+        holder: &str,
+        seq: i64,
+        lease: Duration,
+    ) -> Result<Option<u64>, LockError> {
+        let rows = made
+            .on(
+                |s| &s.line.take_turn,
+                &[&name, &holder, &micros(lease), &seq],
+            )
+            .await?;
+        Ok(rows.first().map(token))
+    }
+
+    async fn join(
+        &self,
+        made: &mut Made,
+        name: &str,
+        seq: i64,
+        lease: Duration,
+    ) -> Result<Option<u64>, LockError> {
+        let rows = made
+            .on(|s| &s.line.join, &[&name, &seq, &micros(lease)])
+            .await?;
+        Ok(rows.first().map(token))
+    }
+
+    async fn mark(&self, made: &mut Made, seq: i64, lease: Duration) -> Result<(), LockError> {
+        made.on(|s| &s.line.mark, &[&seq, &micros(lease)]).await?;
+        Ok(())
+    }
+
+    async fn drop_ticket(
+        &self,
+        made: &mut Made,
+        name: &str,
+        holder: &str,
+    ) -> Result<bool, LockError> {
+        let rows = made.on(|s| &s.line.drop_ticket, &[&name, &holder]).await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn readers_left(
+        &self,
+        made: &mut Made,
+        name: &str,
+    ) -> Result<Option<(i64, bool)>, LockError> {
+        let rows = made.on(|s| &s.line.readers_left, &[&name]).await?;
+        Ok(rows.first().map(|r| (r.get(0), r.get(1))))
+    }
+
+    async fn free_readers(
+        &self,
+        made: &mut Made,
+        name: &str,
+        fence: i64,
+    ) -> Result<bool, LockError> {
+        let channel = self.channel().to_owned();
+        let rows = made
+            .on(|s| &s.line.free_readers, &[&name, &fence, &channel])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn hand_to_readers(
+        &self,
+        made: &mut Made,
+        name: &str,
+        holder: &str,
+    ) -> Result<bool, LockError> {
+        let rows = made
+            .on(|s| &s.line.hand_to_readers, &[&name, &holder])
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn release_row(
+        &self,
+        made: &mut Made,
+        name: &str,
+        holder: &str,
+    ) -> Result<bool, LockError> {
+        let channel = self.channel().to_owned();
+        let rows = made.on(|s| &s.release, &[&name, &holder, &channel]).await?;
+        Ok(!rows.is_empty())
     }
 
     fn take<'a>(
@@ -49,6 +184,20 @@ impl SqlTaking for Pg {
 
     fn owned(made: &mut Made) {
         made.until = None;
+    }
+}
+
+/// A token from a row's first column.
+fn token(row: &tokio_postgres::Row) -> u64 {
+    u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)
+}
+
+/// A statement that answered no row where one was due.
+fn no_answer(name: &str) -> LockError {
+    LockError::Store {
+        engine: ENGINE,
+        message: format!("lock `{name}`: a statement on the line answered nothing"),
+        transient: true,
     }
 }
 
@@ -74,9 +223,21 @@ pub(crate) struct Made {
     /// statements on one connection run in the order they are sent, so
     /// the undo (or a later try) runs after a try whose answer was lost.
     conn: Option<Arc<Conn>>,
+    /// Its place in line (fair and read-write locks).
+    line: Line,
 }
 
 impl Made {
+    /// Runs `which` on the acquisition's connection.
+    async fn on(
+        &mut self,
+        which: fn(&Prepared) -> &tokio_postgres::Statement,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, LockError> {
+        let conn = self.conn().await?;
+        self.pg.query_on(&conn, which, params).await
+    }
+
     /// The acquisition's connection, made or taken from the pool when it
     /// has none that is open.
     async fn conn(&mut self) -> Result<Arc<Conn>, LockError> {
@@ -94,7 +255,8 @@ impl Made {
 impl Undo for Made {
     fn take(&mut self) -> Option<Made> {
         let (until, registered) = (self.until.take(), self.registered.take());
-        if until.is_none() && registered.is_none() {
+        let line = std::mem::take(&mut self.line);
+        if until.is_none() && registered.is_none() && line.ticket.is_none() {
             return None;
         }
         Some(Made {
@@ -105,6 +267,7 @@ impl Undo for Made {
             stray: self.stray,
             registered,
             conn: self.conn.clone(),
+            line,
         })
     }
 
@@ -124,6 +287,11 @@ impl Undo for Made {
                 .await?;
             self.until = None;
         }
+        if self.line.ticket.is_some() {
+            let (name, holder, side) = (self.name.clone(), self.holder.clone(), self.line.side);
+            leave(&pg, self, &name, &holder, side).await?;
+            self.line.ticket = None;
+        }
         Ok(())
     }
 
@@ -131,6 +299,7 @@ impl Undo for Made {
         let now = Instant::now();
         self.until.is_some_and(|until| now < until)
             || self.registered.is_some_and(|until| now < until)
+            || self.line.ticket.is_some_and(|until| now < until)
     }
 
     fn what(&self) -> String {

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedMutexGuard, watch};
 
 use super::Rows;
+use super::queue::{Side, leave};
+use super::take::{How, SqlTaking};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
@@ -27,6 +29,9 @@ pub(crate) struct Record<S: Rows> {
     pub(crate) store: Arc<S>,
     pub(crate) name: String,
     pub(crate) holder: String,
+    /// A plain lock's row, or a fair lock's, a reader's or a writer's
+    /// ticket and row (see [`queue`](super::queue)).
+    side: Side,
     /// Until when the hold counts, by this client's clock: the last
     /// confirmed renewal's send time plus the lease (less the safety
     /// margin), or a fixed lease's end.
@@ -57,20 +62,21 @@ impl<S: Rows> Drop for Record<S> {
     }
 }
 
-impl<S: Rows> Record<S> {
-    /// The record of a row `holder` took for `name` with a statement sent
-    /// at `sent` (the process queue's `turn` kept with it), listed among
-    /// the client's records (under the chain's record it re-enters, if
-    /// any) and renewed by the watchdog unless its lease is fixed.
+impl<S: SqlTaking> Record<S> {
+    /// The record of a row `how.holder` took for `name` with a statement
+    /// sent at `sent` (the process queue's `turn` kept with it), listed
+    /// among the client's records (under this client's write it was taken
+    /// under, if any) and renewed by the watchdog unless its lease is
+    /// fixed.
     pub(crate) fn taken(
         store: &Arc<S>,
         name: &str,
-        holder: &str,
+        how: &How<'_, S>,
         options: &Options,
         sent: Instant,
         turn: Option<OwnedMutexGuard<()>>,
-        under: Option<&Arc<Record<S>>>,
     ) -> Arc<Record<S>> {
+        let (holder, under) = (how.holder, how.under);
         let common = store.common();
         let fixed = options.lease.is_some();
         let lease = options.lease.unwrap_or(common.config.watchdog_timeout);
@@ -78,13 +84,14 @@ impl<S: Rows> Record<S> {
             store: store.clone(),
             name: name.to_owned(),
             holder: holder.to_owned(),
+            side: how.side,
             until: Mutex::new(valid_until(sent, lease)),
             fixed,
             kept: AtomicBool::new(false),
             holds: AtomicUsize::new(1),
             deleted: watch::channel(false).0,
             turn: Mutex::new(turn),
-            downgrade: Downgrade::new(None),
+            downgrade: Downgrade::new(under.cloned()),
         });
         list(&common.records, &record, under);
         if !fixed {
@@ -92,7 +99,9 @@ impl<S: Rows> Record<S> {
         }
         record
     }
+}
 
+impl<S: Rows> Record<S> {
     /// The row is known gone: the hold is lost, and this client's next
     /// acquisition of the name may go ahead.
     pub(crate) fn gone(&self) {
@@ -132,7 +141,7 @@ impl<S: Rows> Record<S> {
     }
 }
 
-impl<S: Rows> crate::kept::Record for Record<S> {
+impl<S: SqlTaking> crate::kept::Record for Record<S> {
     fn name(&self) -> &str {
         &self.name
     }
@@ -154,7 +163,7 @@ impl<S: Rows> crate::kept::Record for Record<S> {
     }
 
     fn kind(&self) -> Kind {
-        Kind::Mutex
+        self.side.kind()
     }
 
     fn downgrade(&self) -> &Downgrade<Record<S>> {
@@ -204,24 +213,30 @@ impl<S: Rows> crate::kept::Record for Record<S> {
 
 /// A re-entry of `record`'s hold: its row's token raised for a token of
 /// its own; [`LockError::Lost`] when the row is not the holder's any more.
-pub(crate) async fn reenter<S: Rows>(
+pub(crate) async fn reenter<S: SqlTaking>(
     alive: Arc<Background>,
     record: Arc<Record<S>>,
+    side: Side,
     chain: Chain,
     options: &Options,
     metric: &'static str,
 ) -> Result<SqlHold<S>, LockError> {
-    let counted = Counted::count(record, Kind::Mutex, chain)?;
+    let counted = Counted::count(record, side.kind(), chain)?;
     let record = counted.record().clone();
     let sent = Instant::now();
-    let Some(token) = record.store.reenter(&record.name, &record.holder).await? else {
+    let (store, name, holder) = (&record.store, &record.name, &record.holder);
+    let token = match record.side {
+        Side::Read => store.reenter_read(name, holder).await?,
+        _ => store.reenter(name, holder).await?,
+    };
+    let Some(token) = token else {
         record.gone();
         return Err(lost(&record.name));
     };
     Ok(counted.hold(alive, token, sent, options, metric))
 }
 
-impl<S: Rows> SqlHold<S> {
+impl<S: SqlTaking> SqlHold<S> {
     /// Moves a fixed lease's end to `lease` from now, by the database's
     /// clock (a lease never shrinks).
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
@@ -241,11 +256,20 @@ impl<S: Rows> SqlHold<S> {
         let moved = crate::background::run(&runtime, async move {
             let record = moving;
             let sent = Instant::now();
-            let there = record
-                .store
-                .extend(&record.name, &record.holder, lease)
-                .await?;
-            Ok::<_, LockError>(there.then_some(sent))
+            let (store, name, holder) = (&record.store, &record.name, &record.holder);
+            let row = match record.side {
+                Side::Read => true,
+                _ => store.extend(name, holder, lease).await?,
+            };
+            let line = match record.side {
+                Side::Mutex => true,
+                _ => {
+                    store
+                        .renew_tickets(&[(name.as_str(), holder.as_str())], lease)
+                        .await?[0]
+                }
+            };
+            Ok::<_, LockError>((row && line).then_some(sent))
         })
         .await??;
         let Some(sent) = moved else {
@@ -261,7 +285,7 @@ impl<S: Rows> SqlHold<S> {
 /// Gives `record`'s row back: freed and announced, or kept taken until
 /// `keep` (a `hold_at_least` minimum; freed then from the client's
 /// runtime); whether it was still the holder's. Tried again on faults.
-async fn give_back<S: Rows>(
+async fn give_back<S: SqlTaking>(
     record: Arc<Record<S>>,
     keep: Option<Instant>,
 ) -> Result<bool, LockError> {
@@ -283,15 +307,31 @@ async fn give_back<S: Rows>(
 /// One give-back of `record`'s row: kept taken until `keep` (marked kept),
 /// or freed and announced; whether it was the holder's. A freed row's
 /// turn passes on.
-async fn give_back_once<S: Rows>(
+async fn give_back_once<S: SqlTaking>(
     record: &Record<S>,
     keep: Option<Instant>,
 ) -> Result<bool, LockError> {
     let store = &record.store;
+    let (name, holder) = (&record.name, &record.holder);
     if let Some(keep) = keep.filter(|k| *k > Instant::now()) {
         let left = keep.saturating_duration_since(Instant::now());
-        let there = store.keep(&record.name, &record.holder, left).await?;
-        if there {
+        // A reader's minimum is its ticket's (and the readers' row's);
+        // a fair lock's or writer's is its row's, its ticket dropped.
+        let there = match record.side {
+            Side::Read => {
+                store
+                    .renew_tickets(&[(name.as_str(), holder.as_str())], left)
+                    .await?[0]
+            }
+            Side::Mutex => store.keep(name, holder, left).await?,
+            Side::Fair | Side::Write => {
+                let there = store.keep(name, holder, left).await?;
+                let mut made = SqlTaking::made(store, holder);
+                store.drop_ticket(&mut made, name, holder).await?;
+                there
+            }
+        };
+        if there && record.side != Side::Read {
             record.kept.store(true, Ordering::Release);
         }
         return Ok(there && !*record.deleted.borrow());
@@ -301,7 +341,13 @@ async fn give_back_once<S: Rows>(
     } else {
         record.holder.clone()
     };
-    let freed = store.release(&record.name, &holder).await?;
+    let freed = match record.side {
+        Side::Mutex => store.release(name, &holder).await?,
+        side => {
+            let mut made = SqlTaking::made(store, &holder);
+            leave(store, &mut made, name, &holder, side).await?
+        }
+    };
     record.gone();
     Ok(freed)
 }
@@ -404,17 +450,39 @@ impl<S: Rows> Keeper<S> {
         if records.is_empty() {
             return;
         }
-        let holds: Vec<(&str, &str)> = records
-            .iter()
-            .map(|r| (r.name.as_str(), r.holder.as_str()))
-            .collect();
+        // Rows: a plain lock's, a fair lock's and a writer's. Tickets: a
+        // fair lock's, a reader's (and the readers' row) and a writer's.
+        let pairs = |keep: fn(Side) -> bool| -> Vec<(&str, &str)> {
+            records
+                .iter()
+                .filter(|r| keep(r.side))
+                .map(|r| (r.name.as_str(), r.holder.as_str()))
+                .collect()
+        };
+        let (rows, lines) = (pairs(|s| s != Side::Read), pairs(Side::in_line));
         let lease = store.common().config.watchdog_timeout;
         let sent = Instant::now();
-        let Ok(renewed) = store.renew(&holds, lease).await else {
-            return;
+        let rows = match rows.is_empty() {
+            true => Vec::new(),
+            false => match store.renew(&rows, lease).await {
+                Ok(renewed) => renewed,
+                Err(_) => return,
+            },
         };
+        let lines = match lines.is_empty() {
+            true => Vec::new(),
+            false => match store.renew_tickets(&lines, lease).await {
+                Ok(renewed) => renewed,
+                Err(_) => return,
+            },
+        };
+        let (mut rows, mut lines) = (rows.into_iter(), lines.into_iter());
         let mut n = 0;
-        for (record, renewed) in records.iter().zip(renewed) {
+        for record in &records {
+            let row = (record.side != Side::Read).then(|| rows.next().unwrap_or(false));
+            let line = record.side.in_line().then(|| lines.next().unwrap_or(false));
+            // A reader holds by its ticket; the others by their rows.
+            let renewed = row.or(line).unwrap_or(false);
             if renewed {
                 record.renewed(sent, lease);
                 n += 1;

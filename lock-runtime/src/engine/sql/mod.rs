@@ -9,6 +9,7 @@
 //! `take`.
 
 pub(crate) mod hold;
+pub(crate) mod queue;
 mod table;
 pub(crate) mod take;
 
@@ -19,7 +20,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 pub(crate) use hold::{Keeper, Record, SqlHold};
-pub(crate) use table::Table;
+pub(crate) use table::{Table, fnv};
 
 use crate::config::Config;
 use crate::error::LockError;
@@ -76,6 +77,23 @@ pub(crate) trait Rows: Send + Sync + Sized + 'static {
         holder: &'a str,
         lease: Duration,
     ) -> impl Future<Output = Result<bool, LockError>> + Send + 'a;
+    /// Renews the held tickets of `holds` (name, holder id; fair locks',
+    /// readers' and writers') to `lease` from now, and the readers' rows of
+    /// the readers among them to at least that: for each, whether its
+    /// ticket was held.
+    fn renew_tickets<'a>(
+        &'a self,
+        holds: &'a [(&'a str, &'a str)],
+        lease: Duration,
+    ) -> impl Future<Output = Result<Vec<bool>, LockError>> + Send + 'a;
+    /// Raises the token of the readers' row of `name` while `holder`'s
+    /// ticket holds it (a reader's re-entry): the token, or `None` when it
+    /// does not.
+    fn reenter_read<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+    ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send + 'a;
     /// Deletes rows free for longer than `old` (none with `keep_rows`), and
     /// whatever else of the engine's is that stale.
     fn sweep(&self, old: Duration) -> impl Future<Output = Result<(), LockError>> + Send + '_;
@@ -301,27 +319,6 @@ pub(crate) fn check_name(
         });
     }
     Ok(())
-}
-
-/// What an acquisition of `target` takes on an SQL engine: a reentrant
-/// lock's row; fair and read-write locks are not there yet.
-pub(crate) fn side(
-    target: &crate::request::Target,
-    engine: &'static str,
-) -> Result<crate::turns::Kind, LockError> {
-    use crate::request::Target;
-    match target {
-        Target::Reentrant { .. } => Ok(crate::turns::Kind::Mutex),
-        Target::Fair { .. } => Err(crate::engine::unsupported(
-            engine,
-            "fair locks (not on the SQL engines yet; a reentrant lock's waiters of one \
-             client are served in arrival order)",
-        )),
-        Target::Read { .. } | Target::Write { .. } => Err(crate::engine::unsupported(
-            engine,
-            "read-write locks (not on the SQL engines yet)",
-        )),
-    }
 }
 
 /// The connections for a statement of a caller's task: its runtime's

@@ -53,6 +53,22 @@ impl Table {
         }
     }
 
+    /// The table beside this one, in its schema, named
+    /// `<name>_<suffix>`; when that is longer than `longest`, by a hash of
+    /// the name (`locks_<suffix>_<hash>`, the same in every client).
+    pub(crate) fn beside(&self, suffix: &str, longest: usize) -> Table {
+        let name = format!("{}_{suffix}", self.name);
+        let name = if name.len() <= longest {
+            name
+        } else {
+            format!("locks_{suffix}_{:016x}", fnv(&self.name))
+        };
+        Table {
+            schema: self.schema.clone(),
+            name,
+        }
+    }
+
     /// `schema.name`, or `name`.
     pub(crate) fn qualified(&self) -> String {
         match &self.schema {
@@ -60,6 +76,14 @@ impl Table {
             None => self.name.clone(),
         }
     }
+}
+
+/// FNV-1a of `text`: a short name for a long one, the same in every
+/// client.
+pub(crate) fn fnv(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]

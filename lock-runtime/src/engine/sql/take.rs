@@ -4,10 +4,14 @@
 //! takes the row ([`SqlTaking`]).
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::Either;
 
 use tokio::sync::OwnedMutexGuard;
 
 use super::hold::{SqlHold, reenter};
+use super::queue::{Line, Side};
 use super::{Record, Rows};
 use crate::background::Background;
 use crate::error::LockError;
@@ -17,7 +21,7 @@ use crate::request::{Options, Target};
 use crate::turns::Kind;
 
 /// Who takes a hold on an SQL engine.
-pub(crate) type How<'a, S> = crate::kept::How<'a, Record<S>, Kind>;
+pub(crate) type How<'a, S> = crate::kept::How<'a, Record<S>, Side>;
 
 /// A hold taken on an SQL engine.
 pub(crate) type Taken = crate::kept::Taken<()>;
@@ -47,11 +51,117 @@ pub(crate) trait SqlTaking: Rows {
     /// The row `made` may have made is the acquisition's now: nothing of
     /// it is to be undone.
     fn owned(made: &mut Self::Made);
+
+    /// Refuses a name the lock table cannot hold (before any write).
+    fn check_lock_name(&self, name: &str) -> Result<(), LockError>;
+
+    /// The acquisition's place in line (fair and read-write locks).
+    fn line(made: &mut Self::Made) -> &mut Line;
+
+    /// A ticket for `holder` at the back of `name`'s line, counting for
+    /// `ttl`: its `seq`.
+    fn enqueue<'a>(
+        &'a self,
+        made: &'a mut Self::Made,
+        name: &'a str,
+        holder: &'a str,
+        side: Side,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<i64, LockError>> + Send + 'a;
+
+    /// Ticket `seq` made to count `ttl` from now: whether no live ticket
+    /// before it keeps `side` out (any, for a fair lock or a writer; a
+    /// fair lock's or a writer's, for a reader); `None` when the ticket is
+    /// gone.
+    fn look<'a>(
+        &'a self,
+        made: &'a mut Self::Made,
+        name: &'a str,
+        seq: i64,
+        side: Side,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<bool>, LockError>> + Send + 'a;
+
+    /// A fair lock's or writer's turn: the row taken for `lease` (made, or
+    /// a free one's taken over), its ticket `seq` marked held; the token,
+    /// or `None` while the row is held.
+    fn take_turn<'a>(
+        &'a self,
+        made: &'a mut Self::Made,
+        name: &'a str,
+        holder: &'a str,
+        seq: i64,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send + 'a;
+
+    /// A reader's turn: its ticket `seq` marked held for `lease`, then the
+    /// readers' row joined (made, taken over when free, or shared), its
+    /// token raised; the token, or `None` (the mark taken back) while
+    /// another holds the row.
+    fn join<'a>(
+        &'a self,
+        made: &'a mut Self::Made,
+        name: &'a str,
+        seq: i64,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send + 'a;
+
+    /// Ticket `seq` marked held for `lease` (a read under a write).
+    fn mark<'a>(
+        &'a self,
+        made: &'a mut Self::Made,
+        seq: i64,
+        lease: Duration,
+    ) -> impl Future<Output = Result<(), LockError>> + Send + 'a;
+
+    /// `holder`'s ticket of `name` dropped: whether one was there.
+    fn drop_ticket<'a>(
+        &'a self,
+        made: &'a mut Self::Made,
+        name: &'a str,
+        holder: &'a str,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'a;
+
+    /// The readers' row of `name`, when they hold it: its token, and
+    /// whether a held reader's live ticket is left.
+    fn readers_left<'a>(
+        &'a self,
+        made: &'a mut Self::Made,
+        name: &'a str,
+    ) -> impl Future<Output = Result<Option<(i64, bool)>, LockError>> + Send + 'a;
+
+    /// The readers' row of `name` freed (and announced) if its token is
+    /// still `fence`: whether it was.
+    fn free_readers<'a>(
+        &'a self,
+        made: &'a mut Self::Made,
+        name: &'a str,
+        fence: i64,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'a;
+
+    /// `holder`'s row of `name` handed to the readers when a held reader's
+    /// live ticket is in its line (reads taken under a write): whether it
+    /// was.
+    fn hand_to_readers<'a>(
+        &'a self,
+        made: &'a mut Self::Made,
+        name: &'a str,
+        holder: &'a str,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'a;
+
+    /// `holder`'s row of `name` freed and announced ([`Rows::release`]
+    /// through `made`'s connection): whether it was the holder's.
+    fn release_row<'a>(
+        &'a self,
+        made: &'a mut Self::Made,
+        name: &'a str,
+        holder: &'a str,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'a;
 }
 
 impl<S: SqlTaking> Taking for S {
     type Record = Record<S>;
-    type Side = Kind;
+    type Side = Side;
     type Made = S::Made;
     type More = ();
     const ENGINE: &'static str = S::ENGINE;
@@ -68,23 +178,23 @@ impl<S: SqlTaking> Taking for S {
         &self.common().records
     }
 
-    fn side(target: &Target) -> Result<Kind, LockError> {
-        super::side(target, S::ENGINE)
+    fn side(target: &Target) -> Result<Side, LockError> {
+        Ok(Side::of(target))
     }
 
-    fn kind(side: Kind) -> Kind {
-        side
+    fn kind(side: Side) -> Kind {
+        side.kind()
     }
 
     fn reenter<'a>(
         alive: Arc<Background>,
         record: Arc<Record<S>>,
-        _side: Kind,
+        side: Side,
         chain: Chain,
         options: &'a Options,
         metric: &'static str,
     ) -> impl Future<Output = Result<SqlHold<S>, LockError>> + Send + 'a {
-        reenter(alive, record, chain, options, metric)
+        reenter(alive, record, side, chain, options, metric)
     }
 
     fn made(self: &Arc<Self>, holder: &str) -> S::Made {
@@ -98,7 +208,10 @@ impl<S: SqlTaking> Taking for S {
         how: &'a How<'a, S>,
         made: &'a mut S::Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        SqlTaking::take(self, target, options, how, made)
+        match how.side {
+            Side::Mutex => Either::Left(SqlTaking::take(self, target, options, how, made)),
+            _ => Either::Right(super::queue::take_in_line(self, target, options, how, made)),
+        }
     }
 
     fn record(
@@ -111,8 +224,7 @@ impl<S: SqlTaking> Taking for S {
         turn: Option<OwnedMutexGuard<()>>,
     ) -> Result<Arc<Record<S>>, LockError> {
         S::owned(made);
-        Ok(Record::taken(
-            self, name, how.holder, options, taken.sent, turn, how.under,
-        ))
+        S::line(made).ticket = None;
+        Ok(Record::taken(self, name, how, options, taken.sent, turn))
     }
 }
