@@ -30,6 +30,18 @@ const DDL: &str = "CREATE TABLE IF NOT EXISTS `distributed_locks` (
     fence BIGINT NOT NULL DEFAULT 0
 ) ENGINE=InnoDB;";
 
+/// The line of fair and read-write locks beside it (the engine's
+/// documented DDL).
+const QUEUE_DDL: &str = "CREATE TABLE IF NOT EXISTS `distributed_locks_queue` (
+    seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    holder VARCHAR(255) NOT NULL,
+    side CHAR(1) NOT NULL,
+    held BOOLEAN NOT NULL DEFAULT FALSE,
+    ticket_until DATETIME(6) NOT NULL,
+    KEY by_name (name, seq)
+) ENGINE=InnoDB;";
+
 async fn client(url: &str) -> LockClient {
     LockClient::connect(Config::new(url))
         .await
@@ -60,8 +72,12 @@ async fn the_table_is_made_with_shedlocks_columns_and_rows_are_utc_by_the_databa
     let my = MariaDb::start();
     let c = client(&my.url()).await;
     assert_eq!(c.engine_name(), "mysql");
-    // One table: waiters poll, they register nowhere.
-    assert_eq!(tables(&my, "locks"), "distributed_locks");
+    // The lock table and its line (fair and read-write locks): a plain
+    // lock's waiters poll, they register nowhere.
+    assert_eq!(
+        tables(&my, "locks"),
+        "distributed_locks\ndistributed_locks_queue"
+    );
     let columns = my.sql(
         "SELECT column_name, data_type, IFNULL(character_maximum_length, '-'), \
          IFNULL(datetime_precision, '-'), IFNULL(collation_name, '-'), is_nullable, column_key \
@@ -263,6 +279,20 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     my.sql_as("app", "secret", DDL).expect("app runs the DDL");
     let r = client(&reader).await;
     tests::take_and_release(r.lock("x")).await;
+    // Plain locks need no line; fair and read-write locks say how to make
+    // it, and write nothing.
+    match r.fair_lock("x").try_acquire().await {
+        Err(LockError::Config(message)) => assert!(
+            squeezed(&message).contains(&squeezed(QUEUE_DDL)),
+            "the line's DDL is in: {message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(tables(&my, "locks"), "distributed_locks");
+    my.sql_as("app", "secret", QUEUE_DDL)
+        .expect("app runs the DDL");
+    let r = client(&reader).await;
+    tests::take_and_release(r.read_write_lock("x").write()).await;
 
     // A table of another shape names what is wrong: a column missing
     // (ShedLock's table before `fence` is added), or of another type.
@@ -376,13 +406,14 @@ async fn lockctl_schema_prints_the_table_a_role_without_create_then_uses() {
     );
     assert_eq!(
         squeezed(&ddl),
-        squeezed(&DDL.replace("`distributed_locks`", "`job_locks`")),
+        squeezed(&format!("{DDL}\n{QUEUE_DDL}").replace("`distributed_locks", "`job_locks")),
     );
     assert!(!ddl.contains("secret"), "{ddl}");
     assert_eq!(tables(&my, "locks"), "", "schema makes nothing");
     my.sql_as("app", "secret", &ddl).expect("app runs the DDL");
     let c = client(&reader).await;
     tests::take_and_release(c.lock("nightly")).await;
+    tests::take_and_release(c.fair_lock("nightly")).await;
     // Not an SQL URL: one line of error, naming the SQL schemes.
     let redis = lockctl
         .run(&["--url", "redis://127.0.0.1:1", "schema"])
@@ -443,7 +474,7 @@ async fn a_schema_qualified_table_is_made_there_and_clients_may_make_it_at_once(
     for c in connects {
         clients.push(c.await.unwrap().expect("every client connects"));
     }
-    assert_eq!(tables(&my, schema), table);
+    assert_eq!(tables(&my, schema), format!("{table}\n{table}_queue"));
     assert_eq!(tables(&my, "locks"), "");
     let (a, b) = (clients[0].clone(), clients[1].clone());
     let held = a.lock("long").acquire().await.unwrap();
@@ -474,6 +505,12 @@ async fn tables_and_databases_of_mysqls_longest_names_are_tables() {
         let c = client(&format!("{}?table={table}", my.url())).await;
         tests::take_and_release(c.lock("long")).await;
     }
-    assert_eq!(tables(&my, &schema), table);
-    assert_eq!(tables(&my, "locks"), table);
+    // Its line's name would be longer than 64: a hash of the table's.
+    for schema in [schema.as_str(), "locks"] {
+        let made = tables(&my, schema);
+        let made: Vec<&str> = made.lines().collect();
+        assert_eq!(made.len(), 2, "{made:?}");
+        assert!(made[0].starts_with("locks_queue_"), "{made:?}");
+        assert_eq!(made[1], table);
+    }
 }

@@ -213,6 +213,9 @@ pub(crate) struct My {
     longest: Option<usize>,
     /// The `name` column's character set.
     charset: Charset,
+    /// Whether the line of fair and read-write locks is there (made, or
+    /// this role may not make it: then those are [`LockError::Config`]).
+    pub(crate) lined: bool,
 }
 
 impl std::ops::Deref for My {
@@ -258,7 +261,7 @@ impl My {
                 tokio::time::timeout(config.response_timeout, prepare_table(&mut conn, &target))
                     .await
                     .unwrap_or_else(|_| Err(timeout_error()));
-            let (longest, charset) = shape?;
+            let (longest, charset, lined) = shape?;
             let home = Slots::new(HOME_POOL);
             // The connection that made the table is the first of the pool.
             *home.slots[0].try_lock().expect("nobody else has it yet") = Some(conn);
@@ -269,6 +272,7 @@ impl My {
                 st: layout::Statements::new(&target.table, target.keep_rows),
                 longest,
                 charset,
+                lined,
                 target,
             });
             crate::engine::sql::Keeper::start(&my);
@@ -401,18 +405,25 @@ impl My {
 type Column = (String, String, Option<u64>, String, Option<String>);
 
 /// Makes the lock table when it is missing and checks its columns; the
-/// `name` column's length and character set. A role that may not create
-/// it gets [`LockError::Config`] with the statement to run.
+/// `name` column's length and character set, and whether the line is
+/// there (made when missing, if this role may). A role that may not
+/// create the lock table gets [`LockError::Config`] with the statements
+/// to run.
 async fn prepare_table(
     conn: &mut Conn,
     target: &Target,
-) -> Result<(Option<usize>, Charset), LockError> {
+) -> Result<(Option<usize>, Charset, bool), LockError> {
     let table = &target.table;
     let quoted = table.quoted(Q);
     let schema = table.schema.clone();
     make(conn, table, table, &layout::ddl(table)).await?;
+    // Plain locks need no line: a role that may not make it still locks.
     let queue = layout::queue(table);
-    make(conn, table, &queue, &layout::queue_ddl(table)).await?;
+    let lined = match make(conn, table, &queue, &layout::queue_ddl(table)).await {
+        Ok(()) => true,
+        Err(LockError::Config(_)) => false,
+        Err(e) => return Err(e),
+    };
     let columns: Vec<Column> = conn
         .exec(
             "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH, IS_NULLABLE, \
@@ -469,7 +480,7 @@ async fn prepare_table(
             _ => {}
         }
     }
-    Ok((longest, charset))
+    Ok((longest, charset, lined))
 }
 
 /// Makes `which` (the lock table `table` or its line) with `ddl` when it

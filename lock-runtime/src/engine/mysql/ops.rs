@@ -19,10 +19,14 @@ pub(crate) async fn inspect(my: &My, name: &str) -> Result<Option<LockInfo>, Loc
     let Some((locked_by, _, left)) = answer.rows.first() else {
         return Ok(None);
     };
-    let tickets = my
-        .query::<Ticket>(&my.st.line.tickets, (name,).into())
-        .await?
-        .rows;
+    let tickets = match my.lined {
+        true => {
+            my.query::<Ticket>(&my.st.line.tickets, (name,).into())
+                .await?
+                .rows
+        }
+        false => Vec::new(),
+    };
     Ok(Some(describe(&my.common, name, locked_by, *left, &tickets)))
 }
 
@@ -33,10 +37,15 @@ pub(crate) async fn locks(my: &My, pattern: &str) -> Result<Vec<LockInfo>, LockE
         .query::<(String, String, i64)>(&my.st.held, Params::Empty)
         .await?;
     let mut tickets: HashMap<String, Vec<Ticket>> = HashMap::new();
-    let all = my
-        .query::<(String, String, String, bool)>(&my.st.line.all_tickets, Params::Empty)
-        .await?;
-    for (name, holder, side, held) in all.rows {
+    let all = match my.lined {
+        true => {
+            my.query::<(String, String, String, bool)>(&my.st.line.all_tickets, Params::Empty)
+                .await?
+                .rows
+        }
+        false => Vec::new(),
+    };
+    for (name, holder, side, held) in all {
         tickets.entry(name).or_default().push((holder, side, held));
     }
     Ok(answer
@@ -57,11 +66,16 @@ pub(crate) async fn force_unlock(my: &My, name: &str) -> Result<bool, LockError>
     my.check_name(name)?;
     // The held tickets first: a reader let in meanwhile finds the row
     // freed, or is lost with the rest.
-    let held = my
-        .query::<String>(&my.st.line.held_tickets, (name,).into())
-        .await?;
+    let held = match my.lined {
+        true => {
+            my.query::<String>(&my.st.line.held_tickets, (name,).into())
+                .await?
+                .rows
+        }
+        false => Vec::new(),
+    };
     let mut readers = Vec::new();
-    for holder in held.rows {
+    for holder in held {
         let dropped = my
             .query::<Row>(&my.st.line.force_ticket, (name, holder.as_str()).into())
             .await?;

@@ -131,8 +131,10 @@ impl Rows for My {
         if let Some(sweep) = &self.st.sweep {
             self.query::<Row>(sweep, (micros(old),).into()).await?;
         }
-        self.query::<Row>(&self.st.line.sweep, (micros(old),).into())
-            .await?;
+        if self.lined {
+            self.query::<Row>(&self.st.line.sweep, (micros(old),).into())
+                .await?;
+        }
         Ok(())
     }
 }

@@ -40,6 +40,19 @@ impl SqlTaking for My {
         self.check_name(name)
     }
 
+    fn line_ready(&self) -> Result<(), LockError> {
+        match self.lined {
+            true => Ok(()),
+            false => {
+                let table = &self.target.table;
+                Err(crate::engine::sql::queue::no_line(
+                    &super::layout::queue(table).quoted(super::layout::Q),
+                    &super::layout::queue_ddl(table),
+                ))
+            }
+        }
+    }
+
     fn line(made: &mut Made) -> &mut Line {
         &mut made.line
     }

@@ -166,8 +166,7 @@ pub(crate) struct Statements {
     /// `$1` name, `$2` waiter: its registration gone.
     pub(crate) unwait: String,
     /// Rows free for over a minute deleted (none with `keep_rows`): names
-    /// locked once, whose holder died before deleting its row; and
-    /// tickets run out that long ago.
+    /// locked once, whose holder died before deleting its row.
     pub(crate) sweep: String,
     /// The line's statements (fair and read-write locks).
     pub(crate) line: Line,
@@ -216,6 +215,8 @@ pub(crate) struct Line {
     pub(crate) all_tickets: String,
     /// `$1` name: the held tickets dropped; their holder ids.
     pub(crate) force_tickets: String,
+    /// `$1` µs: tickets run out that long ago deleted.
+    pub(crate) sweep_tickets: String,
 }
 
 impl Statements {
@@ -320,17 +321,12 @@ impl Statements {
             left("lock_until")
         );
         let old = format!("{NOW} - $1::bigint * interval '1 microsecond'");
-        let q = table.queue().quoted(Q);
         let sweep = if keep_rows {
             // A table shared with ShedLock keeps its rows.
-            format!(
-                "WITH tickets AS (DELETE FROM {q} WHERE ticket_until < {old}) \
-                 DELETE FROM {w} WHERE wait_until < {old}"
-            )
+            format!("DELETE FROM {w} WHERE wait_until < {old}")
         } else {
             format!(
-                "WITH waiters AS (DELETE FROM {w} WHERE wait_until < {old}), \
-                 tickets AS (DELETE FROM {q} WHERE ticket_until < {old}) \
+                "WITH waiters AS (DELETE FROM {w} WHERE wait_until < {old}) \
                  DELETE FROM {t} WHERE lock_until < {old}"
             )
         };
@@ -471,6 +467,7 @@ impl Line {
         );
         let force_tickets =
             format!("DELETE FROM {q} WHERE name = $1 AND held RETURNING holder::text");
+        let sweep_tickets = format!("DELETE FROM {q} WHERE ticket_until < {NOW} - {}", us("$1"));
         Line {
             enqueue,
             look,
@@ -486,6 +483,7 @@ impl Line {
             tickets,
             all_tickets,
             force_tickets,
+            sweep_tickets,
         }
     }
 }

@@ -232,7 +232,8 @@ pub(crate) struct Prepared {
     pub(crate) wait: Statement,
     pub(crate) unwait: Statement,
     pub(crate) sweep: Statement,
-    pub(crate) line: PreparedLine,
+    /// The line's, when the client has a line (its table is there).
+    pub(crate) line: Option<PreparedLine>,
 }
 
 /// The statements of [`layout::Line`], prepared on one connection.
@@ -251,6 +252,7 @@ pub(crate) struct PreparedLine {
     pub(crate) tickets: Statement,
     pub(crate) all_tickets: Statement,
     pub(crate) force_tickets: Statement,
+    pub(crate) sweep_tickets: Statement,
 }
 
 /// A place in the pool: its connection once made.
@@ -287,6 +289,9 @@ pub(crate) struct Pg {
     statements: layout::Statements,
     /// The `name` column's length (a longer name is refused).
     pub(crate) longest: Option<usize>,
+    /// Whether the line of fair and read-write locks is there (made, or
+    /// this role may not make it: then those are [`LockError::Config`]).
+    pub(crate) lined: bool,
     /// The connections of the client's own runtime.
     home: Arc<Slots>,
     /// Per caller runtime, connections of its own.
@@ -339,7 +344,7 @@ impl Pg {
                 .map_err(|e| connect_failed(&target, &e))?;
             let Connected { client, connection } = first;
             tokio::spawn(connection);
-            let longest = prepare_table(&client, &target).await?;
+            let (longest, lined) = prepare_table(&client, &target).await?;
             let statements = layout::Statements::new(&target.table, target.keep_rows);
             let listen_at = target.connect.clone();
             let listener = listen::Listener::start(target.table.channel(), move || {
@@ -351,6 +356,7 @@ impl Pg {
                 common: Common::new(config, handle, target.key()),
                 statements,
                 longest,
+                lined,
                 home: Arc::new(Slots::new(HOME_POOL)),
                 listener,
                 channel: target.table.channel(),
@@ -377,40 +383,19 @@ impl Pg {
         slot: usize,
     ) -> Result<Conn, LockError> {
         let s = &self.statements;
-        let l = &s.line;
         let prepared = futures_util::future::try_join_all(
             [
-                &s.acquire,
-                &s.renew,
-                &s.release,
-                &s.keep,
-                &s.reenter,
-                &s.extend,
-                &s.force,
-                &s.inspect,
-                &s.held,
-                &s.wait,
-                &s.unwait,
-                &s.sweep,
-                &l.enqueue,
-                &l.look,
-                &l.take_turn,
-                &l.join,
-                &l.mark,
-                &l.drop_ticket,
-                &l.readers_left,
-                &l.free_readers,
-                &l.hand_to_readers,
-                &l.renew_tickets,
-                &l.reenter_read,
-                &l.tickets,
-                &l.all_tickets,
-                &l.force_tickets,
+                &s.acquire, &s.renew, &s.release, &s.keep, &s.reenter, &s.extend, &s.force,
+                &s.inspect, &s.held, &s.wait, &s.unwait, &s.sweep,
             ]
             .map(|text| client.prepare(text)),
         )
         .await
         .map_err(|e| store_error(&e))?;
+        let line = match self.lined {
+            true => Some(prepare_line(&client, &s.line).await?),
+            false => None,
+        };
         let mut p = prepared.into_iter();
         let mut next = || p.next().expect("one statement each");
         let st = Prepared {
@@ -426,22 +411,7 @@ impl Pg {
             wait: next(),
             unwait: next(),
             sweep: next(),
-            line: PreparedLine {
-                enqueue: next(),
-                look: next(),
-                take_turn: next(),
-                join: next(),
-                mark: next(),
-                drop_ticket: next(),
-                readers_left: next(),
-                free_readers: next(),
-                hand_to_readers: next(),
-                renew_tickets: next(),
-                reenter_read: next(),
-                tickets: next(),
-                all_tickets: next(),
-                force_tickets: next(),
-            },
+            line,
         };
         Ok(Conn {
             client,
@@ -523,9 +493,53 @@ impl Pg {
         which: fn(&Prepared) -> &Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, LockError> {
+        self.run_on(conn, which(&conn.st), params).await
+    }
+
+    /// [`query`](Self::query) of a statement on the line;
+    /// [`LockError::Config`] when the client has no line (see
+    /// [`no_line`](crate::engine::sql::queue::no_line)).
+    pub(crate) async fn query_line(
+        &self,
+        which: fn(&PreparedLine) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, LockError> {
+        let conn = tokio::time::timeout(self.config.response_timeout, self.conn())
+            .await
+            .unwrap_or_else(|_| Err(timeout_error()))?;
+        self.query_line_on(&conn, which, params).await
+    }
+
+    /// [`query_on`](Self::query_on) of a statement on the line.
+    pub(crate) async fn query_line_on(
+        &self,
+        conn: &Arc<Conn>,
+        which: fn(&PreparedLine) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, LockError> {
+        let Some(line) = conn.st.line.as_ref() else {
+            return Err(self.no_line());
+        };
+        self.run_on(conn, which(line), params).await
+    }
+
+    /// The error of a fair or read-write lock on a client without a line.
+    pub(crate) fn no_line(&self) -> LockError {
+        let table = &self.target.table;
+        crate::engine::sql::queue::no_line(&table.queue().quoted(Q), &table.queue_ddl())
+    }
+
+    /// Runs `statement` on `conn` within the response timeout (see
+    /// [`query_on`](Self::query_on)).
+    async fn run_on(
+        &self,
+        conn: &Arc<Conn>,
+        statement: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, LockError> {
         let answer = tokio::time::timeout(
             self.config.response_timeout,
-            conn.client.query(which(&conn.st), params),
+            conn.client.query(statement, params),
         )
         .await;
         match answer {
@@ -549,6 +563,54 @@ impl Pg {
     pub(crate) fn channel(&self) -> &str {
         &self.channel
     }
+}
+
+/// The statements of the line `l`, prepared on `client`.
+async fn prepare_line(
+    client: &tokio_postgres::Client,
+    l: &layout::Line,
+) -> Result<PreparedLine, LockError> {
+    let prepared = futures_util::future::try_join_all(
+        [
+            &l.enqueue,
+            &l.look,
+            &l.take_turn,
+            &l.join,
+            &l.mark,
+            &l.drop_ticket,
+            &l.readers_left,
+            &l.free_readers,
+            &l.hand_to_readers,
+            &l.renew_tickets,
+            &l.reenter_read,
+            &l.tickets,
+            &l.all_tickets,
+            &l.force_tickets,
+            &l.sweep_tickets,
+        ]
+        .map(|text| client.prepare(text)),
+    )
+    .await
+    .map_err(|e| store_error(&e))?;
+    let mut p = prepared.into_iter();
+    let mut next = || p.next().expect("one statement each");
+    Ok(PreparedLine {
+        enqueue: next(),
+        look: next(),
+        take_turn: next(),
+        join: next(),
+        mark: next(),
+        drop_ticket: next(),
+        readers_left: next(),
+        free_readers: next(),
+        hand_to_readers: next(),
+        renew_tickets: next(),
+        reenter_read: next(),
+        tickets: next(),
+        all_tickets: next(),
+        force_tickets: next(),
+        sweep_tickets: next(),
+    })
 }
 
 /// A new connection to `at` (not yet driven).
@@ -590,12 +652,13 @@ async fn make(
 }
 
 /// Makes the lock table when it is missing and checks its columns; the
-/// `name` column's length. A role that may not create it gets
-/// [`LockError::Config`] with the statement to run.
+/// `name` column's length, and whether the line is there (made when
+/// missing, if this role may). A role that may not create the lock table
+/// gets [`LockError::Config`] with the statements to run.
 async fn prepare_table(
     client: &tokio_postgres::Client,
     target: &Target,
-) -> Result<Option<usize>, LockError> {
+) -> Result<(Option<usize>, bool), LockError> {
     let table = &target.table;
     let quoted = table.quoted(Q);
     make(client, table.lock_ddl(), &quoted, table).await?;
@@ -606,7 +669,12 @@ async fn prepare_table(
         table,
     )
     .await?;
-    make(client, table.queue_ddl(), &table.queue().quoted(Q), table).await?;
+    // Plain locks need no line: a role that may not make it still locks.
+    let lined = match make(client, table.queue_ddl(), &table.queue().quoted(Q), table).await {
+        Ok(()) => true,
+        Err(LockError::Config(_)) => false,
+        Err(e) => return Err(e),
+    };
     // From the catalog, not `information_schema` (which shows only the
     // columns this role may use).
     let columns = client
@@ -662,7 +730,7 @@ async fn prepare_table(
             _ => {}
         }
     }
-    Ok(longest)
+    Ok((longest, lined))
 }
 
 /// A connection that could not be made, as a [`LockError`]: a refusal of

@@ -17,12 +17,13 @@ pub(crate) async fn inspect(pg: &Pg, name: &str) -> Result<Option<LockInfo>, Loc
     let Some(row) = rows.first() else {
         return Ok(None);
     };
-    let tickets: Vec<Ticket> = pg
-        .query(|s| &s.line.tickets, &[&name])
-        .await?
-        .iter()
-        .map(|t| (t.get(0), t.get(1), t.get(2)))
-        .collect();
+    let tickets: Vec<Ticket> = match pg.lined {
+        true => pg.query_line(|l| &l.tickets, &[&name]).await?,
+        false => Vec::new(),
+    }
+    .iter()
+    .map(|t| (t.get(0), t.get(1), t.get(2)))
+    .collect();
     let locked_by: String = row.get(0);
     Ok(Some(describe(
         &pg.common,
@@ -38,7 +39,11 @@ pub(crate) async fn inspect(pg: &Pg, name: &str) -> Result<Option<LockInfo>, Loc
 pub(crate) async fn locks(pg: &Pg, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
     let rows = pg.query(|s| &s.held, &[]).await?;
     let mut tickets: HashMap<String, Vec<Ticket>> = HashMap::new();
-    for t in pg.query(|s| &s.line.all_tickets, &[]).await? {
+    let all = match pg.lined {
+        true => pg.query_line(|l| &l.all_tickets, &[]).await?,
+        false => Vec::new(),
+    };
+    for t in all {
         tickets
             .entry(t.get(0))
             .or_default()
@@ -65,7 +70,10 @@ pub(crate) async fn force_unlock(pg: &Pg, name: &str) -> Result<bool, LockError>
     let channel = pg.channel();
     // The held tickets first: a reader let in meanwhile finds the row
     // freed, or is lost with the rest.
-    let readers = pg.query(|s| &s.line.force_tickets, &[&name]).await?;
+    let readers = match pg.lined {
+        true => pg.query_line(|l| &l.force_tickets, &[&name]).await?,
+        false => Vec::new(),
+    };
     let rows = pg.query(|s| &s.force, &[&name, &channel]).await?;
     let mut holders: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     let held = !holders.is_empty();

@@ -67,10 +67,7 @@ impl Rows for Pg {
         let names: Vec<&str> = holds.iter().map(|h| h.0).collect();
         let holders: Vec<&str> = holds.iter().map(|h| h.1).collect();
         let rows = self
-            .query(
-                |s| &s.line.renew_tickets,
-                &[&names, &holders, &micros(lease)],
-            )
+            .query_line(|l| &l.renew_tickets, &[&names, &holders, &micros(lease)])
             .await?;
         let renewed: Vec<(String, String)> = rows
             .iter()
@@ -84,7 +81,7 @@ impl Rows for Pg {
 
     async fn reenter_read(&self, name: &str, holder: &str) -> Result<Option<u64>, LockError> {
         let rows = self
-            .query(|s| &s.line.reenter_read, &[&name, &holder])
+            .query_line(|l| &l.reenter_read, &[&name, &holder])
             .await?;
         Ok(rows
             .first()
@@ -93,6 +90,10 @@ impl Rows for Pg {
 
     async fn sweep(&self, old: Duration) -> Result<(), LockError> {
         self.query(|s| &s.sweep, &[&micros(old)]).await?;
+        if self.lined {
+            self.query_line(|l| &l.sweep_tickets, &[&micros(old)])
+                .await?;
+        }
         Ok(())
     }
 }

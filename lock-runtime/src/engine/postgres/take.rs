@@ -43,6 +43,13 @@ impl SqlTaking for Pg {
         layout::check_name(name, self.longest)
     }
 
+    fn line_ready(&self) -> Result<(), LockError> {
+        match self.lined {
+            true => Ok(()),
+            false => Err(self.no_line()),
+        }
+    }
+
     fn line(made: &mut Made) -> &mut Line {
         &mut made.line
     }
@@ -57,8 +64,8 @@ impl SqlTaking for Pg {
     ) -> Result<i64, LockError> {
         made.name = name.to_owned();
         let rows = made
-            .on(
-                |s| &s.line.enqueue,
+            .on_line(
+                |l| &l.enqueue,
                 &[&name, &holder, &side.code(), &micros(ttl)],
             )
             .await?;
@@ -77,7 +84,7 @@ impl SqlTaking for Pg {
     ) -> Result<Option<bool>, LockError> {
         let reader = side == Side::Read;
         let rows = made
-            .on(|s| &s.line.look, &[&name, &seq, &reader, &micros(ttl)])
+            .on_line(|l| &l.look, &[&name, &seq, &reader, &micros(ttl)])
             .await?;
         Ok(rows.first().map(|r| r.get(0)))
     }
@@ -91,10 +98,7 @@ impl SqlTaking for Pg {
         lease: Duration,
     ) -> Result<Option<u64>, LockError> {
         let rows = made
-            .on(
-                |s| &s.line.take_turn,
-                &[&name, &holder, &micros(lease), &seq],
-            )
+            .on_line(|l| &l.take_turn, &[&name, &holder, &micros(lease), &seq])
             .await?;
         Ok(rows.first().map(token))
     }
@@ -107,13 +111,13 @@ impl SqlTaking for Pg {
         lease: Duration,
     ) -> Result<Option<u64>, LockError> {
         let rows = made
-            .on(|s| &s.line.join, &[&name, &seq, &micros(lease)])
+            .on_line(|l| &l.join, &[&name, &seq, &micros(lease)])
             .await?;
         Ok(rows.first().map(token))
     }
 
     async fn mark(&self, made: &mut Made, seq: i64, lease: Duration) -> Result<(), LockError> {
-        made.on(|s| &s.line.mark, &[&seq, &micros(lease)]).await?;
+        made.on_line(|l| &l.mark, &[&seq, &micros(lease)]).await?;
         Ok(())
     }
 
@@ -123,7 +127,7 @@ impl SqlTaking for Pg {
         name: &str,
         holder: &str,
     ) -> Result<bool, LockError> {
-        let rows = made.on(|s| &s.line.drop_ticket, &[&name, &holder]).await?;
+        let rows = made.on_line(|l| &l.drop_ticket, &[&name, &holder]).await?;
         Ok(!rows.is_empty())
     }
 
@@ -132,7 +136,7 @@ impl SqlTaking for Pg {
         made: &mut Made,
         name: &str,
     ) -> Result<Option<(i64, bool)>, LockError> {
-        let rows = made.on(|s| &s.line.readers_left, &[&name]).await?;
+        let rows = made.on_line(|l| &l.readers_left, &[&name]).await?;
         Ok(rows.first().map(|r| (r.get(0), r.get(1))))
     }
 
@@ -144,7 +148,7 @@ impl SqlTaking for Pg {
     ) -> Result<bool, LockError> {
         let channel = self.channel().to_owned();
         let rows = made
-            .on(|s| &s.line.free_readers, &[&name, &fence, &channel])
+            .on_line(|l| &l.free_readers, &[&name, &fence, &channel])
             .await?;
         Ok(!rows.is_empty())
     }
@@ -156,7 +160,7 @@ impl SqlTaking for Pg {
         holder: &str,
     ) -> Result<bool, LockError> {
         let rows = made
-            .on(|s| &s.line.hand_to_readers, &[&name, &holder])
+            .on_line(|l| &l.hand_to_readers, &[&name, &holder])
             .await?;
         Ok(!rows.is_empty())
     }
@@ -228,6 +232,16 @@ pub(crate) struct Made {
 }
 
 impl Made {
+    /// Runs `which` of the line on the acquisition's connection.
+    async fn on_line(
+        &mut self,
+        which: fn(&super::PreparedLine) -> &tokio_postgres::Statement,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, LockError> {
+        let conn = self.conn().await?;
+        self.pg.query_line_on(&conn, which, params).await
+    }
+
     /// Runs `which` on the acquisition's connection.
     async fn on(
         &mut self,

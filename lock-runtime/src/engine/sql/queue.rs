@@ -142,6 +142,15 @@ impl Default for Line {
 /// A ticket, as `inspect` reads the line: holder id, side code, held.
 pub(crate) type Ticket = (String, String, bool);
 
+/// The error of a fair or read-write lock on a client whose line
+/// (`quoted`, made with `ddl`) is missing and may not be made by its role.
+pub(crate) fn no_line(quoted: &str, ddl: &str) -> LockError {
+    LockError::Config(format!(
+        "fair and read-write locks keep a line beside the lock table: the table {quoted} is \
+         missing and this role may not create it; have it made with:\n{ddl}"
+    ))
+}
+
 /// One try at a fair or read-write hold: a ticket (kept from an earlier
 /// try), then polls until it is first in line and takes the row (or
 /// joins the readers'), within the deadline.
@@ -154,6 +163,7 @@ pub(crate) async fn take_in_line<S: SqlTaking>(
 ) -> Result<Taken, LockError> {
     let name = target.name();
     s.check_lock_name(name)?;
+    s.line_ready()?;
     let common = s.common();
     let lease = options.lease.unwrap_or(common.config.watchdog_timeout);
     let ttl = common.config.watchdog_timeout;

@@ -55,6 +55,10 @@ pub(crate) trait SqlTaking: Rows {
     /// Refuses a name the lock table cannot hold (before any write).
     fn check_lock_name(&self, name: &str) -> Result<(), LockError>;
 
+    /// Whether the client has a line (fair and read-write locks); else
+    /// [`LockError::Config`] with the statement that makes it.
+    fn line_ready(&self) -> Result<(), LockError>;
+
     /// The acquisition's place in line (fair and read-write locks).
     fn line(made: &mut Self::Made) -> &mut Line;
 
