@@ -71,6 +71,7 @@ on_postgres_and_mysql!(
     our_hold_at_least_keeps_shedlock_out_until_the_minimum,
     keep_rows_keeps_shedlocks_row_for_its_update,
     shedlocks_lock_at_least_for_keeps_ours_out_until_its_minimum,
+    our_readers_writers_and_fair_locks_share_the_row_with_shedlock,
 );
 
 /// What a case needs to know of one database: ShedLock's table there, its
@@ -475,4 +476,49 @@ async fn shedlocks_lock_at_least_for_keeps_ours_out_until_its_minimum<D: Side>(t
     guard.release().await.unwrap();
     assert!(shed.lock(name, AT_MOST, Duration::ZERO).await);
     shed.unlock(name, Duration::ZERO).await;
+}
+
+/// Our fair locks, writers and readers hold the same row of the table as
+/// a plain lock (the readers together, under one holder id): ShedLock's
+/// hold keeps each of them out, and each of them keeps ShedLock out, the
+/// readers until the last of them is released (its row kept: `keep_rows`).
+async fn our_readers_writers_and_fair_locks_share_the_row_with_shedlock<D: Side>(t: &Table<D>) {
+    let (ours, shed) = (&t.ours, &t.shed);
+    let name = "etl-nightly";
+    let rw = ours.read_write_lock(name);
+    assert!(shed.lock(name, AT_MOST, Duration::ZERO).await);
+    assert!(rw.read().try_acquire().await.unwrap().is_none());
+    assert!(rw.write().try_acquire().await.unwrap().is_none());
+    assert!(ours.fair_lock(name).try_acquire().await.unwrap().is_none());
+    shed.unlock(name, Duration::ZERO).await;
+
+    // Two readers of ours: ShedLock stays out until the last is released.
+    let other = client(&t.server, true).await;
+    let first = rw.read().try_acquire().await.unwrap().expect("a reader");
+    let second = other
+        .read_write_lock(name)
+        .read()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("a second reader beside it");
+    let fresh = t.shedlock("fresh-host").await;
+    assert!(!shed.lock(name, AT_MOST, Duration::ZERO).await);
+    assert!(!fresh.lock(name, AT_MOST, Duration::ZERO).await);
+    first.release().await.unwrap();
+    assert!(!shed.lock(name, AT_MOST, Duration::ZERO).await);
+    second.release().await.unwrap();
+    assert_eq!(t.count(name), "1", "keep_rows keeps the row");
+    assert!(shed.lock(name, AT_MOST, Duration::ZERO).await);
+    shed.unlock(name, Duration::ZERO).await;
+
+    // A writer and a fair lock of ours, each in turn.
+    for builder in [rw.write(), ours.fair_lock(name)] {
+        let guard = builder.try_acquire().await.unwrap().expect("free");
+        assert!(!shed.lock(name, AT_MOST, Duration::ZERO).await);
+        assert_eq!(t.row(name).0, guard.holder_id());
+        guard.release().await.unwrap();
+        assert!(shed.lock(name, AT_MOST, Duration::ZERO).await);
+        shed.unlock(name, Duration::ZERO).await;
+    }
 }

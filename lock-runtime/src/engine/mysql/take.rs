@@ -40,6 +40,22 @@ impl SqlTaking for My {
         self.check_name(name)
     }
 
+    type Heed = ();
+
+    fn heed(&self, _made: &Made, _name: &str) {}
+
+    async fn pause(
+        &self,
+        _made: &mut Made,
+        _heed: (),
+        _name: &str,
+        _holder: &str,
+        pause: Duration,
+    ) -> Result<(), LockError> {
+        tokio::time::sleep(pause).await;
+        Ok(())
+    }
+
     fn line_ready(&self) -> Result<(), LockError> {
         match self.lined {
             true => Ok(()),

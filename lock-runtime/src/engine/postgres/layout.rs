@@ -190,8 +190,8 @@ pub(crate) struct Line {
     pub(crate) join: String,
     /// `$1` seq, `$2` lease in µs: the ticket marked held.
     pub(crate) mark: String,
-    /// `$1` name, `$2` holder id: its ticket dropped; a row if it was
-    /// there.
+    /// `$1` name, `$2` holder id, `$3` channel: its ticket dropped (and
+    /// announced); a row if it was there.
     pub(crate) drop_ticket: String,
     /// `$1` name: the readers' row's token and whether a held reader is
     /// left, when the readers hold it.
@@ -412,7 +412,13 @@ impl Line {
             "UPDATE {q} SET held = true, ticket_until = {NOW} + {} WHERE seq = $1",
             us("$2")
         );
-        let drop_ticket = format!("DELETE FROM {q} WHERE name = $1 AND holder = $2 RETURNING seq");
+        // A ticket dropped may let the next one in: announced to the name's
+        // registered waiters.
+        let drop_ticket = format!(
+            "WITH gone AS (DELETE FROM {q} WHERE name = $1 AND holder = $2 RETURNING name) \
+             SELECT CASE WHEN EXISTS (SELECT 1 FROM {w} v WHERE v.name = gone.name \
+               AND v.wait_until > {NOW}) THEN pg_notify($3, gone.name) END FROM gone"
+        );
         let readers_left = format!(
             "SELECT fence, {} FROM {t} WHERE name = $1 AND locked_by = '{READERS}' \
              AND lock_until > {NOW}",

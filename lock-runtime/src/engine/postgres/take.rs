@@ -43,6 +43,46 @@ impl SqlTaking for Pg {
         layout::check_name(name, self.longest)
     }
 
+    type Heed = Option<super::listen::Wake>;
+
+    fn heed(&self, made: &Made, name: &str) -> Option<super::listen::Wake> {
+        made.registered.map(|_| self.listener.wake(name))
+    }
+
+    async fn pause(
+        &self,
+        made: &mut Made,
+        heed: Option<super::listen::Wake>,
+        name: &str,
+        holder: &str,
+        pause: Duration,
+    ) -> Result<(), LockError> {
+        // Registered (for the watchdog's lease, made longer before it runs
+        // out), then a look again before any sleep: an announcement before
+        // the registration went to nobody.
+        let ttl = self.config.watchdog_timeout;
+        let registered = made
+            .registered
+            .is_some_and(|until| until.saturating_duration_since(Instant::now()) > ttl / 2);
+        let Some(mut wake) = heed.filter(|_| registered) else {
+            made.registered = Some(Instant::now() + ttl);
+            made.on(|s| &s.wait, &[&name, &holder, &micros(ttl)])
+                .await?;
+            return Ok(());
+        };
+        // Announced, the line is looked at again at once; unannounced (a
+        // waiter died, a lease ran out), at least every half second.
+        let sleep = match wake.listening() {
+            true => pause.max(DEAF),
+            false => pause,
+        };
+        tokio::select! {
+            () = wake.changed() => {}
+            () = tokio::time::sleep(sleep.min(ttl / 2)) => {}
+        }
+        Ok(())
+    }
+
     fn line_ready(&self) -> Result<(), LockError> {
         match self.lined {
             true => Ok(()),
@@ -127,7 +167,10 @@ impl SqlTaking for Pg {
         name: &str,
         holder: &str,
     ) -> Result<bool, LockError> {
-        let rows = made.on_line(|l| &l.drop_ticket, &[&name, &holder]).await?;
+        let channel = self.channel().to_owned();
+        let rows = made
+            .on_line(|l| &l.drop_ticket, &[&name, &holder, &channel])
+            .await?;
         Ok(!rows.is_empty())
     }
 

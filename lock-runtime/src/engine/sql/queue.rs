@@ -40,10 +40,13 @@
 //!   raised); the write's release then hands the row to the readers
 //!   instead of freeing it, so a writer queued behind the write waits for
 //!   the read too.
-//! - **Waiting.** Fair and read-write waiters poll, on both databases,
-//!   with the backoff of MySQL's plain waiters (from 4 ms, doubling up to
-//!   [`Config::poll_cap`](crate::Config::poll_cap)): their turn comes
-//!   when an earlier ticket goes, which no release announces.
+//! - **Waiting.** On MySQL, fair and read-write waiters poll with the
+//!   backoff of its plain waiters (from 4 ms, doubling up to
+//!   [`Config::poll_cap`](crate::Config::poll_cap)). On PostgreSQL they
+//!   register as the plain waiters do, and a release, a readers' row
+//!   freed or a ticket dropped announces the name to them; they look
+//!   again at an announcement, and at least every half second (a ticket
+//!   whose waiter died runs out unannounced).
 //! - **Faults.** A ticket whose waiter died runs out at its
 //!   `ticket_until` (the watchdog timeout). A waiter whose ticket was
 //!   deleted takes a new one, at the back of the line. An acquisition
@@ -197,6 +200,7 @@ pub(crate) async fn take_in_line<S: SqlTaking>(
     let mut pause = FIRST_POLL.min(common.config.poll_cap);
     let mut waiting = None;
     loop {
+        let heed = s.heed(made, name);
         let Some(first) = s.look(made, name, seq, side, ttl).await? else {
             // Deleted (`force_unlock` meanwhile, or it ran out while this
             // waiter stalled): a new one, at the back of the line.
@@ -228,7 +232,8 @@ pub(crate) async fn take_in_line<S: SqlTaking>(
         if waiting.is_none() {
             waiting = Some(common.waiting(name));
         }
-        within!(tokio::time::sleep(pause), how.deadline, target, options)?;
+        let paused = s.pause(made, heed, name, how.holder, pause);
+        within!(paused, how.deadline, target, options)??;
         pause = (pause * 2).min(common.config.poll_cap);
     }
 }

@@ -55,6 +55,28 @@ pub(crate) trait SqlTaking: Rows {
     /// Refuses a name the lock table cannot hold (before any write).
     fn check_lock_name(&self, name: &str) -> Result<(), LockError>;
 
+    /// What tells a waiter in line that the line of a name may have moved
+    /// (PostgreSQL: the listener's wake-up of the name, once the waiter is
+    /// registered; MySQL: nothing, its waiters poll).
+    type Heed: Send;
+
+    /// The heed of `name`, made before a look at its line (so that an
+    /// announcement after the look is not missed).
+    fn heed(&self, made: &Self::Made, name: &str) -> Self::Heed;
+
+    /// Waits before the next look at `name`'s line: `pause`, or less when
+    /// `heed` says the line moved; or not at all while the waiter `holder`
+    /// is not yet registered for announcements (it registers, then looks
+    /// again).
+    fn pause<'a>(
+        &'a self,
+        made: &'a mut Self::Made,
+        heed: Self::Heed,
+        name: &'a str,
+        holder: &'a str,
+        pause: Duration,
+    ) -> impl Future<Output = Result<(), LockError>> + Send + 'a;
+
     /// Whether the client has a line (fair and read-write locks); else
     /// [`LockError::Config`] with the statement that makes it.
     fn line_ready(&self) -> Result<(), LockError>;
