@@ -319,6 +319,19 @@ impl My {
     /// `lease` with a connection: its own, or one made now (on the
     /// client's runtime for its `home` pool).
     async fn made(&self, mut lease: Lease, home: bool) -> Result<Lease, LockError> {
+        // A statement abandoned on its way (its caller left, or it timed
+        // out) leaves its connection's answers out of step with its
+        // requests: that connection is closed, and the one made for its
+        // place waits until the server has ended its session, so that
+        // what follows there runs after whatever the abandoned statement
+        // did (an undo after the try it undoes).
+        let abandoned = lease
+            .as_ref()
+            .filter(|c| c.is_disconnected())
+            .map(mysql_async::Conn::id);
+        if abandoned.is_some() {
+            *lease = None;
+        }
         if lease.is_none() {
             let make = tokio::time::timeout(
                 self.config.connect_timeout,
@@ -333,6 +346,17 @@ impl My {
                 .map_err(|_| connect_error(&self.target, "no answer in time"))?
                 .map_err(|e| connect_failed(&self.target, &e))?;
             *lease = Some(made);
+        }
+        if let (Some(id), Some(conn)) = (abandoned, lease.as_mut()) {
+            let ended = tokio::time::timeout(self.config.response_timeout, ended(conn, id)).await;
+            if !matches!(ended, Ok(Ok(()))) {
+                // Not known to be over: the place is made again next time.
+                *lease = None;
+                return Err(match ended {
+                    Ok(Err(e)) => store_error(&e),
+                    _ => timeout_error(),
+                });
+            }
         }
         Ok(lease)
     }
@@ -378,9 +402,9 @@ impl My {
                 *held = None;
                 Err(store_error(&e))
             }
-            // Kept: the next statement on it waits for this one's answer
-            // first (the order an undo relies on), and a connection that
-            // is gone fails then and is made again.
+            // Left in its place: the next lease there replaces it once the
+            // server has ended its session (see `made`), so that the next
+            // statement runs after this one (the order an undo relies on).
             Err(_) => Err(timeout_error()),
         }
     }
@@ -397,6 +421,31 @@ impl My {
     /// Refuses a name this table cannot hold (before any write).
     pub(crate) fn check_name(&self, name: &str) -> Result<(), LockError> {
         layout::check_name(name, self.longest, self.charset)
+    }
+}
+
+/// Ends the server's session `id` (of this user: a connection of ours
+/// abandoned mid-statement) through `conn`, and waits until it is gone:
+/// what it was running is then done, or undone.
+async fn ended(conn: &mut Conn, id: u32) -> Result<(), mysql_async::Error> {
+    match conn.query_drop(format!("KILL CONNECTION {id}")).await {
+        // Unknown thread id: gone already.
+        Err(mysql_async::Error::Server(s)) if s.code == 1094 => {}
+        other => other?,
+    }
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        let there: Option<u64> = conn
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+                (id,),
+            )
+            .await?;
+        if there.unwrap_or(0) == 0 {
+            return Ok(());
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(50));
     }
 }
 
