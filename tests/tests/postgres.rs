@@ -168,6 +168,19 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     ));
     let r = client(&reader).await;
     tests::take_and_release(r.lock("x")).await;
+    // Plain locks need no line; fair and read-write locks say how to make
+    // it, and write nothing.
+    match r.read_write_lock("x").read().try_acquire().await {
+        Err(LockError::Config(message)) => assert!(
+            message.contains("CREATE TABLE IF NOT EXISTS \"distributed_locks_queue\""),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        pg.sql("SELECT count(*) FROM pg_tables WHERE tablename = 'distributed_locks_queue'"),
+        "0"
+    );
 
     // A table of another shape names what is wrong.
     pg.sql(
@@ -209,6 +222,7 @@ async fn lockctl_schema_prints_the_table_a_role_without_create_then_uses() {
     pg.sql(&format!("SET ROLE app; {ddl}"));
     let c = client(&reader).await;
     tests::take_and_release(c.lock("nightly")).await;
+    tests::take_and_release(c.fair_lock("nightly")).await;
     // Not an SQL URL: one line of error.
     let redis = lockctl
         .run(&["--url", "redis://127.0.0.1:1", "schema"])
