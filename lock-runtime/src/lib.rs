@@ -266,9 +266,13 @@
 //!   clock. A release deletes its row, unless `?keep_rows=true`, which a
 //!   table shared with ShedLock's JDBC provider **must** set (ShedLock
 //!   inserts a name's row once, then only updates it). Waiters are woken by
-//!   `LISTEN`/`NOTIFY`. Fair and read-write locks, quorum locks and replica
-//!   sync are [`LockError::Unsupported`] there for now; a name with a NUL
-//!   byte or longer than the `name` column is [`LockError::BadName`].
+//!   `LISTEN`/`NOTIFY`. Fair and read-write locks keep a line of tickets
+//!   in a second table beside it (`<table>_queue`, made with it: arrival
+//!   order for fair locks and writers, readers sharing one row); a role
+//!   that may not make it still takes plain locks, and a fair or read-write
+//!   lock then is [`LockError::Config`] with its DDL. Quorum locks and
+//!   replica sync are [`LockError::Unsupported`]; a name with a NUL byte or
+//!   longer than the `name` column is [`LockError::BadName`].
 //! - `mysql://user:password@h:p/db` (`mariadb://` too; feature `mysql`):
 //!   MySQL or MariaDB, the same table (times `DATETIME(6)` in UTC, names
 //!   `utf8mb4_bin`), the same `table=` and `keep_rows=`. MySQL cannot
@@ -279,7 +283,9 @@
 //!   (MySQL compares `VARCHAR`s padded with spaces) or with a character
 //!   outside the `name` column's character set is [`LockError::BadName`].
 //!   A ShedLock table's `TIMESTAMP` columns are read and written in the
-//!   server's default time zone, as ShedLock's own sessions do.
+//!   server's default time zone, as ShedLock's own sessions do. Fair and
+//!   read-write locks keep the same line as on PostgreSQL; their waiters
+//!   poll too.
 //!
 //! The SQL engines share one caveat with Redis: a failover of the database
 //! to an asynchronous replica can lose or duplicate a hold; the guard
