@@ -20,31 +20,13 @@ impl Rows for My {
     }
 
     async fn renew(&self, holds: &[(&str, &str)], lease: Duration) -> Result<Vec<bool>, LockError> {
-        let mut renewed = Vec::with_capacity(holds.len());
-        for batch in holds.chunks(BATCH) {
-            let (renew, held_of) = self.st.renew(batch.len());
-            let pairs: Vec<Value> = batch
-                .iter()
-                .flat_map(|(name, holder)| [Value::from(*name), Value::from(*holder)])
-                .collect();
-            let mut conn = None;
-            let mut params = vec![Value::from(micros(lease))];
-            params.extend(pairs.iter().cloned());
-            self.on::<Row>(&mut conn, &renew, Params::Positional(params))
-                .await?;
-            // Those held by their holders since: renewed (a row past its
-            // end was not, and is not held).
-            let held = self
-                .on::<(String, String)>(&mut conn, &held_of, Params::Positional(pairs))
-                .await?
-                .rows;
-            renewed.extend(
-                batch
-                    .iter()
-                    .map(|(name, holder)| held.iter().any(|(n, h)| n == name && h == holder)),
-            );
-        }
-        Ok(renewed)
+        // Those held by their holders since: renewed (a row past its end
+        // was not, and is not held).
+        self.renew_in_batches(holds, lease, |n| {
+            let (renew, held_of) = self.st.renew(n);
+            (vec![renew], held_of)
+        })
+        .await
     }
 
     async fn release(&self, name: &str, holder: &str) -> Result<bool, LockError> {
@@ -92,32 +74,11 @@ impl Rows for My {
         holds: &[(&str, &str)],
         lease: Duration,
     ) -> Result<Vec<bool>, LockError> {
-        let mut renewed = Vec::with_capacity(holds.len());
-        for batch in holds.chunks(BATCH) {
-            let [tickets, readers, held_of] = self.st.line.renew(batch.len());
-            let pairs: Vec<Value> = batch
-                .iter()
-                .flat_map(|(name, holder)| [Value::from(*name), Value::from(*holder)])
-                .collect();
-            let with_lease = || {
-                let mut params = vec![Value::from(micros(lease))];
-                params.extend(pairs.iter().cloned());
-                Params::Positional(params)
-            };
-            let mut conn = None;
-            self.on::<Row>(&mut conn, &tickets, with_lease()).await?;
-            self.on::<Row>(&mut conn, &readers, with_lease()).await?;
-            let held = self
-                .on::<(String, String)>(&mut conn, &held_of, Params::Positional(pairs.clone()))
-                .await?
-                .rows;
-            renewed.extend(
-                batch
-                    .iter()
-                    .map(|(name, holder)| held.iter().any(|(n, h)| n == name && h == holder)),
-            );
-        }
-        Ok(renewed)
+        self.renew_in_batches(holds, lease, |n| {
+            let [tickets, readers, held_of] = self.st.line.renew(n);
+            (vec![tickets, readers], held_of)
+        })
+        .await
     }
 
     async fn reenter_read(&self, name: &str, holder: &str) -> Result<Option<u64>, LockError> {
@@ -136,5 +97,40 @@ impl Rows for My {
                 .await?;
         }
         Ok(())
+    }
+}
+
+impl My {
+    /// Renews `holds` (name, holder id) to `lease` from now, [`BATCH`] at a
+    /// time: for a batch of `n`, `statements(n)` gives the renewals (bound
+    /// to the lease, then the pairs) and the look at which pairs are held
+    /// since (bound to the pairs). For each, whether it is.
+    async fn renew_in_batches(
+        &self,
+        holds: &[(&str, &str)],
+        lease: Duration,
+        statements: impl Fn(usize) -> (Vec<String>, String),
+    ) -> Result<Vec<bool>, LockError> {
+        let mut renewed = Vec::with_capacity(holds.len());
+        for batch in holds.chunks(BATCH) {
+            let (renewals, held_of) = statements(batch.len());
+            let pairs: Vec<Value> = batch
+                .iter()
+                .flat_map(|(name, holder)| [Value::from(*name), Value::from(*holder)])
+                .collect();
+            let mut conn = None;
+            for renewal in &renewals {
+                let mut params = vec![Value::from(micros(lease))];
+                params.extend(pairs.iter().cloned());
+                self.on::<Row>(&mut conn, renewal, Params::Positional(params))
+                    .await?;
+            }
+            let held = self
+                .on::<(String, String)>(&mut conn, &held_of, Params::Positional(pairs))
+                .await?
+                .rows;
+            renewed.extend(crate::engine::sql::renewed(batch, &held));
+        }
+        Ok(renewed)
     }
 }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::Pg;
-use crate::engine::sql::{Common, Rows, micros};
+use crate::engine::sql::{Common, Rows, micros, renewed};
 use crate::error::LockError;
 
 impl Rows for Pg {
@@ -15,19 +15,11 @@ impl Rows for Pg {
     }
 
     async fn renew(&self, holds: &[(&str, &str)], lease: Duration) -> Result<Vec<bool>, LockError> {
-        let names: Vec<&str> = holds.iter().map(|h| h.0).collect();
-        let holders: Vec<&str> = holds.iter().map(|h| h.1).collect();
+        let (names, holders) = columns(holds);
         let rows = self
             .query(|s| &s.renew, &[&names, &holders, &micros(lease)])
             .await?;
-        let renewed: Vec<(String, String)> = rows
-            .iter()
-            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
-            .collect();
-        Ok(holds
-            .iter()
-            .map(|(name, holder)| renewed.iter().any(|(n, h)| n == name && h == holder))
-            .collect())
+        Ok(renewed(holds, &pairs(&rows)))
     }
 
     async fn release(&self, name: &str, holder: &str) -> Result<bool, LockError> {
@@ -64,19 +56,11 @@ impl Rows for Pg {
         holds: &[(&str, &str)],
         lease: Duration,
     ) -> Result<Vec<bool>, LockError> {
-        let names: Vec<&str> = holds.iter().map(|h| h.0).collect();
-        let holders: Vec<&str> = holds.iter().map(|h| h.1).collect();
+        let (names, holders) = columns(holds);
         let rows = self
             .query_line(|l| &l.renew_tickets, &[&names, &holders, &micros(lease)])
             .await?;
-        let renewed: Vec<(String, String)> = rows
-            .iter()
-            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
-            .collect();
-        Ok(holds
-            .iter()
-            .map(|(name, holder)| renewed.iter().any(|(n, h)| n == name && h == holder))
-            .collect())
+        Ok(renewed(holds, &pairs(&rows)))
     }
 
     async fn reenter_read(&self, name: &str, holder: &str) -> Result<Option<u64>, LockError> {
@@ -96,4 +80,14 @@ impl Rows for Pg {
         }
         Ok(())
     }
+}
+
+/// The names and the holder ids of `holds`, as two arrays for `unnest`.
+fn columns<'a>(holds: &[(&'a str, &'a str)]) -> (Vec<&'a str>, Vec<&'a str>) {
+    holds.iter().copied().unzip()
+}
+
+/// The (name, holder id) pairs a renewal answered.
+fn pairs(rows: &[tokio_postgres::Row]) -> Vec<(String, String)> {
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
 }

@@ -339,6 +339,15 @@ pub(crate) fn pool_here<T: Send + Sync + 'static>(
     }
 }
 
+/// For each of `holds` (name, holder id), whether it is among `found`
+/// (the pairs a renewal answered).
+pub(crate) fn renewed(holds: &[(&str, &str)], found: &[(String, String)]) -> Vec<bool> {
+    holds
+        .iter()
+        .map(|(name, holder)| found.iter().any(|(n, h)| n == name && h == holder))
+        .collect()
+}
+
 /// `d` in whole microseconds, for a statement.
 pub(crate) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
