@@ -50,6 +50,7 @@ on_postgres_and_mysql!(
     the_line_and_the_table_are_left_empty_once_every_lock_is_given_back,
     a_ticket_that_ran_out_keeps_nobody_out,
     the_last_live_reader_frees_the_row_beside_a_dead_readers_ticket,
+    the_watchdog_keeps_readers_writers_and_fair_locks_past_their_lease,
 );
 
 /// How each database says "a second ago" (UTC, as the line keeps times).
@@ -205,4 +206,33 @@ async fn the_last_live_reader_frees_the_row_beside_a_dead_readers_ticket<D: Line
         writer.holder_id()
     );
     writer.release().await.unwrap();
+}
+
+async fn the_watchdog_keeps_readers_writers_and_fair_locks_past_their_lease<D: Line>(
+    server: &SqlServer<D>,
+) {
+    let lease = Duration::from_secs(2);
+    let a = LockClient::connect(Config::new(server.url()).watchdog_timeout(lease))
+        .await
+        .unwrap();
+    let b = client(server).await;
+    let rw = |c: &LockClient| c.read_write_lock("kept");
+    for (held, other) in [
+        (rw(&a).read(), rw(&b).write()),
+        (rw(&a).write(), rw(&b).read()),
+        (a.fair_lock("kept"), b.fair_lock("kept")),
+    ] {
+        let guard = held.acquire().await.unwrap();
+        // Three leases long: still held, never lost.
+        match other.wait(lease * 3).acquire().await {
+            Err(lock_runtime::LockError::Timeout { .. }) => {}
+            other => panic!("free within three leases: {other:?}"),
+        }
+        assert!(!guard.is_lost());
+        let info = b.inspect("kept").await.unwrap().expect("held");
+        assert_eq!(info.holders[0].id, guard.holder_id());
+        guard.release().await.unwrap();
+        assert_eq!(a.renewed_locks(), 0, "a released guard is not renewed");
+    }
+    assert_eq!(count(server, "distributed_locks_queue"), "0");
 }
