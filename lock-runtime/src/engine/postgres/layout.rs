@@ -4,7 +4,8 @@
 //! name validated and quoted.
 
 use crate::engine::sql::queue::READERS;
-use crate::engine::sql::{KEPT, Table, fnv};
+use crate::engine::sql::table::fnv;
+use crate::engine::sql::{KEPT, Table};
 use crate::error::LockError;
 
 /// How PostgreSQL quotes an identifier.

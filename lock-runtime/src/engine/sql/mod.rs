@@ -10,7 +10,7 @@
 
 pub(crate) mod hold;
 pub(crate) mod queue;
-mod table;
+pub(crate) mod table;
 pub(crate) mod take;
 
 use std::collections::HashMap;
@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 pub(crate) use hold::{Keeper, Record, SqlHold};
-pub(crate) use table::{Table, fnv};
+pub(crate) use table::Table;
 
 use crate::config::Config;
 use crate::error::LockError;
