@@ -680,6 +680,13 @@ pub(crate) trait Undo: Send + Sized + 'static {
     /// Whether the store may still keep what is left alive (worth trying
     /// on).
     fn may_outlive(&self) -> bool;
+    /// Whether what is left may keep the lock taken (a record, a row), so
+    /// that the process queue's turn passes on only once it is undone; a
+    /// waiter's registration for announcements keeps nobody out, and the
+    /// turn passes on at once.
+    fn keeps_out(&self) -> bool {
+        true
+    }
     /// What is left, for the log.
     fn what(&self) -> String;
 }
@@ -714,7 +721,13 @@ impl<U: Undo> Pending<U> {
 
 impl<U: Undo> Drop for Pending<U> {
     fn drop(&mut self) {
-        let (made, turn) = (self.made.take(), self.turn.take());
+        let (made, mut turn) = (self.made.take(), self.turn.take());
+        // Nothing left that keeps the lock taken: the turn passes on now,
+        // not once a task of the client's runtime gets to it (the caller's
+        // next acquisition may come first).
+        if !made.as_ref().is_some_and(Undo::keeps_out) {
+            drop(turn.take());
+        }
         if made.is_none() && turn.is_none() {
             return;
         }
@@ -731,6 +744,12 @@ async fn undo<U: Undo>(
     passed: Option<oneshot::Sender<()>>,
 ) {
     let (mut turn, mut passed) = (turn, passed);
+    if !made.as_ref().is_some_and(Undo::keeps_out) {
+        drop(turn.take());
+        if let Some(passed) = passed.take() {
+            let _ = passed.send(());
+        }
+    }
     if let Some(mut made) = made {
         for tries in 1.. {
             let cleared = made.clear().await;

@@ -145,11 +145,14 @@ impl Store {
     /// - ZooKeeper: the contender nodes under `/locks/<name>` that do not
     ///   hold (one per client and name for a mutex, one per waiting reader
     ///   or writer), counted as for etcd in sequence order;
-    /// - PostgreSQL: a waiter leaves no trace in the database (it sleeps
-    ///   until a notification), so this process's clients count the
-    ///   acquisitions that wait for a release (one per client and name);
-    /// - MySQL/MariaDB: likewise (a waiter polls, and leaves no row), this
-    ///   process's clients count them.
+    /// - PostgreSQL: a plain lock's waiter leaves no trace in the lock
+    ///   table (it sleeps until a notification), so this process's clients
+    ///   count the acquisitions that wait for a release (one per client
+    ///   and name); a fair lock's or read-write lock's waiter has a ticket
+    ///   of its own in the line (`distributed_locks_queue`, live and not
+    ///   held);
+    /// - MySQL/MariaDB: likewise (a plain waiter polls, and leaves no
+    ///   row).
     ///
     /// A waiter that gave up or was dropped leaves this count.
     pub async fn waiting(&self, kind: Kind, name: &str) -> usize {
@@ -191,8 +194,29 @@ impl Store {
                 };
                 children.len() - holders
             }
-            Store::Postgres(pg) => lock_runtime::__private::sql_waiting(&pg.url(), name),
-            Store::MySql(my) => lock_runtime::__private::sql_waiting(&my.url(), name),
+            // A plain lock's waiter has no row: counted in the process.
+            Store::Postgres(pg) if kind == Kind::Reentrant => {
+                lock_runtime::__private::sql_waiting(&pg.url(), name)
+            }
+            Store::MySql(my) if kind == Kind::Reentrant => {
+                lock_runtime::__private::sql_waiting(&my.url(), name)
+            }
+            Store::Postgres(pg) => pg
+                .sql_async(&format!(
+                    "SELECT count(*) FROM distributed_locks_queue WHERE name = '{name}' \
+                     AND NOT held AND ticket_until > timezone('utc', clock_timestamp())"
+                ))
+                .await
+                .parse()
+                .expect("a count"),
+            Store::MySql(my) => my
+                .sql_async(&format!(
+                    "SELECT count(*) FROM distributed_locks_queue WHERE name = '{name}' \
+                     AND held = 0 AND ticket_until > UTC_TIMESTAMP(6)"
+                ))
+                .await
+                .parse()
+                .expect("a count"),
         }
     }
 

@@ -259,6 +259,22 @@ impl<D: Database> SqlServer<D> {
         }
     }
 
+    /// [`sql`](Self::sql) from async code: the CLI runs on a blocking
+    /// thread, not on the caller's runtime (whose tasks go on meanwhile).
+    pub async fn sql_async(&self, statement: &str) -> String {
+        let (cli, script) = (D::superuser_cli(&self.dir, self.port), statement.to_owned());
+        tokio::task::spawn_blocking(move || run_cli::<D>(cli, &script))
+            .await
+            .expect("the CLI's thread")
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{} as {} failed on {statement:?}: {e}",
+                    D::CLI,
+                    D::SUPERUSER
+                )
+            })
+    }
+
     /// Like [`sql`](Self::sql), connecting as `user` with `password` over TCP
     /// (`127.0.0.1:<port>`, as the engine under test does). Returns the CLI's
     /// error output when it cannot connect or a statement fails (e.g. for

@@ -359,6 +359,10 @@ impl Undo for Made {
             || self.line.ticket.is_some_and(|until| now < until)
     }
 
+    fn keeps_out(&self) -> bool {
+        self.until.is_some() || self.line.ticket.is_some()
+    }
+
     fn what(&self) -> String {
         format!("{} row {}", self.pg.channel(), self.name)
     }
