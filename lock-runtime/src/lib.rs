@@ -1,7 +1,17 @@
 //! Distributed locks for async Rust on Redis (compatible with Redisson), on
 //! etcd (compatible with `etcdctl lock`), on ZooKeeper (compatible with
-//! Apache Curator) and on PostgreSQL (a table ShedLock shares), with
-//! `#[distributed_lock]`.
+//! Apache Curator) and on PostgreSQL and MySQL/MariaDB (a table ShedLock
+//! shares), with `#[distributed_lock]`.
+//!
+//! Add the dependency (Redis is built in; each other engine is a feature:
+//! `etcd`, `zookeeper`, `postgres`, `mysql`), put the attribute on a
+//! function, and run it with a client for your store's URL:
+//!
+//! ```toml
+//! [dependencies]
+//! lock-runtime = { version = "0.1", features = ["postgres"] }
+//! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//! ```
 //!
 //! ```
 //! use std::time::Duration;
@@ -385,8 +395,11 @@
 //   call. The entry points (`LockClient::lock`, `::inspect`, ...) are
 //   defined beside what they return, so `client` needs none of these.
 // Data flows builder -> engine's acquisition -> guard -> release.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod background;
 #[cfg(feature = "cli")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cli")))]
 pub mod cli;
 mod client;
 mod clock;

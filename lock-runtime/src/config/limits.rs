@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::error::LockError;
 
 /// The longest duration accepted for a lease, a wait deadline's arithmetic
-/// or any [`Config`] timeout: 100 years. Redis keeps expiries in
+/// or any [`Config`](crate::Config) timeout: 100 years. Redis keeps expiries in
 /// milliseconds and scripts compute with Lua numbers (exact to 2^53), and
 /// `Instant` arithmetic must not overflow; 100 years is far inside all three.
 /// Longer values are refused with [`LockError::Config`], never a panic.
