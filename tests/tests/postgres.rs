@@ -281,4 +281,18 @@ async fn long_table_names_announce_and_clients_may_make_the_table_at_once() {
     .await;
     held.release().await.unwrap();
     tests::finish(WITHIN, waiter).await.release().await.unwrap();
+
+    // More clients at once, on tables made anew: each loses its race on
+    // one of the names the tables take (a table's, its row type's, the
+    // line's sequence's or index's) and finds them made.
+    for round in 0..5 {
+        let url = format!("{}?table=raced_{round}", pg.url());
+        let connects: Vec<_> = (0..8)
+            .map(|_| tokio::spawn(LockClient::connect(Config::new(url.clone()))))
+            .collect();
+        for c in connects {
+            let c = c.await.unwrap().expect("every client connects");
+            tests::take_and_release(c.fair_lock("raced")).await;
+        }
+    }
 }

@@ -628,16 +628,19 @@ async fn make(
     quoted: &str,
     table: &crate::engine::sql::Table,
 ) -> Result<(), LockError> {
-    let exists = client
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&quoted])
-        .await
-        .map_err(|e| store_error(&e))?
-        .get::<_, bool>(0);
-    if !exists
+    let exists = || async {
+        client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&quoted])
+            .await
+            .map(|row| row.get::<_, bool>(0))
+            .map_err(|e| store_error(&e))
+    };
+    if !exists().await?
         && let Err(e) = client.batch_execute(&ddl).await
-        // Made meanwhile by another client: it is there.
-        && !matches!(e.code(), Some(code) if *code == SqlState::UNIQUE_VIOLATION
-            || *code == SqlState::DUPLICATE_TABLE)
+        // Made meanwhile by another client (whose commit made ours fail on
+        // one of the names it takes: the table's, its row type's, its
+        // sequence's or index's): it is there.
+        && !exists().await?
     {
         return Err(match e.code() {
             Some(code) if *code == SqlState::INSUFFICIENT_PRIVILEGE => LockError::Config(format!(
