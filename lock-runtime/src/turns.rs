@@ -163,7 +163,6 @@ impl<R: Held> Downgrade<R> {
     }
 
     /// On a write's record: the reads under it that still hold.
-    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     pub(crate) fn holding_reads(&self) -> Vec<Arc<R>> {
         let under = self.under.lock().unwrap_or_else(|p| p.into_inner()).clone();
         under

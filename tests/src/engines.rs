@@ -55,17 +55,6 @@ impl Store {
         Store::MySql(MariaDb::start())
     }
 
-    /// Of `kinds`, those this store's engine has (every engine has every
-    /// kind now; kept for an engine that may not).
-    pub fn kinds<const N: usize>(&self, kinds: [Kind; N]) -> Vec<Kind> {
-        kinds.into_iter().collect()
-    }
-
-    /// Whether this store's engine has `kind` (see [`kinds`](Self::kinds)).
-    pub fn has(&self, kind: Kind) -> bool {
-        !self.kinds([kind]).is_empty()
-    }
-
     /// The engine's name, as [`LockClient::engine_name`] gives it.
     pub fn engine(&self) -> &'static str {
         match self {

@@ -69,9 +69,6 @@ async fn lockctl_inspect_prints_holders_for_people_and_the_schema_for_scripts(st
     assert!(text.contains("reentrant"), "{text}");
     guard.release().await.unwrap();
 
-    if !store.has(Kind::Fair) {
-        return;
-    }
     // A fair lock's waiter of another client is in the queue, by its
     // holder id, and gets the lock next.
     let first = a.fair_lock("line").acquire().await.unwrap();
@@ -111,21 +108,9 @@ async fn lockctl_list_finds_the_held_locks_that_match(store: &Store) {
     let url = store.url();
     let c = store.client().await;
     let _a = c.lock("stock:1").acquire().await.unwrap();
-    // A fair lock and a read-write lock, where the engine has them.
-    let (fair, read) = (
-        if store.has(Kind::Fair) {
-            Kind::Fair
-        } else {
-            Kind::Reentrant
-        },
-        if store.has(Kind::Read) {
-            Kind::Read
-        } else {
-            Kind::Reentrant
-        },
-    );
-    let _b = fair.builder(&c, "stock:2").acquire().await.unwrap();
-    let _c = read.builder(&c, "report").acquire().await.unwrap();
+    // A fair lock and a read-write lock.
+    let _b = c.fair_lock("stock:2").acquire().await.unwrap();
+    let _c = c.read_write_lock("report").read().acquire().await.unwrap();
     let names = |listed: &Value| -> Vec<String> {
         listed
             .as_array()
@@ -137,10 +122,8 @@ async fn lockctl_list_finds_the_held_locks_that_match(store: &Store) {
 
     let all = json(&LOCKCTL.run(&["--url", &url, "list", "--json"]).await);
     assert_eq!(names(&all), ["report", "stock:1", "stock:2"]);
-    if read == Kind::Read {
-        assert_eq!(all[0]["kind"], "read_write");
-        assert_eq!(all[0]["mode"], "read");
-    }
+    assert_eq!(all[0]["kind"], "read_write");
+    assert_eq!(all[0]["mode"], "read");
     assert!(all.as_array().unwrap().iter().all(|l| l["held"] == true));
 
     let stock = json(

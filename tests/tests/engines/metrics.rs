@@ -11,8 +11,8 @@ use std::time::Duration;
 use lock_runtime::LockError;
 use metrics_util::debugging::DebuggingRecorder;
 use tests::engines::Store;
+use tests::eventually;
 use tests::recorded::Seen;
-use tests::{Kind, eventually};
 
 use super::{WITHIN, run_in_child};
 
@@ -123,14 +123,9 @@ async fn every_metric_moves(store: &mut Store) {
     seen.read(&snapshotter);
     assert_eq!(seen.counter("lock_lost_total{kind=reentrant}"), 1);
 
-    // A fixed lease lost: counted once (on a fair lock, where the engine
-    // has them).
-    let (fair, fair_kind) = match store.has(Kind::Fair) {
-        true => (Kind::Fair, "fair"),
-        false => (Kind::Reentrant, "reentrant"),
-    };
-    let fixed = fair
-        .builder(&client, "m:3")
+    // A fixed lease lost: counted once, on a fair lock.
+    let fixed = client
+        .fair_lock("m:3")
         .lease(Duration::from_secs(30))
         .acquire()
         .await
@@ -138,33 +133,26 @@ async fn every_metric_moves(store: &mut Store) {
     assert!(other.force_unlock("m:3").await.unwrap());
     assert!(matches!(fixed.release().await, Err(LockError::Lost { .. })));
     seen.read(&snapshotter);
-    let lost_before = if fair == Kind::Fair { 0 } else { 1 };
-    assert_eq!(
-        seen.counter(&format!("lock_lost_total{{kind={fair_kind}}}")),
-        1 + lost_before
-    );
-    assert_eq!(seen.gauge(&format!("lock_held{{kind={fair_kind}}}")), 0.0);
+    assert_eq!(seen.counter("lock_lost_total{kind=fair}"), 1);
+    assert_eq!(seen.gauge("lock_held{kind=fair}"), 0.0);
 
-    // Read, write (where the engine has them), multi: their own kinds. A
-    // multi lock is one acquisition and holds one hold per lock.
-    let mut kinds = vec!["multi"];
-    if store.has(Kind::Read) {
-        let read = client
-            .read_write_lock("m:4")
-            .read()
-            .acquire()
-            .await
-            .unwrap();
-        read.release().await.unwrap();
-        let write = client
-            .read_write_lock("m:4")
-            .write()
-            .acquire()
-            .await
-            .unwrap();
-        write.release().await.unwrap();
-        kinds.extend(["read", "write"]);
-    }
+    // Read, write, multi: their own kinds. A multi lock is one acquisition
+    // and holds one hold per lock.
+    let read = client
+        .read_write_lock("m:4")
+        .read()
+        .acquire()
+        .await
+        .unwrap();
+    read.release().await.unwrap();
+    let write = client
+        .read_write_lock("m:4")
+        .write()
+        .acquire()
+        .await
+        .unwrap();
+    write.release().await.unwrap();
+    let kinds = ["multi", "read", "write"];
     let multi = client.multi_lock(["m:5", "m:6"]).acquire().await.unwrap();
     seen.read(&snapshotter);
     assert_eq!(seen.gauge("lock_held{kind=multi}"), 2.0);

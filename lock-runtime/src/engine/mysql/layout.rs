@@ -165,24 +165,7 @@ impl Statements {
     pub(crate) fn new(table: &Table, keep_rows: bool) -> Statements {
         let t = table.quoted(Q);
         let left = |until: &str| format!("TIMESTAMPDIFF(MICROSECOND, {NOW}, {until})");
-        // Assignments of ON DUPLICATE KEY UPDATE run left to right, each
-        // seeing the ones before: `fence` and `locked_at` first (the row
-        // as it was), then `locked_by` (after which the condition holds
-        // exactly when it held before), then `lock_until`. A row made anew
-        // starts its tokens from the clock in µs, so a name's tokens keep
-        // rising across deletes (and past a ShedLock holder, which writes
-        // none).
-        let free = "(lock_until <= VALUES(locked_at) OR locked_by = VALUES(locked_by))";
-        let acquire = format!(
-            "INSERT INTO {t} (name, lock_until, locked_at, locked_by, fence) \
-             VALUES (?, TIMESTAMPADD(MICROSECOND, ?, {NOW}), {NOW}, ?, \
-                     LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {NOW}))) \
-             ON DUPLICATE KEY UPDATE \
-               fence = IF({free}, LAST_INSERT_ID(GREATEST(fence + 1, VALUES(fence))), fence), \
-               locked_at = IF({free}, VALUES(locked_at), locked_at), \
-               locked_by = IF({free}, VALUES(locked_by), locked_by), \
-               lock_until = IF({free}, VALUES(lock_until), lock_until)"
-        );
+        let acquire = take_row(&t, "?", "VALUES(lock_until)");
         let look = format!(
             "SELECT {}, locked_by FROM {t} WHERE name = ?",
             left("lock_until")
@@ -293,17 +276,11 @@ impl Line {
              WHERE seq = ?"
         );
         let unmark = format!("UPDATE {q} SET held = 0 WHERE seq = ?");
-        // As `acquire`, for the readers (their end the latest of theirs).
-        let free = "(lock_until <= VALUES(locked_at) OR locked_by = VALUES(locked_by))";
-        let join = format!(
-            "INSERT INTO {t} (name, lock_until, locked_at, locked_by, fence) \
-             VALUES (?, TIMESTAMPADD(MICROSECOND, ?, {NOW}), {NOW}, '{READERS}', \
-                     LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {NOW}))) \
-             ON DUPLICATE KEY UPDATE \
-               fence = IF({free}, LAST_INSERT_ID(GREATEST(fence + 1, VALUES(fence))), fence), \
-               locked_at = IF({free}, VALUES(locked_at), locked_at), \
-               locked_by = IF({free}, VALUES(locked_by), locked_by), \
-               lock_until = IF({free}, GREATEST(lock_until, VALUES(lock_until)), lock_until)"
+        // For the readers: their end the latest of theirs.
+        let join = take_row(
+            &t,
+            &format!("'{READERS}'"),
+            "GREATEST(lock_until, VALUES(lock_until))",
         );
         let drop_ticket = format!("DELETE FROM {q} WHERE name = ? AND holder = ?");
         let readers_left = format!(
@@ -385,6 +362,31 @@ impl Line {
             ),
         ]
     }
+}
+
+/// Name, lease in µs (then holder id, when `holder` is `?`): lock row
+/// `name` taken for `holder`, made or taken over when free (or already
+/// `holder`'s), its end then set to `until`, its token raised and sent back
+/// as the last insert id; affected rows 1 or 2 when taken, 0 when held.
+///
+/// Assignments of ON DUPLICATE KEY UPDATE run left to right, each seeing
+/// the ones before: `fence` and `locked_at` first (the row as it was), then
+/// `locked_by` (after which the condition holds exactly when it held
+/// before), then `lock_until`. A row made anew starts its tokens from the
+/// clock in µs, so a name's tokens keep rising across deletes (and past a
+/// ShedLock holder, which writes none).
+fn take_row(t: &str, holder: &str, until: &str) -> String {
+    let free = "(lock_until <= VALUES(locked_at) OR locked_by = VALUES(locked_by))";
+    format!(
+        "INSERT INTO {t} (name, lock_until, locked_at, locked_by, fence) \
+         VALUES (?, TIMESTAMPADD(MICROSECOND, ?, {NOW}), {NOW}, {holder}, \
+                 LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {NOW}))) \
+         ON DUPLICATE KEY UPDATE \
+           fence = IF({free}, LAST_INSERT_ID(GREATEST(fence + 1, VALUES(fence))), fence), \
+           locked_at = IF({free}, VALUES(locked_at), locked_at), \
+           locked_by = IF({free}, VALUES(locked_by), locked_by), \
+           lock_until = IF({free}, {until}, lock_until)"
+    )
 }
 
 /// The character set of a table's `name` column, as far as a lock name

@@ -323,7 +323,8 @@ impl Undo for Made {
         if self.line.ticket.is_some() {
             let my = self.my.clone();
             let (name, holder, side) = (self.name.clone(), self.holder.clone(), self.line.side);
-            leave(&my, self, &name, &holder, side).await?;
+            // An acquisition never taken has no reads under it.
+            leave(&my, self, &name, &holder, side, false).await?;
             self.line.ticket = None;
         }
         Ok(())

@@ -220,6 +220,43 @@ pub(crate) struct Line {
     pub(crate) sweep_tickets: String,
 }
 
+/// `$p`, a number of microseconds, as an interval.
+fn us(p: &str) -> String {
+    format!("{p}::bigint * interval '1 microsecond'")
+}
+
+/// Lock row `$1` taken for `holder` until `$3` µs from `now.t` (a CTE
+/// `now` of the statement): made (`when` it may be), or taken over when
+/// free or already `holder`'s, its end then set to `until`; its token
+/// raised. A row made anew starts its tokens from the clock in µs, so a
+/// name's tokens keep rising across deletes (and past a ShedLock holder,
+/// which writes none). Answers the token when taken.
+fn take_row(t: &str, holder: &str, until: &str, when: &str) -> String {
+    format!(
+        "INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
+         SELECT $1, now.t + {}, now.t, {holder}, \
+                (extract(epoch from now.t) * 1000000)::bigint FROM now {when} \
+         ON CONFLICT (name) DO UPDATE SET lock_until = {until}, \
+           locked_at = EXCLUDED.locked_at, locked_by = EXCLUDED.locked_by, \
+           fence = GREATEST(l.fence + 1, EXCLUDED.fence) \
+         WHERE l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDED.locked_by \
+         RETURNING fence",
+        us("$3")
+    )
+}
+
+/// The announcement, on channel `channel`, of the name of a row a CTE
+/// `gone` freed (a row of the lock table or of the line): only when a
+/// waiter registered in waiters' table `w` waits for it, since a notifying
+/// transaction's commit is serialized with every other's, and an
+/// uncontended release has nobody to wake.
+fn announced(w: &str, channel: &str) -> String {
+    format!(
+        "CASE WHEN EXISTS (SELECT 1 FROM {w} v WHERE v.name = gone.name \
+           AND v.wait_until > {NOW}) THEN pg_notify({channel}, gone.name) END"
+    )
+}
+
 impl Statements {
     /// The statements on `table`; with `keep_rows`, a release frees a row
     /// instead of deleting it (ShedLock only ever updates a row it
@@ -227,34 +264,17 @@ impl Statements {
     pub(crate) fn new(table: &Table, keep_rows: bool) -> Statements {
         let t = table.quoted(Q);
         let w = table.waiting().quoted(Q);
-        // A name is announced only when a waiter waits for it: a notifying
-        // transaction's commit is serialized with every other's, and an
-        // uncontended release has nobody to wake.
-        let waited = |name: &str| {
-            format!("EXISTS (SELECT 1 FROM {w} v WHERE v.name = {name} AND v.wait_until > {NOW})")
-        };
         let left =
             |until: &str| format!("(extract(epoch from ({until} - {NOW})) * 1000000)::bigint");
-        // A row made anew starts its tokens from the clock in µs, so a
-        // name's tokens keep rising across deletes (and past a ShedLock
-        // holder, which writes none).
         let acquire = format!(
-            "WITH now AS (SELECT {NOW} AS t), \
-             taken AS (\
-               INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
-               SELECT $1, now.t + $3::bigint * interval '1 microsecond', now.t, $2, \
-                      (extract(epoch from now.t) * 1000000)::bigint FROM now \
-               ON CONFLICT (name) DO UPDATE SET lock_until = EXCLUDED.lock_until, \
-                 locked_at = EXCLUDED.locked_at, locked_by = EXCLUDED.locked_by, \
-                 fence = GREATEST(l.fence + 1, EXCLUDED.fence) \
-               WHERE l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDED.locked_by \
-               RETURNING fence), \
+            "WITH now AS (SELECT {NOW} AS t), taken AS ({}), \
              unwait AS (DELETE FROM {w} v USING taken WHERE v.name = $1 AND v.waiter = $2) \
              SELECT (SELECT fence FROM taken), h.left, h.locked_by \
              FROM (SELECT 1) one LEFT JOIN (\
                SELECT (extract(epoch from (h.lock_until - now.t)) * 1000000)::bigint AS left, \
                       h.locked_by::text AS locked_by \
-               FROM {t} h, now WHERE h.name = $1) h ON true"
+               FROM {t} h, now WHERE h.name = $1) h ON true",
+            take_row(&t, "$2", "EXCLUDED.lock_until", "")
         );
         let renew = format!(
             "UPDATE {t} AS l SET lock_until = {NOW} + $3::bigint * interval '1 microsecond' \
@@ -272,8 +292,8 @@ impl Statements {
         };
         let release = format!(
             "WITH gone AS ({free}) \
-             SELECT CASE WHEN {} THEN pg_notify($3, gone.name) END FROM gone",
-            waited("gone.name")
+             SELECT {} FROM gone",
+            announced(&w, "$3")
         );
         let keep = format!(
             "UPDATE {t} SET lock_until = {NOW} + $3::bigint * interval '1 microsecond', \
@@ -302,9 +322,9 @@ impl Statements {
         };
         let force = format!(
             "WITH gone AS ({force_free}) \
-             SELECT gone.locked_by::text, CASE WHEN {} THEN pg_notify($2, gone.name) END \
+             SELECT gone.locked_by::text, {} \
              FROM gone",
-            waited("gone.name")
+            announced(&w, "$2")
         );
         let wait = format!(
             "INSERT INTO {w} (name, waiter, wait_until) \
@@ -355,7 +375,6 @@ impl Line {
         let t = table.quoted(Q);
         let q = table.queue().quoted(Q);
         let w = table.waiting().quoted(Q);
-        let us = |p: &str| format!("{p}::bigint * interval '1 microsecond'");
         let held_reader = |name: &str| {
             format!(
                 "EXISTS (SELECT 1 FROM {q} r WHERE r.name = {name} AND r.side = 'r' AND r.held \
@@ -373,41 +392,27 @@ impl Line {
                AND e.ticket_until > {NOW} AND (NOT $3::boolean OR e.side <> 'r')) FROM mine",
             us("$4")
         );
-        // As the plain acquisition takes the row (see `acquire`), for
-        // `holder` (a fair lock's or a writer's) or the readers; the
-        // readers' end is the latest of theirs.
-        let take = |holder: &str, until: &str, when: &str| {
+        // The row taken as the plain acquisition takes it, for a fair
+        // lock's or writer's holder or for the readers (their end the latest
+        // of theirs), and ticket `seq` marked held in the same statement.
+        let turn = |seq: &str, taken: String| {
             format!(
-                "INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
-                 SELECT $1, now.t + {}, now.t, {holder}, \
-                        (extract(epoch from now.t) * 1000000)::bigint FROM now {when} \
-                 ON CONFLICT (name) DO UPDATE SET lock_until = {until}, \
-                   locked_at = EXCLUDED.locked_at, locked_by = EXCLUDED.locked_by, \
-                   fence = GREATEST(l.fence + 1, EXCLUDED.fence) \
-                 WHERE l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDED.locked_by \
-                 RETURNING fence",
+                "WITH now AS (SELECT {NOW} AS t), taken AS ({taken}), \
+                 mine AS (UPDATE {q} SET held = true, ticket_until = {NOW} + {} \
+                   WHERE seq = {seq} AND EXISTS (SELECT 1 FROM taken)) \
+                 SELECT fence FROM taken",
                 us("$3")
             )
         };
-        let take_turn = format!(
-            "WITH now AS (SELECT {NOW} AS t), taken AS ({}), \
-             mine AS (UPDATE {q} SET held = true, ticket_until = {NOW} + {} \
-               WHERE seq = $4 AND EXISTS (SELECT 1 FROM taken)) \
-             SELECT fence FROM taken",
-            take("$2", "EXCLUDED.lock_until", ""),
-            us("$3")
-        );
-        let join = format!(
-            "WITH now AS (SELECT {NOW} AS t), taken AS ({}), \
-             mine AS (UPDATE {q} SET held = true, ticket_until = {NOW} + {} \
-               WHERE seq = $2 AND EXISTS (SELECT 1 FROM taken)) \
-             SELECT fence FROM taken",
-            take(
+        let take_turn = turn("$4", take_row(&t, "$2", "EXCLUDED.lock_until", ""));
+        let join = turn(
+            "$2",
+            take_row(
+                &t,
                 &format!("'{READERS}'"),
                 "GREATEST(l.lock_until, EXCLUDED.lock_until)",
-                &format!("WHERE EXISTS (SELECT 1 FROM {q} WHERE seq = $2)")
+                &format!("WHERE EXISTS (SELECT 1 FROM {q} WHERE seq = $2)"),
             ),
-            us("$3")
         );
         let mark = format!(
             "UPDATE {q} SET held = true, ticket_until = {NOW} + {} WHERE seq = $1",
@@ -417,8 +422,8 @@ impl Line {
         // registered waiters.
         let drop_ticket = format!(
             "WITH gone AS (DELETE FROM {q} WHERE name = $1 AND holder = $2 RETURNING name) \
-             SELECT CASE WHEN EXISTS (SELECT 1 FROM {w} v WHERE v.name = gone.name \
-               AND v.wait_until > {NOW}) THEN pg_notify($3, gone.name) END FROM gone"
+             SELECT {} FROM gone",
+            announced(&w, "$3")
         );
         let readers_left = format!(
             "SELECT fence, {} FROM {t} WHERE name = $1 AND locked_by = '{READERS}' \
@@ -438,8 +443,8 @@ impl Line {
         };
         let free_readers = format!(
             "WITH gone AS ({free}) \
-             SELECT CASE WHEN EXISTS (SELECT 1 FROM {w} v WHERE v.name = gone.name \
-               AND v.wait_until > {NOW}) THEN pg_notify($3, gone.name) END FROM gone"
+             SELECT {} FROM gone",
+            announced(&w, "$3")
         );
         let hand_to_readers = format!(
             "UPDATE {t} SET locked_by = '{READERS}' WHERE name = $1 AND locked_by = $2 \

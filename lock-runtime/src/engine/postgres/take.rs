@@ -346,7 +346,8 @@ impl Undo for Made {
         }
         if self.line.ticket.is_some() {
             let (name, holder, side) = (self.name.clone(), self.holder.clone(), self.line.side);
-            leave(&pg, self, &name, &holder, side).await?;
+            // An acquisition never taken has no reads under it.
+            leave(&pg, self, &name, &holder, side, false).await?;
             self.line.ticket = None;
         }
         Ok(())

@@ -345,7 +345,10 @@ async fn give_back_once<S: SqlTaking>(
         Side::Mutex => store.release(name, &holder).await?,
         side => {
             let mut made = SqlTaking::made(store, &holder);
-            leave(store, &mut made, name, &holder, side).await?
+            // Only this client's reads under this write may hold beside
+            // its row.
+            let reads_under = !record.downgrade.holding_reads().is_empty();
+            leave(store, &mut made, name, &holder, side, reads_under).await?
         }
     };
     record.gone();

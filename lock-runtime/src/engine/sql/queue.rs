@@ -240,22 +240,24 @@ pub(crate) async fn take_in_line<S: SqlTaking>(
 
 /// Gives back what the acquisition by `holder` of `name` on `side` holds
 /// or took in line, through `made`'s connection: its ticket dropped, and
-/// a fair lock's or writer's row freed (handed to the readers under it,
-/// if any hold), or the readers' row freed by the last reader. Whether
-/// the holder still held (its ticket, or its row).
+/// a fair lock's or writer's row freed, or handed to the readers when
+/// `reads_under` (this client's reads taken under the write) and one of
+/// them holds; or the readers' row freed by the last reader. Whether the
+/// holder still held (its ticket, or its row).
 pub(crate) async fn leave<S: SqlTaking>(
     s: &Arc<S>,
     made: &mut S::Made,
     name: &str,
     holder: &str,
     side: Side,
+    reads_under: bool,
 ) -> Result<bool, LockError> {
     let had = s.drop_ticket(made, name, holder).await?;
     if side == Side::Read {
         free_readers(s, made, name).await?;
         return Ok(had);
     }
-    if s.hand_to_readers(made, name, holder).await? {
+    if reads_under && s.hand_to_readers(made, name, holder).await? {
         return Ok(true);
     }
     s.release_row(made, name, holder).await
