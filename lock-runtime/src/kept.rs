@@ -711,36 +711,23 @@ impl<U: Undo> Pending<U> {
     /// Undoes what was made, waiting until its first try is done (the
     /// turn passed on): any later tries go on in the background.
     pub(crate) async fn give_up(&mut self) {
-        let (made, turn) = self.take();
-        if turn.is_none() {
-            if made.is_some() {
-                self.alive
-                    .spawn_keeping(async move { undo(made, None, None).await });
-            }
-            return;
-        }
+        let (made, turn) = (self.made.take(), self.turn.take());
         let (passed_in, passed) = oneshot::channel();
         self.alive
             .spawn_keeping(async move { undo(made, turn, Some(passed_in)).await });
         let _ = passed.await;
     }
-
-    /// What is left to undo, and the turn to pass on once it is undone:
-    /// none when nothing left keeps the lock taken (the turn passes on now,
-    /// not once a task of the client's runtime gets to it: the caller's
-    /// next acquisition may come first).
-    fn take(&mut self) -> (Option<U>, Option<OwnedMutexGuard<()>>) {
-        let (made, turn) = (self.made.take(), self.turn.take());
-        match made.as_ref().is_some_and(Undo::keeps_out) {
-            true => (made, turn),
-            false => (made, None),
-        }
-    }
 }
 
 impl<U: Undo> Drop for Pending<U> {
     fn drop(&mut self) {
-        let (made, turn) = self.take();
+        let (made, mut turn) = (self.made.take(), self.turn.take());
+        // Nothing left that keeps the lock taken: the turn passes on now,
+        // not once a task of the client's runtime gets to it (the caller's
+        // next acquisition may come first).
+        if !made.as_ref().is_some_and(Undo::keeps_out) {
+            drop(turn.take());
+        }
         if made.is_none() && turn.is_none() {
             return;
         }
@@ -757,6 +744,12 @@ async fn undo<U: Undo>(
     passed: Option<oneshot::Sender<()>>,
 ) {
     let (mut turn, mut passed) = (turn, passed);
+    if !made.as_ref().is_some_and(Undo::keeps_out) {
+        drop(turn.take());
+        if let Some(passed) = passed.take() {
+            let _ = passed.send(());
+        }
+    }
     if let Some(mut made) = made {
         for tries in 1.. {
             let cleared = made.clear().await;
