@@ -32,6 +32,7 @@ tokio::task_local! {
 /// runtime's handle, since it is asked at every request and poll: cloning
 /// the handle would bounce its reference count between the runtime's
 /// threads on every lock call.
+#[cfg_attr(feature = "zookeeper", allow(dead_code))]
 pub(crate) fn finishing_for_one_who_left() -> bool {
     LEFT.try_with(|_| ()).is_ok()
 }
@@ -129,6 +130,7 @@ pub(crate) fn run<T: Send + 'static, F: Future<Output = T> + Send + 'static>(
 /// `fut` inline in its own state until first polled: every caller's task,
 /// waiting or not, would carry the size of a release.) Dropped before it
 /// was first polled, it never starts `fut`.
+#[cfg_attr(not(any(feature = "redis", feature = "etcd")), allow(dead_code))]
 pub(crate) fn finish_on_drop<T, A, U>(
     fallback: &Handle,
     fut: impl Future<Output = T> + Send + 'static,

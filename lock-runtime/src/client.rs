@@ -30,6 +30,7 @@ struct Inner {
 /// The store a client's locks live on, and what its tasks share there.
 pub(crate) enum Engine {
     /// Redis (standalone, Sentinel or Cluster).
+    #[cfg(feature = "redis")]
     Redis(Arc<crate::engine::redis::Core>),
     /// etcd.
     #[cfg(feature = "etcd")]
@@ -43,6 +44,15 @@ pub(crate) enum Engine {
     /// On MySQL or MariaDB (see `engine::mysql`).
     #[cfg(feature = "mysql")]
     MySql(Arc<crate::engine::mysql::My>),
+    /// None: a build without any engine (no client can be made).
+    #[cfg(no_engine)]
+    None(std::convert::Infallible),
+}
+
+/// The value of an engine that a build without engines cannot have.
+#[cfg(no_engine)]
+pub(crate) fn absurd<T>(never: impl std::borrow::Borrow<std::convert::Infallible>) -> T {
+    match *never.borrow() {}
 }
 
 impl LockClient {
@@ -61,6 +71,7 @@ impl LockClient {
         let background = Background::start()?;
         let runtime = background.handle().clone();
         let engine = match store {
+            #[cfg(feature = "redis")]
             Store::Redis => Engine::Redis(crate::engine::redis::connect(config, runtime).await?),
             #[cfg(feature = "etcd")]
             Store::Etcd => Engine::Etcd(crate::engine::etcd::Etcd::connect(config, runtime).await?),
@@ -98,6 +109,7 @@ impl LockClient {
 
     /// The Redis engine's shared state, or [`LockError::Unsupported`]
     /// naming `what` on another engine.
+    #[cfg(feature = "redis")]
     #[cfg_attr(
         not(any(
             feature = "etcd",
@@ -124,6 +136,7 @@ impl LockClient {
     /// The engine's name: `"redis"`, `"etcd"`.
     pub fn engine_name(&self) -> &'static str {
         match &self.inner.engine {
+            #[cfg(feature = "redis")]
             Engine::Redis(_) => "redis",
             #[cfg(feature = "etcd")]
             Engine::Etcd(_) => "etcd",
@@ -133,6 +146,8 @@ impl LockClient {
             Engine::Postgres(_) => "postgres",
             #[cfg(feature = "mysql")]
             Engine::MySql(_) => "mysql",
+            #[cfg(no_engine)]
+            Engine::None(never) => match *never {},
         }
     }
 
@@ -152,6 +167,8 @@ impl LockClient {
                 .await
                 .unwrap_or(false)
             }
+            // Every other engine (none in a build of etcd alone).
+            #[allow(unreachable_patterns)]
             _ => {
                 let _ = key;
                 false
@@ -162,6 +179,7 @@ impl LockClient {
     /// The client's background runtime.
     pub(crate) fn runtime(&self) -> &Handle {
         match &self.inner.engine {
+            #[cfg(feature = "redis")]
             Engine::Redis(core) => &core.runtime,
             #[cfg(feature = "etcd")]
             Engine::Etcd(etcd) => &etcd.runtime,
@@ -171,6 +189,8 @@ impl LockClient {
             Engine::Postgres(pg) => &pg.runtime,
             #[cfg(feature = "mysql")]
             Engine::MySql(my) => &my.runtime,
+            #[cfg(no_engine)]
+            Engine::None(never) => match *never {},
         }
     }
 
@@ -191,6 +211,7 @@ impl LockClient {
     /// This client's id: the first half of the holder ids it writes.
     pub fn id(&self) -> &str {
         match &self.inner.engine {
+            #[cfg(feature = "redis")]
             Engine::Redis(core) => &core.id,
             #[cfg(feature = "etcd")]
             Engine::Etcd(etcd) => &etcd.id,
@@ -200,12 +221,15 @@ impl LockClient {
             Engine::Postgres(pg) => &pg.id,
             #[cfg(feature = "mysql")]
             Engine::MySql(my) => &my.id,
+            #[cfg(no_engine)]
+            Engine::None(never) => match *never {},
         }
     }
 
     /// The configuration the client was built from.
     pub fn config(&self) -> &Config {
         match &self.inner.engine {
+            #[cfg(feature = "redis")]
             Engine::Redis(core) => &core.config,
             #[cfg(feature = "etcd")]
             Engine::Etcd(etcd) => &etcd.config,
@@ -215,12 +239,15 @@ impl LockClient {
             Engine::Postgres(pg) => &pg.config,
             #[cfg(feature = "mysql")]
             Engine::MySql(my) => &my.config,
+            #[cfg(no_engine)]
+            Engine::None(never) => match *never {},
         }
     }
 
     /// Number of holds the watchdog is keeping alive.
     pub fn renewed_locks(&self) -> usize {
         match &self.inner.engine {
+            #[cfg(feature = "redis")]
             Engine::Redis(core) => core.watchdog.len(),
             #[cfg(feature = "etcd")]
             Engine::Etcd(etcd) => etcd.renewed(),
@@ -230,6 +257,8 @@ impl LockClient {
             Engine::Postgres(pg) => pg.renewed(),
             #[cfg(feature = "mysql")]
             Engine::MySql(my) => my.renewed(),
+            #[cfg(no_engine)]
+            Engine::None(never) => match *never {},
         }
     }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Whether a hold still counts as held, by the client's clock.
+#[cfg_attr(not(any(feature = "redis", feature = "etcd")), allow(dead_code))]
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Validity {
     /// The watchdog found the hold gone (or a renewal came back too late).
@@ -15,6 +16,7 @@ pub(crate) struct Validity {
     pub(crate) until: Instant,
 }
 
+#[cfg_attr(not(any(feature = "redis", feature = "etcd")), allow(dead_code))]
 impl Validity {
     pub(crate) fn is_lost(&self) -> bool {
         self.lost || Instant::now() >= self.until
@@ -38,6 +40,7 @@ pub(crate) fn valid_until(sent: Instant, lease: Duration) -> Instant {
 
 /// Resolves when `validity` counts as lost: marked lost, its time run out,
 /// or its sender gone (nobody keeps the hold any more).
+#[cfg_attr(not(any(feature = "redis", feature = "etcd")), allow(dead_code))]
 pub(crate) async fn until_lost(mut validity: watch::Receiver<Validity>) {
     loop {
         let now = *validity.borrow_and_update();

@@ -35,6 +35,8 @@ pub enum LockError {
         reason: String,
     },
     /// Redis answered with an error, or could not be reached.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
     /// The client could not connect: which servers, where their address
@@ -132,6 +134,7 @@ fn timeout_text(name: &str, waited: &Duration) -> String {
 impl LockError {
     /// Maps a Redis error met while working on lock `name`, recognising the
     /// cases that have their own kind.
+    #[cfg(feature = "redis")]
     pub(crate) fn from_redis(name: &str, err: redis::RedisError) -> Self {
         let wrong_type = err.code() == Some("WRONGTYPE")
             || err.to_string().contains("WRONGTYPE")

@@ -8,6 +8,7 @@ use crate::engine::etcd;
 use crate::engine::mysql;
 #[cfg(feature = "postgres")]
 use crate::engine::postgres;
+#[cfg(feature = "redis")]
 use crate::engine::redis::inspect::{force_unlock, inspect, locks};
 #[cfg(feature = "zookeeper")]
 use crate::engine::zookeeper;
@@ -28,6 +29,7 @@ impl crate::client::LockClient {
     pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let name = name.to_owned();
         match self.engine() {
+            #[cfg(feature = "redis")]
             Engine::Redis(core) => {
                 let core = core.clone();
                 self.on_background(async move { inspect(&core, &name).await })
@@ -57,6 +59,8 @@ impl crate::client::LockClient {
                 self.on_background(async move { mysql::inspect(&my, &name).await })
                     .await?
             }
+            #[cfg(no_engine)]
+            Engine::None(never) => match *never {},
         }
     }
 
@@ -71,6 +75,7 @@ impl crate::client::LockClient {
     pub async fn locks(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
         let pattern = pattern.to_owned();
         match self.engine() {
+            #[cfg(feature = "redis")]
             Engine::Redis(core) => {
                 let core = core.clone();
                 self.on_background(async move { locks(&core, &pattern).await })
@@ -100,6 +105,8 @@ impl crate::client::LockClient {
                 self.on_background(async move { mysql::locks(&my, &pattern).await })
                     .await?
             }
+            #[cfg(no_engine)]
+            Engine::None(never) => match *never {},
         }
     }
 
@@ -117,6 +124,7 @@ impl crate::client::LockClient {
     pub async fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
         let name = name.to_owned();
         match self.engine() {
+            #[cfg(feature = "redis")]
             Engine::Redis(core) => {
                 let core = core.clone();
                 self.on_background(async move { force_unlock(&core, &name).await })
@@ -146,6 +154,8 @@ impl crate::client::LockClient {
                 self.on_background(async move { mysql::force_unlock(&my, &name).await })
                     .await?
             }
+            #[cfg(no_engine)]
+            Engine::None(never) => match *never {},
         }
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use tokio::sync::Notify;
 
+#[cfg(feature = "redis")]
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::lock::segmented::{
@@ -70,11 +71,14 @@ pub trait SegmentStore: Send + Sync {
 ///
 /// It runs plain `GET` and `SET` and ignores the fencing token: the locks are
 /// what keeps the counts correct.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[derive(Debug, Clone)]
 pub struct RedisSegmentStore {
     client: LockClient,
 }
 
+#[cfg(feature = "redis")]
 impl RedisSegmentStore {
     /// A store on `client`'s connection.
     pub fn new(client: &LockClient) -> RedisSegmentStore {
@@ -106,6 +110,7 @@ impl RedisSegmentStore {
     }
 }
 
+#[cfg(feature = "redis")]
 impl SegmentStore for RedisSegmentStore {
     async fn get(&self, at: SegmentKey<'_>, _token: Option<u64>) -> Result<u64, StoreError> {
         let mut get = redis::cmd("GET");
@@ -174,6 +179,7 @@ impl Deduction {
 /// up to `n` buyers deduct at once, each under one segment's lock.
 ///
 /// ```no_run
+/// # #[cfg(feature = "redis")]
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use lock_runtime::{Config, Inventory, InventoryError, LockClient, RedisSegmentStore};
 ///

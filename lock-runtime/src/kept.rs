@@ -54,8 +54,6 @@ pub(crate) trait Record: Send + Sync + Sized + 'static {
     fn remaining(&self) -> Duration;
     /// Resolves once the hold is lost.
     fn lost(&self) -> impl Future<Output = ()> + Send + '_;
-    /// A fixed lease's end moved to `at` at the latest.
-    fn expire_by(&self, at: Instant);
     /// Gives the record back once its chain's last hold is released,
     /// keeping it taken until `keep` (a `hold_at_least` minimum): whether
     /// it was still this client's.
@@ -191,10 +189,6 @@ impl<R: Record> Hold<R> {
             holder: self.record.holder().to_owned(),
             chain: self.chain().clone(),
         }
-    }
-
-    pub(crate) fn expire_by(&mut self, at: Instant) {
-        self.record.expire_by(at);
     }
 
     pub(crate) fn is_lost(&self) -> bool {

@@ -3,13 +3,14 @@
 //! Apache Curator) and on PostgreSQL and MySQL/MariaDB (a table ShedLock
 //! shares), with `#[distributed_lock]`.
 //!
-//! Add the dependency (Redis is built in; each other engine is a feature:
+//! Add the dependency (each engine is a feature: `redis`, the default,
 //! `etcd`, `zookeeper`, `postgres`, `mysql`), put the attribute on a
 //! function, and run it with a client for your store's URL:
 //!
 //! ```toml
 //! [dependencies]
-//! lock-runtime = { version = "0.1", features = ["postgres"] }
+//! # Redis: `lock-runtime = "0.1"`. Another store alone, without a Redis driver:
+//! lock-runtime = { version = "0.1", default-features = false, features = ["postgres"] }
 //! tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
 //! ```
 //!
@@ -174,9 +175,17 @@
 //!
 //! # Features
 //!
+//! - `redis` (default): the Redis engine (`redis://`, `rediss://`,
+//!   `unix://` URLs, [`Config::sentinel`], [`Config::cluster`]), and what
+//!   only Redis has: [`QuorumLock`], [`RedisSegmentStore`],
+//!   [`Config::sharded_pubsub`]. `default-features = false` leaves the
+//!   Redis driver out of the build.
 //! - `etcd`, `zookeeper`, `postgres`, `mysql`: the etcd, ZooKeeper,
 //!   PostgreSQL and MySQL/MariaDB engines (`etcd://`, `zk://`,
 //!   `postgres://`, `mysql://` URLs; see "Engines").
+//! - A URL of an engine the build does not have is [`LockError::Config`]
+//!   naming the feature to enable. The shared layers (the lock family, the
+//!   attribute, guards, `inspect`) build with any set of engines.
 //! - `tls`: `rediss://` URLs (rustls with the ring provider), and with
 //!   `etcd`, `etcds://` URLs (trusting the system's certificate store, where
 //!   a cluster's private CA goes; `SSL_CERT_FILE` is honoured).
@@ -396,6 +405,10 @@
 //   defined beside what they return, so `client` needs none of these.
 // Data flows builder -> engine's acquisition -> guard -> release.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// A build without any engine only shows that the shared layers compile on
+// their own (CI checks it): no client can be made, so what would use the
+// values is unreachable there. The builds with engines keep every lint.
+#![cfg_attr(no_engine, allow(unused, unreachable_code, unreachable_patterns))]
 
 mod background;
 #[cfg(feature = "cli")]
@@ -454,6 +467,7 @@ pub mod __private {
 }
 mod private;
 
+#[cfg(feature = "redis")]
 #[doc(hidden)]
 pub mod __scripts {
     //! The Lua the client runs for a reentrant acquisition, release and
@@ -468,11 +482,12 @@ pub use error::LockError;
 pub use global::{client, init};
 pub use guard::LockGuard;
 pub use info::{HolderInfo, LockInfo, LockKind, RwMode};
-pub use inventory::{
-    Deduction, Inventory, InventoryError, RedisSegmentStore, SegmentKey, SegmentStore, StoreError,
-};
+#[cfg(feature = "redis")]
+pub use inventory::RedisSegmentStore;
+pub use inventory::{Deduction, Inventory, InventoryError, SegmentKey, SegmentStore, StoreError};
 pub use lock::LockBuilder;
 pub use lock::multi::MultiLock;
+#[cfg(feature = "redis")]
 pub use lock::quorum::QuorumLock;
 pub use lock::read_write::ReadWriteLock;
 pub use lock::segmented::{

@@ -112,6 +112,7 @@ impl<T: Clone + Send + 'static> Near<T> {
 
     /// Forgets the near client of runtime `id` after it failed: the next
     /// call from that runtime makes a new one.
+    #[cfg_attr(not(any(feature = "redis", feature = "zookeeper")), allow(dead_code))]
     pub(crate) fn forget(&self, id: Id) {
         states(&self.states).remove(&id);
     }

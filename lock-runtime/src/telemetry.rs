@@ -109,6 +109,7 @@ pub(crate) fn renewed(n: u64) {
 
 /// Counts one acquisition that did not wait for a replica (Auto mode): its
 /// master had replicas attached, none of them healthy.
+#[cfg(feature = "redis")]
 #[inline]
 pub(crate) fn replica_sync_skipped() {
     #[cfg(feature = "metrics")]

@@ -165,26 +165,44 @@ impl From<std::io::Error> for Failure {
 }
 
 impl Connection {
-    fn config(&self) -> Config {
-        if !self.cluster.is_empty() {
-            Config::cluster(self.cluster.clone())
-        } else if let Some(master) = &self.master {
-            Config::sentinel(self.sentinel.clone(), master.clone())
-        } else if let Some(url) = &self.url {
-            Config::new(url.clone())
-        } else {
-            Config::from_env()
+    fn config(&self) -> Result<Config, LockError> {
+        if !self.cluster.is_empty() || self.master.is_some() {
+            return self.redis_topology();
         }
+        Ok(match &self.url {
+            Some(url) => Config::new(url.clone()),
+            None => Config::from_env(),
+        })
+    }
+
+    /// `--cluster`, or `--sentinel` with `--master`.
+    #[cfg(feature = "redis")]
+    fn redis_topology(&self) -> Result<Config, LockError> {
+        Ok(match &self.master {
+            Some(master) if self.cluster.is_empty() => {
+                Config::sentinel(self.sentinel.clone(), master.clone())
+            }
+            _ => Config::cluster(self.cluster.clone()),
+        })
+    }
+
+    /// `--cluster` and `--sentinel` are Redis's.
+    #[cfg(not(feature = "redis"))]
+    fn redis_topology(&self) -> Result<Config, LockError> {
+        Err(LockError::Config(
+            "--sentinel and --cluster need lock-runtime's `redis` feature (a default feature)"
+                .into(),
+        ))
     }
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, Failure> {
     let mut out = std::io::stdout().lock();
     if let Command::Schema = cli.command {
-        writeln!(out, "{}", crate::engine::schema(&cli.connection.config())?)?;
+        writeln!(out, "{}", crate::engine::schema(&cli.connection.config()?)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let client = LockClient::connect(cli.connection.config()).await?;
+    let client = LockClient::connect(cli.connection.config()?).await?;
     match cli.command {
         Command::Schema => {}
         Command::Inspect { name, json } => {

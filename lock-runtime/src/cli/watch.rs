@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::render;
 use crate::client::LockClient;
+#[cfg(feature = "redis")]
 use crate::engine::redis::keys;
 use crate::error::LockError;
 use crate::info::LockInfo;
@@ -21,20 +22,24 @@ pub(super) async fn watch(
     // On Redis, unlock messages of reentrant and fair locks, and of
     // read-write locks, wake the watch at once; other engines are read
     // every interval.
-    let (mut lock_channel, mut rw_channel) = match client.engine() {
-        crate::client::Engine::Redis(core) => (
-            Some(core.pubsub.subscribe(keys::lock_channel(name)).await?),
-            Some(core.pubsub.subscribe(keys::rw_channel(name)).await?),
-        ),
-        #[cfg(feature = "etcd")]
-        crate::client::Engine::Etcd(_) => (None, None),
-        #[cfg(feature = "zookeeper")]
-        crate::client::Engine::ZooKeeper(_) => (None, None),
-        #[cfg(feature = "postgres")]
-        crate::client::Engine::Postgres(_) => (None, None),
-        #[cfg(feature = "mysql")]
-        crate::client::Engine::MySql(_) => (None, None),
-    };
+    let (mut lock_channel, mut rw_channel): (Option<Channel>, Option<Channel>) =
+        match client.engine() {
+            #[cfg(feature = "redis")]
+            crate::client::Engine::Redis(core) => (
+                Some(core.pubsub.subscribe(keys::lock_channel(name)).await?),
+                Some(core.pubsub.subscribe(keys::rw_channel(name)).await?),
+            ),
+            #[cfg(feature = "etcd")]
+            crate::client::Engine::Etcd(_) => (None, None),
+            #[cfg(feature = "zookeeper")]
+            crate::client::Engine::ZooKeeper(_) => (None, None),
+            #[cfg(feature = "postgres")]
+            crate::client::Engine::Postgres(_) => (None, None),
+            #[cfg(feature = "mysql")]
+            crate::client::Engine::MySql(_) => (None, None),
+            #[cfg(no_engine)]
+            crate::client::Engine::None(never) => match *never {},
+        };
     let mut state = client.inspect(name).await?;
     let started = Instant::now();
     writeln!(out, "watching {name} (Ctrl-C ends)")?;
@@ -44,7 +49,7 @@ pub(super) async fn watch(
     tokio::pin!(stop);
     loop {
         for channel in [&mut lock_channel, &mut rw_channel].into_iter().flatten() {
-            channel.mark_seen();
+            seen(channel);
         }
         let mut events = Vec::new();
         tokio::select! {
@@ -72,10 +77,28 @@ pub(super) async fn watch(
     }
 }
 
+/// A channel whose messages wake the watch: Redis' unlock messages.
+#[cfg(feature = "redis")]
+type Channel = crate::engine::redis::pubsub::Subscription;
+/// No engine but Redis has one.
+#[cfg(not(feature = "redis"))]
+type Channel = std::convert::Infallible;
+
+/// Marks `channel`'s messages so far as seen.
+fn seen(channel: &mut Channel) {
+    #[cfg(feature = "redis")]
+    channel.mark_seen();
+    #[cfg(not(feature = "redis"))]
+    match *channel {}
+}
+
 /// Resolves when `channel` has a message; never without a channel.
-async fn changed(channel: Option<&mut crate::engine::redis::pubsub::Subscription>) {
+async fn changed(channel: Option<&mut Channel>) {
     match channel {
+        #[cfg(feature = "redis")]
         Some(channel) => channel.changed().await,
+        #[cfg(not(feature = "redis"))]
+        Some(never) => match *never {},
         None => std::future::pending().await,
     }
 }

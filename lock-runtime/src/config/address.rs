@@ -2,13 +2,19 @@
 //! connection parameters, the identity of a data set, and connect errors
 //! that name the servers in words (never a password).
 
+#[cfg(feature = "redis")]
 use std::time::Duration;
 
+#[cfg(feature = "redis")]
 use redis::{IntoConnectionInfo, ProtocolVersion};
 
-use super::{Config, Topology};
+use super::Config;
+#[cfg(feature = "redis")]
+use super::Topology;
+#[cfg(feature = "redis")]
 use crate::error::LockError;
 
+#[cfg(feature = "redis")]
 impl Config {
     /// A failure to reach the servers, as [`LockError::Connect`]: which
     /// servers (never a password), where their address came from, and why,
@@ -147,6 +153,15 @@ impl Config {
         redis = redis.set_protocol(ProtocolVersion::RESP3);
         Ok(info.set_redis_settings(redis))
     }
+}
+
+impl Config {
+    /// Which data set this configuration reaches, as a stable text: its URL
+    /// (a build without Redis has no other topology).
+    #[cfg(not(feature = "redis"))]
+    pub(crate) fn server_identity(&self) -> String {
+        self.url.clone()
+    }
 
     /// The URL with any password replaced by `***`.
     pub(super) fn redacted_url(&self) -> String {
@@ -154,6 +169,7 @@ impl Config {
     }
 }
 
+#[cfg(feature = "redis")]
 /// `host:port` of each URL (the URL, redacted, when it does not parse).
 pub(super) fn addresses(urls: &[String]) -> String {
     urls.iter()
@@ -167,6 +183,7 @@ pub(super) fn addresses(urls: &[String]) -> String {
 }
 
 /// Why a connection failed, in words.
+#[cfg(feature = "redis")]
 pub(super) fn connect_reason(e: &redis::RedisError, timeout: Duration) -> String {
     use redis::ErrorKind;
     if e.is_connection_refusal() && e.kind() == ErrorKind::Io {
@@ -189,6 +206,7 @@ pub(super) fn connect_reason(e: &redis::RedisError, timeout: Duration) -> String
 
 /// What is wrong with `url`, in words, for the cases redis' parser words
 /// poorly: no scheme, a scheme that is not Redis's, a port that is no port.
+#[cfg(feature = "redis")]
 pub(super) fn url_problem(url: &str) -> Option<String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Some(if url.contains(char::is_whitespace) || url.is_empty() {
@@ -221,6 +239,7 @@ pub(super) fn url_problem(url: &str) -> Option<String> {
 }
 
 /// A URL parsed and checked for what this build supports.
+#[cfg(feature = "redis")]
 pub(super) fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
     if let Some(problem) = url_problem(url) {
         return Err(LockError::Config(format!(

@@ -24,6 +24,7 @@ pub(crate) fn check_duration(what: &str, value: Duration) -> Result<(), LockErro
 
 /// A duration in whole milliseconds, for Redis (at least 1; callers checked
 /// it against [`MAX_DURATION`], so it fits).
+#[cfg(feature = "redis")]
 pub(crate) fn millis(value: Duration) -> u64 {
     u64::try_from(value.as_millis()).unwrap_or(u64::MAX).max(1)
 }

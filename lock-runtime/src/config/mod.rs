@@ -10,7 +10,9 @@ mod limits;
 
 pub(crate) use address::redact;
 pub use limits::MAX_DURATION;
-pub(crate) use limits::{check_duration, check_lease, millis};
+#[cfg(feature = "redis")]
+pub(crate) use limits::millis;
+pub(crate) use limits::{check_duration, check_lease};
 
 use crate::error::LockError;
 
@@ -52,7 +54,9 @@ pub struct Config {
     replica_sync_timeout: Option<Duration>,
 }
 
-/// Where the servers are: the three topologies.
+/// Where the servers are: the three topologies (Sentinel and Cluster with
+/// the `redis` feature).
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Topology {
     /// One server, at `Config::url`.
@@ -138,6 +142,8 @@ impl Config {
     /// )
     /// .password("master-secret");
     /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn sentinel<I, S>(sentinel_urls: I, master_name: impl Into<String>) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -161,6 +167,8 @@ impl Config {
     ///
     /// let config = Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]);
     /// ```
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn cluster<I, S>(seed_urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -282,6 +290,8 @@ impl Config {
     /// mode, or their waiters miss each other's unlock messages (and fall back
     /// to polling at the holder's lease). `true` outside a cluster, or on a
     /// cluster older than Redis 7, is a configuration error.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn sharded_pubsub(mut self, sharded: bool) -> Self {
         self.sharded_pubsub = Some(sharded);
         self
@@ -354,6 +364,7 @@ impl Config {
     /// the response timeout, so the latch outlives them all with a second to
     /// spare, and no longer: every release leaves one latch key behind for
     /// this long.
+    #[cfg(feature = "redis")]
     pub(crate) fn unlock_latch_ttl(&self) -> Duration {
         // Saturating: `check` bounds the timeout, this never panics regardless.
         self.response_timeout
@@ -464,7 +475,7 @@ impl fmt::Debug for Config {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "redis"))]
 mod tests {
     use super::address::*;
     use super::limits::*;

@@ -7,6 +7,7 @@
 //! the hold back through `hold` again. The kinds made of several holds
 //! (`multi`, `quorum`, `segmented`) are built on guards.
 pub(crate) mod multi;
+#[cfg(feature = "redis")]
 pub(crate) mod quorum;
 pub(crate) mod read_write;
 pub(crate) mod segmented;
@@ -14,12 +15,7 @@ pub(crate) mod segmented;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-#[cfg(any(
-    feature = "etcd",
-    feature = "zookeeper",
-    feature = "postgres",
-    feature = "mysql"
-))]
+#[cfg(several_engines)]
 use futures_util::future::Either;
 use tracing::Instrument;
 
@@ -109,7 +105,8 @@ impl LockBuilder {
 }
 
 /// An SQL engine's acquisition `$sql` in the last slot of the engines'
-/// `Either`s: right of every other engine the build has.
+/// `Either`s: right of every other engine the build has (each engine's
+/// future is left of the later engines' and right of the earlier ones').
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 macro_rules! sql_slot {
     ($sql:expr) => {{
@@ -118,7 +115,9 @@ macro_rules! sql_slot {
         let sql = Either::Right(sql);
         #[cfg(feature = "etcd")]
         let sql = Either::Right(sql);
-        Either::Right(sql)
+        #[cfg(feature = "redis")]
+        let sql = Either::Right(sql);
+        sql
     }};
 }
 
@@ -144,6 +143,7 @@ pub(crate) fn acquire_hold(
     // carries it, and they are about the same size (a Redis waiter's is
     // kept small for it: see `engine::redis::acquire`).
     let acquiring = match client.engine() {
+        #[cfg(feature = "redis")]
         Engine::Redis(core) => {
             let redis = crate::engine::redis::acquire(core.clone(), alive, target, options)
                 .map(|held| held.map(Held::Redis));
@@ -162,7 +162,9 @@ pub(crate) fn acquire_hold(
                 .map(|held| held.map(Held::Etcd));
             #[cfg(any(feature = "zookeeper", feature = "postgres", feature = "mysql"))]
             let etcd = Either::Left(etcd);
-            Either::Right(etcd)
+            #[cfg(feature = "redis")]
+            let etcd = Either::Right(etcd);
+            etcd
         }
         #[cfg(feature = "zookeeper")]
         Engine::ZooKeeper(zk) => {
@@ -172,7 +174,9 @@ pub(crate) fn acquire_hold(
             let zk = Either::Left(zk);
             #[cfg(feature = "etcd")]
             let zk = Either::Right(zk);
-            Either::Right(zk)
+            #[cfg(feature = "redis")]
+            let zk = Either::Right(zk);
+            zk
         }
         // The SQL engines share the last slot: PostgreSQL left of MySQL
         // when the build has both.
@@ -192,6 +196,8 @@ pub(crate) fn acquire_hold(
             let my = Either::Right(my);
             sql_slot!(my)
         }
+        #[cfg(no_engine)]
+        Engine::None(never) => std::future::ready(match *never {}),
     };
     acquiring.instrument(span)
 }

@@ -87,6 +87,7 @@ use crate::request::Target;
 /// grant it. A node that loses its data (restart without persistence) may
 /// count again from zero; that is harmless while the other nodes of a
 /// majority remember.
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[derive(Clone)]
 #[must_use = "a lock builder does nothing until acquired"]
 pub struct QuorumLock {

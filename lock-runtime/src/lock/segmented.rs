@@ -566,7 +566,7 @@ impl LockClient {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "redis"))]
 mod tests {
     use super::*;
     use crate::engine::redis::keys;

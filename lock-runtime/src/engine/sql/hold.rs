@@ -186,13 +186,6 @@ impl<S: SqlTaking> crate::kept::Record for Record<S> {
         Record::lost(self)
     }
 
-    fn expire_by(&self, at: Instant) {
-        if self.fixed {
-            let mut until = self.until.lock().unwrap_or_else(|p| p.into_inner());
-            *until = (*until).min(at);
-        }
-    }
-
     fn give_back(
         self: Arc<Self>,
         keep: Option<Instant>,

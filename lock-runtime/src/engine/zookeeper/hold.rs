@@ -203,13 +203,6 @@ impl crate::kept::Record for Record {
         Record::lost(self)
     }
 
-    fn expire_by(&self, at: Instant) {
-        if let Some(until) = &self.fixed {
-            let mut until = until.lock().unwrap_or_else(|p| p.into_inner());
-            *until = (*until).min(at);
-        }
-    }
-
     fn give_back(
         self: Arc<Self>,
         keep: Option<Instant>,
