@@ -27,23 +27,23 @@
 //!    counting allocator), and how many connections the waiting client
 //!    uses (its own and the near connection of the runtime it waits on: 2);
 //! 7. to 10. the etcd engine against its floor on the same etcd
-//!    (`examples::rows`: uncontended, 64 tasks, handoff, 10,000 waiters;
-//!    the floor in `examples::etcd_rows`), unless `--no-etcd`; `etcd_bench`
+//!    (`benches::rows`: uncontended, 64 tasks, handoff, 10,000 waiters;
+//!    the floor in `benches::etcd_rows`), unless `--no-etcd`; `etcd_bench`
 //!    runs them alone;
 //! 11. to 14. the ZooKeeper engine against its floor on the same server
-//!     (the same four rows; the floor in `examples::zk_rows`), unless
+//!     (the same four rows; the floor in `benches::zk_rows`), unless
 //!     `--no-zookeeper`; `zk_bench` runs them alone;
 //! 15. to 18. the PostgreSQL engine against its floor on the same database
-//!     (the same four rows; the floor in `examples::pg_rows`), unless
+//!     (the same four rows; the floor in `benches::pg_rows`), unless
 //!     `--no-postgres`; `pg_bench` runs them alone;
 //! 19. to 22. the MySQL/MariaDB engine against its floor on the same
-//!     database (the same four rows; the floor in `examples::my_rows`),
+//!     database (the same four rows; the floor in `benches::my_rows`),
 //!     then what its polling cost, unless `--no-mysql`; `my_bench` runs
 //!     them alone.
 //!
 //! ```text
-//! cargo run --release -p examples --example lock_bench
-//! cargo run --release -p examples --example lock_bench -- --rounds 20 --ops 1000 --handoffs 2000
+//! cargo run --release -p benches --example lock_bench
+//! cargo run --release -p benches --example lock_bench -- --rounds 20 --ops 1000 --handoffs 2000
 //! ```
 //!
 //! Uses `REDIS_URL` when set; otherwise starts a throwaway `redis-server` on a
@@ -59,11 +59,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use examples::etcd_rows::EtcdFloor;
-use examples::my_rows::MyFloor;
-use examples::pg_rows::PgFloor;
-use examples::rows::{self, Floor, Server};
-use examples::zk_rows::ZkFloor;
+use benches::etcd_rows::EtcdFloor;
+use benches::my_rows::MyFloor;
+use benches::pg_rows::PgFloor;
+use benches::rows::{self, Floor, Server};
+use benches::zk_rows::ZkFloor;
 use examples::{Redis, median, per_second, percentile};
 use lock_runtime::{Config, LockClient, LockError, distributed_lock};
 use redis::aio::MultiplexedConnection;
@@ -1079,7 +1079,7 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
     if args.mysql {
         println!();
         engine_rows::<MyFloor>(args, 19, "--no-mysql")?;
-        if let Some(polling) = examples::my_rows::polling() {
+        if let Some(polling) = benches::my_rows::polling() {
             println!("  {polling}");
         }
     }
@@ -1088,7 +1088,7 @@ fn bench(redis: &Redis, args: Args) -> Result<(), BenchError> {
 
 /// Rows 7-10 (etcd), 11-14 (ZooKeeper), 15-18 (PostgreSQL) or 19-22
 /// (MySQL/MariaDB), numbered from `first`: the engine against its floor
-/// (`examples::rows`), sized as the engine benches' defaults but for the
+/// (`benches::rows`), sized as the engine benches' defaults but for the
 /// waiters. `skip` is the flag that skips
 /// them.
 fn engine_rows<F: Floor>(args: Args, first: usize, skip: &str) -> Result<(), BenchError> {

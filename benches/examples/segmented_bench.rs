@@ -5,8 +5,8 @@
 //! latency on top of the Redis round trip).
 //!
 //! ```text
-//! cargo run --release -p examples --example segmented_bench
-//! cargo run --release -p examples --example segmented_bench -- --stock 1000 --buyers 1200 --segments 10
+//! cargo run --release -p benches --example segmented_bench
+//! cargo run --release -p benches --example segmented_bench -- --stock 1000 --buyers 1200 --segments 10
 //! ```
 //!
 //! Starts its own `redis-server` on a free loopback port (never 6379). The

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, GetOptions, KvClient, PutOptions, Txn, TxnOp};
 
-use crate::Etcd;
 use crate::rows::{BenchError, DRAIN, Floor, Streams};
+use examples::Etcd;
 
 /// The etcd floor: a raw client of the same etcd, and its lease.
 pub struct EtcdFloor {

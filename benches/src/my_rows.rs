@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Value};
 
-use crate::MariaDb;
 use crate::rows::{BenchError, DRAIN, Floor, Streams};
+use examples::MariaDb;
 
 /// How many connections the floor keeps: as many as a `LockClient` keeps
 /// at most (`lock_runtime`'s MySQL `POOL`).
@@ -79,7 +79,7 @@ pub struct Polling {
 impl Polling {
     /// `count` per second per waiting name.
     pub fn per_name(&self, count: u64) -> f64 {
-        crate::per_second(count, self.stretch) / self.names.max(1) as f64
+        examples::per_second(count, self.stretch) / self.names.max(1) as f64
     }
 }
 

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use tokio_postgres::{Client, NoTls, Statement};
 
-use crate::Postgres;
 use crate::rows::{BenchError, DRAIN, Floor, Streams};
+use examples::Postgres;
 
 /// How many connections the floor keeps: as many as a `LockClient` keeps
 /// for its statements (`lock_runtime`'s `POOL`, besides its listener).

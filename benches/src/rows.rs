@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{Config, LockClient};
 
-use crate::{NoRedis, median, per_second, percentile};
+use examples::{NoRedis, median, per_second, percentile};
 
 #[doc(hidden)]
 pub use stats_alloc;
@@ -78,10 +78,10 @@ macro_rules! servers {
 }
 
 servers!(
-    crate::Etcd,
-    crate::ZooKeeper,
-    crate::Postgres,
-    crate::MariaDb
+    examples::Etcd,
+    examples::ZooKeeper,
+    examples::Postgres,
+    examples::MariaDb
 );
 
 /// What the store counts in row 4: the streams or connections the waiting
@@ -196,11 +196,11 @@ impl Args {
         let mut args = Args::default();
         while let Some(arg) = it.next() {
             match arg.as_str() {
-                "--rounds" => args.rounds = crate::positive(&mut it, "--rounds")?,
-                "--ops" => args.ops = crate::positive(&mut it, "--ops")?,
-                "--handoffs" => args.handoffs = crate::positive(&mut it, "--handoffs")?,
-                "--waiters" => args.waiters = crate::positive(&mut it, "--waiters")?,
-                "--names" => args.names = crate::positive(&mut it, "--names")?,
+                "--rounds" => args.rounds = examples::positive(&mut it, "--rounds")?,
+                "--ops" => args.ops = examples::positive(&mut it, "--ops")?,
+                "--handoffs" => args.handoffs = examples::positive(&mut it, "--handoffs")?,
+                "--waiters" => args.waiters = examples::positive(&mut it, "--waiters")?,
+                "--names" => args.names = examples::positive(&mut it, "--names")?,
                 "-h" | "--help" => return Err(String::new()),
                 other => return Err(format!("unknown argument {other:?}")),
             }
@@ -228,10 +228,11 @@ fn usage(program: &str) -> String {
 pub fn main<F: Floor>(program: &str) -> ExitCode {
     let usage = usage(program);
     let parse = || Args::parse(std::env::args().skip(1));
-    let (args, server) = match crate::start_with(parse, &usage, F::Server::from_env_or_start) {
-        Ok(started) => started,
-        Err(code) => return code,
-    };
+    let (args, server) =
+        match examples::start_with(parse, &usage, |_| F::Server::from_env_or_start()) {
+            Ok(started) => started,
+            Err(code) => return code,
+        };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -419,7 +420,7 @@ async fn drain<F: Floor>(url: &str, floor: &F, args: Args) -> Result<Drain, Benc
     };
     let before = live_heap();
     let started = Arc::new(AtomicUsize::new(0));
-    let tasks = crate::spawn_waiters::<BenchError>(&client, &names, args.waiters, &started);
+    let tasks = examples::spawn_waiters::<BenchError>(&client, &names, args.waiters, &started);
     while started.load(Ordering::Relaxed) < args.waiters {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -446,7 +447,7 @@ async fn drain<F: Floor>(url: &str, floor: &F, args: Args) -> Result<Drain, Benc
     for guard in held {
         releases.push(tokio::spawn(guard.release()));
     }
-    let drained = crate::drained(released, tasks, releases).await?;
+    let drained = examples::drained(released, tasks, releases).await?;
     Ok(Drain {
         drained,
         bytes_per_waiter: bytes as f64 / args.waiters as f64,

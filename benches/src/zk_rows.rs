@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
-use crate::ZooKeeper;
 use crate::rows::{BenchError, Floor};
+use examples::ZooKeeper;
 
 /// The floor's parent node.
 const FLOOR: &str = "/bench-floor";

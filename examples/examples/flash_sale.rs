@@ -1,17 +1,30 @@
-//! The flash sale: one SKU's stock in Redis, many buyers across several
+//! The flash sale: one SKU's stock in the store the locks are on (Redis,
+//! etcd, ZooKeeper, PostgreSQL or MySQL/MariaDB), many buyers across several
 //! service instances, each deducting with a read-modify-write that is not
-//! atomic (GET, a moment of work, SET).
+//! atomic (read the stock, a moment of work, write it back one less).
 //!
 //! Without a lock, buyers read the same stock and the shop sells more than it
 //! has. With `#[distributed_lock]` (and `client.lock(..)` on the other
 //! instances) every deduction runs alone and the shop sells exactly its stock.
+//! Only the URL changes from one store to another: the attribute, the
+//! builder and the guard are the same.
 //!
 //! ```text
 //! cargo run --release -p examples --example flash_sale
 //! cargo run --release -p examples --example flash_sale -- --stock 2000 --clients 4 --buyers 50
 //! cargo run --release -p examples --example flash_sale -- --segments 10
 //! cargo run --release -p examples --example flash_sale -- --metrics
+//! cargo run --release -p examples --features etcd --example flash_sale -- --engine etcd
+//! cargo run --release -p examples --features all --example flash_sale -- --engine postgres
+//! cargo run --release -p examples --features mysql --example flash_sale -- --url mysql://u:p@db:3306/shop
 //! ```
+//!
+//! `--engine redis|etcd|zk|postgres|mysql` starts a throwaway server of that
+//! store on free loopback ports (or uses the one `REDIS_URL`, for Redis, or
+//! `LOCK_URL` names); `--url` runs on a server of yours instead (the stock
+//! goes in a key, node or table row of its own: see `examples::store`).
+//! Each store other than Redis is a feature of the examples crate, so the
+//! Redis demo's first build compiles no other driver.
 //!
 //! `--metrics` prints, at the end, the lock metrics of the run as Prometheus
 //! text (lock-runtime's `metrics` feature, rendered by
@@ -22,21 +35,19 @@
 //! segmented lock (`lock_runtime::Inventory`), so N buyers deduct at once,
 //! next to the single lock's run.
 //!
-//! Uses `REDIS_URL` when set; otherwise starts a throwaway `redis-server` on a
-//! free loopback port. Exits non-zero when the locked run oversells.
+//! Exits non-zero when a locked run does not sell exactly the stock.
 
 use std::fmt;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use examples::store::{Counts, DataError, Engine, Server};
 use examples::{Tally, per_second};
 use lock_runtime::{
-    Config, Inventory, InventoryError, LockClient, LockError, RedisSegmentStore, SegmentKey,
-    SegmentStore, distributed_lock,
+    Config, Inventory, InventoryError, LockClient, LockError, SegmentKey, SegmentStore, StoreError,
+    distributed_lock,
 };
 use metrics_exporter_prometheus::PrometheusBuilder;
-use redis::AsyncCommands;
-use redis::aio::MultiplexedConnection;
 use tokio::task::JoinSet;
 
 /// Histogram buckets in seconds for `--metrics`: 100 µs to 30 s, for
@@ -65,6 +76,10 @@ struct Sale {
     metrics: bool,
     /// With `--segments N`: also sell through a segmented lock of N segments.
     segments: Option<usize>,
+    /// The store: `--engine`, or the scheme of `--url`.
+    engine: Engine,
+    /// `--url`: a server of the user's instead of a throwaway one.
+    url: Option<&'static str>,
 }
 
 impl Sale {
@@ -90,7 +105,7 @@ enum Purchase {
 #[derive(Debug)]
 enum ShopError {
     Lock(LockError),
-    Redis(redis::RedisError),
+    Data(DataError),
     Stock(InventoryError),
 }
 
@@ -100,9 +115,9 @@ impl From<LockError> for ShopError {
     }
 }
 
-impl From<redis::RedisError> for ShopError {
-    fn from(e: redis::RedisError) -> Self {
-        ShopError::Redis(e)
+impl From<DataError> for ShopError {
+    fn from(e: DataError) -> Self {
+        ShopError::Data(e)
     }
 }
 
@@ -110,7 +125,7 @@ impl fmt::Display for ShopError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ShopError::Lock(e) => write!(f, "lock: {e}"),
-            ShopError::Redis(e) => write!(f, "redis: {e}"),
+            ShopError::Data(e) => write!(f, "stock: {e}"),
             ShopError::Stock(e) => write!(f, "segmented stock: {e}"),
         }
     }
@@ -130,7 +145,7 @@ enum Locking {
 /// One service instance: its data connection and how it locks.
 #[derive(Clone)]
 struct Shop {
-    data: MultiplexedConnection,
+    data: Counts,
     locking: Locking,
 }
 
@@ -142,15 +157,13 @@ fn stock_key(sku: &str) -> String {
 /// little work, write it back. Between the read and the write other buyers
 /// read the same value.
 async fn deduct_one(shop: &Shop, sku: &str) -> Result<Purchase, ShopError> {
-    let mut data = shop.data.clone();
-    let stock: Option<i64> = data.get(stock_key(sku)).await?;
-    let stock = stock.unwrap_or(0);
+    let stock = shop.data.get(&stock_key(sku)).await?;
     if stock <= 0 {
         return Ok(Purchase::SoldOut);
     }
     // The work between read and write (pricing, logging): widens the race.
     tokio::task::yield_now().await;
-    let () = data.set(stock_key(sku), stock - 1).await?;
+    shop.data.set(&stock_key(sku), stock - 1).await?;
     Ok(Purchase::Bought)
 }
 
@@ -187,7 +200,7 @@ struct Report {
     locked: bool,
     stock: u64,
     sold: u64,
-    /// The stock Redis shows at the end.
+    /// The stock the store shows at the end.
     left: i64,
     errors: u64,
     first_error: Option<String>,
@@ -212,12 +225,12 @@ async fn sell(
     run: &'static str,
     sale: Sale,
     shops: Vec<Shop>,
-    data: &mut MultiplexedConnection,
+    data: &Counts,
 ) -> Result<Report, ShopError> {
     let locked = shops
         .iter()
         .all(|s| !matches!(s.locking, Locking::Unlocked));
-    let () = data.set(stock_key(SKU), sale.stock).await?;
+    data.set(&stock_key(SKU), sale.stock as i64).await?;
     let started = Instant::now();
     let mut buyers = JoinSet::new();
     for shop in &shops {
@@ -242,23 +255,22 @@ async fn sell(
         first_error,
     } = Tally::of(buyers).await;
     let elapsed = started.elapsed();
-    let left: Option<i64> = data.get(stock_key(SKU)).await?;
+    let left = data.get(&stock_key(SKU)).await?;
     Ok(Report {
         run,
         locked,
         stock: sale.stock,
         sold,
-        left: left.unwrap_or(0),
+        left,
         errors,
         first_error,
         elapsed,
     })
 }
 
-async fn data_connection(url: &str) -> Result<MultiplexedConnection, ShopError> {
-    Ok(redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?)
+/// A data connection of its own for a service instance.
+async fn data_connection(sale: Sale, url: &str) -> Result<Counts, ShopError> {
+    Ok(Counts::connect(sale.engine, url).await?)
 }
 
 /// The bug: no lock at all.
@@ -266,11 +278,11 @@ async fn run_unlocked(sale: Sale, url: &str) -> Result<Report, ShopError> {
     let mut shops = Vec::new();
     for _ in 0..sale.clients {
         shops.push(Shop {
-            data: data_connection(url).await?,
+            data: data_connection(sale, url).await?,
             locking: Locking::Unlocked,
         });
     }
-    sell("no lock", sale, shops, &mut data_connection(url).await?).await
+    sell("no lock", sale, shops, &data_connection(sale, url).await?).await
 }
 
 /// The fix: the first instance uses `#[distributed_lock]` (the global client,
@@ -285,7 +297,7 @@ async fn run_locked(sale: Sale, url: &str) -> Result<Report, ShopError> {
             Locking::Builder(LockClient::connect(Config::new(url)).await?)
         };
         shops.push(Shop {
-            data: data_connection(url).await?,
+            data: data_connection(sale, url).await?,
             locking,
         });
     }
@@ -293,7 +305,7 @@ async fn run_locked(sale: Sale, url: &str) -> Result<Report, ShopError> {
         "distributed lock",
         sale,
         shops,
-        &mut data_connection(url).await?,
+        &data_connection(sale, url).await?,
     )
     .await
 }
@@ -309,7 +321,7 @@ async fn run_segmented(sale: Sale, segments: usize, url: &str) -> Result<Report,
         let lock = client.segmented_lock(name.as_str(), segments);
         shops.push(std::sync::Arc::new(Inventory::new(
             lock,
-            RedisSegmentStore::new(&client),
+            Segments(data_connection(sale, url).await?),
         )));
     }
     shops[0]
@@ -351,6 +363,11 @@ async fn run_segmented(sale: Sale, segments: usize, url: &str) -> Result<Report,
             .get(at, None)
             .await
             .map_err(|e| ShopError::Stock(InventoryError::Store(e)))?;
+        shops[0]
+            .store()
+            .0
+            .remove(&format!("{}:count", at.lock_name()))
+            .await?;
     }
     Ok(Report {
         run: "segmented lock",
@@ -362,6 +379,25 @@ async fn run_segmented(sale: Sale, segments: usize, url: &str) -> Result<Report,
         first_error,
         elapsed,
     })
+}
+
+/// The segments' counts, in the store the locks are on: each under its
+/// segment's lock name (`{stock:<sku>:seg:<i>}:count`).
+struct Segments(Counts);
+
+impl SegmentStore for Segments {
+    async fn get(&self, at: SegmentKey<'_>, _token: Option<u64>) -> Result<u64, StoreError> {
+        let count = self.0.get(&format!("{}:count", at.lock_name())).await?;
+        Ok(u64::try_from(count)?)
+    }
+
+    async fn set(&self, at: SegmentKey<'_>, count: u64, _token: u64) -> Result<(), StoreError> {
+        let count = i64::try_from(count)?;
+        Ok(self
+            .0
+            .set(&format!("{}:count", at.lock_name()), count)
+            .await?)
+    }
 }
 
 fn print_report(sale: Sale, reports: &[Report]) {
@@ -389,7 +425,7 @@ fn print_report(sale: Sale, reports: &[Report]) {
         }
         if r.oversold() > 0 {
             println!(
-                "{}: sold {} of {} units: OVERSOLD by {} (Redis still shows {} left)",
+                "{}: sold {} of {} units: OVERSOLD by {} (the store still shows {} left)",
                 r.run,
                 r.sold,
                 sale.stock,
@@ -407,8 +443,11 @@ fn print_report(sale: Sale, reports: &[Report]) {
     }
 }
 
-const USAGE: &str = "usage: flash_sale [--stock N] [--clients N] [--buyers N]
-  --stock N    units on sale (default 1000)
+const USAGE: &str =
+    "usage: flash_sale [--engine E | --url URL] [--stock N] [--clients N] [--buyers N]
+  --engine E   redis (default), etcd, zk, postgres or mysql: a throwaway server of that store
+  --url URL    the store at URL instead (redis://, etcd://, zk://, postgres://, mysql://)
+  --stock N    units on sale (default 1000 on Redis, 300 on the others)
   --clients N  service instances, each with its own lock client (default 4)
   --buyers N   buyer tasks per instance (default 50)
   --segments N also sell through a segmented lock of N segments
@@ -416,14 +455,25 @@ const USAGE: &str = "usage: flash_sale [--stock N] [--clients N] [--buyers N]
 
 fn parse_args() -> Result<Sale, String> {
     let mut sale = Sale {
-        stock: 1000,
+        stock: 0,
         clients: 4,
         buyers: 50,
         segments: None,
         metrics: false,
+        engine: Engine::Redis,
+        url: None,
     };
+    let mut engine = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
+        if arg == "--engine" || arg == "--url" {
+            let given = args.next().ok_or(format!("{arg} needs a value"))?;
+            match arg.as_str() {
+                "--engine" => engine = Some(Engine::named(&given)?),
+                _ => sale.url = Some(given.leak()),
+            }
+            continue;
+        }
         let mut value = |name: &str| examples::positive::<u64>(&mut args, name);
         match arg.as_str() {
             "--stock" => sale.stock = value("--stock")?,
@@ -435,12 +485,37 @@ fn parse_args() -> Result<Sale, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
+    sale.engine = match (engine, sale.url) {
+        (None, None) => Engine::Redis,
+        (Some(engine), None) => engine,
+        (engine, Some(url)) => {
+            let of_url = Engine::of_url(url)?;
+            if engine.is_some_and(|engine| engine != of_url) {
+                return Err(format!(
+                    "--engine {} and a {} --url name different stores",
+                    engine.map_or("", Engine::name),
+                    of_url.name()
+                ));
+            }
+            of_url
+        }
+    };
+    if sale.stock == 0 {
+        // Every store but Redis takes a few milliseconds a deduction.
+        sale.stock = if sale.engine == Engine::Redis {
+            1000
+        } else {
+            300
+        };
+    }
     Ok(sale)
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let (sale, redis) = match examples::start(parse_args, USAGE) {
+    let (sale, server) = match examples::start_with(parse_args, USAGE, |sale: &Sale| {
+        Server::find(sale.engine, sale.url.map(str::to_owned))
+    }) {
         Ok(started) => started,
         Err(code) => return code,
     };
@@ -451,11 +526,11 @@ async fn main() -> ExitCode {
         sale.buyers,
         sale.demand()
     );
-    println!("each deduction: GET the stock, yield, SET it to one less");
+    println!("each deduction: read the stock, yield, write it back one less");
     if let Some(segments) = sale.segments {
         println!("segmented lock: the stock split in {segments} segments, one lock each");
     }
-    println!("redis: {}", redis.describe());
+    println!("{}: {}", server.engine().name(), server.describe());
     // Before the first lock call, so that every metric is recorded.
     let prometheus = match sale.metrics {
         true => match PrometheusBuilder::new()
@@ -470,7 +545,7 @@ async fn main() -> ExitCode {
         },
         false => None,
     };
-    let url = redis.url();
+    let url = server.url();
     let reports = async {
         lock_runtime::init(Config::new(url)).await?;
         // One function per mode; each sells the same sale from a fresh stock.
@@ -478,7 +553,10 @@ async fn main() -> ExitCode {
         if let Some(segments) = sale.segments {
             reports.push(run_segmented(sale, segments, url).await?);
         }
-        let () = data_connection(url).await?.del(stock_key(SKU)).await?;
+        data_connection(sale, url)
+            .await?
+            .remove(&stock_key(SKU))
+            .await?;
         Ok::<_, ShopError>(reports)
     }
     .await;

@@ -1,15 +1,23 @@
-//! Shared helpers of the examples: finding a Redis server to run against
-//! (`REDIS_URL`, or a throwaway local `redis-server`), an etcd or a
-//! ZooKeeper, a PostgreSQL or a MariaDB (`LOCK_URL`, or a throwaway one),
-//! small statistics for the reports, and the rows the benchmarks share for
-//! every engine but Redis ([`rows`]; each engine's floor in [`etcd_rows`],
-//! [`zk_rows`], [`pg_rows`], [`my_rows`]).
+//! Shared helpers of the demos and the benchmarks (the `benches` crate):
+//! finding a Redis server to run against (`REDIS_URL`, or a throwaway
+//! local `redis-server`), an etcd or a ZooKeeper, a PostgreSQL or a
+//! MariaDB (`LOCK_URL`, or a throwaway one), the store a demo runs on and
+//! the values it keeps there ([`store`]), and small statistics for the
+//! reports.
 
-pub mod etcd_rows;
-pub mod my_rows;
-pub mod pg_rows;
-pub mod rows;
-pub mod zk_rows;
+#[cfg(not(any(
+    feature = "redis",
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "postgres",
+    feature = "mysql"
+)))]
+compile_error!(
+    "the examples need an engine feature: redis (the default), etcd, zookeeper, postgres, \
+     mysql, or all"
+);
+
+pub mod store;
 
 use std::fmt;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -159,14 +167,20 @@ fn spawn_on(port: u16) -> Result<Option<Child>, NoRedis> {
     Ok(None)
 }
 
+/// Whether a Redis server on `port` answers `PING` (in Redis' inline
+/// command form: no client library needed for one probe).
 fn ping(port: u16) -> bool {
-    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
+    use std::io::{Read, Write};
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(mut conn) = std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200))
+    else {
         return false;
     };
-    let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
-        return false;
-    };
-    redis::cmd("PING").query::<String>(&mut conn).is_ok()
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut answer = [0u8; 7];
+    conn.write_all(b"PING\r\n").is_ok()
+        && conn.read_exact(&mut answer).is_ok()
+        && &answer == b"+PONG\r\n"
 }
 
 /// The start of an example's `main`: its arguments and the Redis server to
@@ -177,15 +191,16 @@ pub fn start<A>(
     parse: impl FnOnce() -> Result<A, String>,
     usage: &str,
 ) -> Result<(A, Redis), ExitCode> {
-    start_with(parse, usage, Redis::from_env_or_start)
+    start_with(parse, usage, |_| Redis::from_env_or_start())
 }
 
 /// [`start`] with another server than Redis: the one `server` finds or
-/// starts (its error is printed, and the example ends with a failure).
+/// starts for the arguments (its error is printed, and the example ends
+/// with a failure).
 pub fn start_with<A, S>(
     parse: impl FnOnce() -> Result<A, String>,
     usage: &str,
-    server: impl FnOnce() -> Result<S, NoRedis>,
+    server: impl FnOnce(&A) -> Result<S, NoRedis>,
 ) -> Result<(A, S), ExitCode> {
     let args = match parse() {
         Ok(args) => args,
@@ -198,7 +213,7 @@ pub fn start_with<A, S>(
             return Err(ExitCode::from(2));
         }
     };
-    match server() {
+    match server(&args) {
         Ok(server) => Ok((args, server)),
         Err(e) => {
             eprintln!("{e}");
