@@ -125,19 +125,7 @@ pub struct MyFloor {
 /// The driver's options for a lock URL: without the engine's own query
 /// parameters (`table=`, `keep_rows=`), in the engine's session settings.
 fn driver_opts(url: &str) -> Result<Opts, BenchError> {
-    let url = url
-        .strip_prefix("mariadb://")
-        .map_or(url.to_owned(), |rest| format!("mysql://{rest}"));
-    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
-    let rest: Vec<&str> = query
-        .split('&')
-        .filter(|p| !p.is_empty() && !p.starts_with("table=") && !p.starts_with("keep_rows="))
-        .collect();
-    let url = if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    };
+    let url = examples::store::driver_url(url);
     Ok(OptsBuilder::from_opts(Opts::from_url(&url)?)
         .init(SESSION.to_vec())
         .into())

@@ -70,17 +70,7 @@ pub struct PgFloor {
 /// own query parameters (`table=`, `keep_rows=`), named apart from the
 /// engine's backends.
 fn driver_config(url: &str) -> Result<tokio_postgres::Config, BenchError> {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let rest: Vec<&str> = query
-        .split('&')
-        .filter(|p| !p.is_empty() && !p.starts_with("table=") && !p.starts_with("keep_rows="))
-        .collect();
-    let url = if rest.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", rest.join("&"))
-    };
-    let mut config: tokio_postgres::Config = url.parse()?;
+    let mut config: tokio_postgres::Config = examples::store::driver_url(url).parse()?;
     config.application_name("lock-bench-floor");
     Ok(config)
 }

@@ -214,11 +214,15 @@ pub enum Counts {
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 const TABLE: &str = "shop_stock";
 
-/// `url` without the lock engine's own query parameters (`table=`,
-/// `keep_rows=`), for a database driver.
+/// A lock URL as a database driver takes it: without the lock engine's own
+/// query parameters (`table=`, `keep_rows=`), and `mariadb://` written
+/// `mysql://`.
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-fn driver_url(url: &str) -> String {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+pub fn driver_url(url: &str) -> String {
+    let url = url
+        .strip_prefix("mariadb://")
+        .map_or(url.to_owned(), |rest| format!("mysql://{rest}"));
+    let (base, query) = url.split_once('?').unwrap_or((&url, ""));
     let rest: Vec<&str> = query
         .split('&')
         .filter(|p| !p.is_empty() && !p.starts_with("table=") && !p.starts_with("keep_rows="))
@@ -287,11 +291,10 @@ impl Counts {
             #[cfg(feature = "mysql")]
             Engine::MySql => {
                 use mysql_async::prelude::Queryable;
-                let url = driver_url(url).replacen("mariadb://", "mysql://", 1);
+                let url = driver_url(url);
                 let pool = mysql_async::Pool::new(mysql_async::Opts::from_url(&url).map_err(data)?);
-                pool.get_conn()
-                    .await
-                    .map_err(data)?
+                my_conn(&pool)
+                    .await?
                     .query_drop(format!(
                         "CREATE TABLE IF NOT EXISTS {TABLE} \
                          (name VARCHAR(255) PRIMARY KEY, count BIGINT NOT NULL)"
@@ -351,10 +354,8 @@ impl Counts {
             #[cfg(feature = "mysql")]
             Counts::MySql(pool) => {
                 use mysql_async::prelude::Queryable;
-                let count: Option<i64> = pool
-                    .get_conn()
-                    .await
-                    .map_err(data)?
+                let count: Option<i64> = my_conn(pool)
+                    .await?
                     .exec_first(format!("SELECT count FROM {TABLE} WHERE name = ?"), (key,))
                     .await
                     .map_err(data)?;
@@ -411,9 +412,8 @@ impl Counts {
             #[cfg(feature = "mysql")]
             Counts::MySql(pool) => {
                 use mysql_async::prelude::Queryable;
-                pool.get_conn()
-                    .await
-                    .map_err(data)?
+                my_conn(pool)
+                    .await?
                     .exec_drop(
                         format!(
                             "INSERT INTO {TABLE} (name, count) VALUES (?, ?) \
@@ -455,9 +455,8 @@ impl Counts {
             #[cfg(feature = "mysql")]
             Counts::MySql(pool) => {
                 use mysql_async::prelude::Queryable;
-                pool.get_conn()
-                    .await
-                    .map_err(data)?
+                my_conn(pool)
+                    .await?
                     .exec_drop(format!("DELETE FROM {TABLE} WHERE name = ?"), (key,))
                     .await
                     .map_err(data)
@@ -473,6 +472,12 @@ fn count_in(key: &str, text: &str) -> Result<i64, DataError> {
         .map_err(|_| DataError(format!("{key} holds {text:?}, not a count")))
 }
 
+/// A connection of the pool.
+#[cfg(feature = "mysql")]
+async fn my_conn(pool: &mysql_async::Pool) -> Result<mysql_async::Conn, DataError> {
+    pool.get_conn().await.map_err(data)
+}
+
 /// The etcd key of `key`: under `shop/`, apart from the locks' prefixes
 /// (lock names hold no `/`).
 #[cfg(feature = "etcd")]
@@ -484,4 +489,39 @@ fn etcd_key(key: &str) -> String {
 #[cfg(feature = "zookeeper")]
 fn zk_path(key: &str) -> String {
     format!("/shop-{}", key.replace('/', "_"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_names_its_engine_and_engines_their_features() {
+        for (url, engine) in [
+            ("redis://h:1", Engine::Redis),
+            ("etcd://h:1,h:2", Engine::Etcd),
+            ("zk://h:1/locks", Engine::ZooKeeper),
+            ("postgresql://u@h/db", Engine::Postgres),
+            ("mariadb://u@h/db", Engine::MySql),
+        ] {
+            assert_eq!(Engine::of_url(url), Ok(engine), "{url}");
+            assert_eq!(Engine::named(engine.name()), Ok(engine));
+        }
+        assert!(Engine::of_url("ftp://h").is_err());
+        assert!(Engine::named("sqlite").is_err());
+        assert!(Engine::Redis.built(), "the default feature");
+    }
+
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    #[test]
+    fn a_driver_gets_the_url_without_the_engines_parameters() {
+        assert_eq!(
+            driver_url("mariadb://u:p@h:3306/db?table=jobs&keep_rows=true"),
+            "mysql://u:p@h:3306/db"
+        );
+        assert_eq!(
+            driver_url("postgres://u@h/db?table=jobs&sslmode=disable"),
+            "postgres://u@h/db?sslmode=disable"
+        );
+    }
 }
