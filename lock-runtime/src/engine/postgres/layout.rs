@@ -135,6 +135,12 @@ pub(crate) struct Statements {
     /// made, or a free one's taken over) with its token, or the time the
     /// holder's row has left in µs and its holder (no token).
     pub(crate) acquire: String,
+    /// `$1` name, `$2` holder id, `$3` lease in µs: the lock taken as by
+    /// `acquire`, with its token; no row when it is not. For an
+    /// acquisition's first try, which has no registration to drop and, when
+    /// the lock is free, no holder to read: `acquire`'s one write without
+    /// its two looks.
+    pub(crate) first_try: String,
     /// `$1` names, `$2` holder ids, `$3` lease in µs: the rows still
     /// held by those holders move their end to the lease from now; the
     /// rows renewed.
@@ -276,6 +282,10 @@ impl Statements {
                FROM {t} h, now WHERE h.name = $1) h ON true",
             take_row(&t, "$2", "EXCLUDED.lock_until", "")
         );
+        let first_try = format!(
+            "WITH now AS (SELECT {NOW} AS t) {}",
+            take_row(&t, "$2", "EXCLUDED.lock_until", "")
+        );
         let renew = format!(
             "UPDATE {t} AS l SET lock_until = {NOW} + $3::bigint * interval '1 microsecond' \
              FROM unnest($1::text[], $2::text[]) AS h(name, holder) \
@@ -354,6 +364,7 @@ impl Statements {
         let line = Line::new(table, keep_rows);
         Statements {
             acquire,
+            first_try,
             renew,
             release,
             keep,

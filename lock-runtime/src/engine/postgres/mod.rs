@@ -221,6 +221,7 @@ impl Conn {
 /// The statements of [`layout::Statements`], prepared on one connection.
 pub(crate) struct Prepared {
     pub(crate) acquire: Statement,
+    pub(crate) first_try: Statement,
     pub(crate) renew: Statement,
     pub(crate) release: Statement,
     pub(crate) keep: Statement,
@@ -385,8 +386,19 @@ impl Pg {
         let s = &self.statements;
         let prepared = futures_util::future::try_join_all(
             [
-                &s.acquire, &s.renew, &s.release, &s.keep, &s.reenter, &s.extend, &s.force,
-                &s.inspect, &s.held, &s.wait, &s.unwait, &s.sweep,
+                &s.acquire,
+                &s.first_try,
+                &s.renew,
+                &s.release,
+                &s.keep,
+                &s.reenter,
+                &s.extend,
+                &s.force,
+                &s.inspect,
+                &s.held,
+                &s.wait,
+                &s.unwait,
+                &s.sweep,
             ]
             .map(|text| client.prepare(text)),
         )
@@ -400,6 +412,7 @@ impl Pg {
         let mut next = || p.next().expect("one statement each");
         let st = Prepared {
             acquire: next(),
+            first_try: next(),
             renew: next(),
             release: next(),
             keep: next(),

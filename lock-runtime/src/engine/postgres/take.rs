@@ -386,6 +386,11 @@ async fn take(
     let lease = options.lease.unwrap_or(pg.config.watchdog_timeout);
     let lease_us = micros(lease);
     made.name = name.to_owned();
+    // An acquisition not registered as a waiter tries first with the
+    // statement that only takes: uncontended, that is all it needs; busy,
+    // a one-attempt call is done, and a waiting one looks again with
+    // `acquire`, which reads the holder's lease to sleep on.
+    let mut first = made.registered.is_none();
     loop {
         // Made before the look (no announcement after it is missed), once
         // registered: a release announces only to registered waiters, so
@@ -402,10 +407,17 @@ async fn take(
             made.stray = made.stray.max(made.until);
         }
         made.until = Some(sent + lease);
+        let statement: fn(&Prepared) -> &tokio_postgres::Statement =
+            match std::mem::take(&mut first) {
+                true => |s| &s.first_try,
+                false => |s| &s.acquire,
+            };
         let rows = pg
-            .query_on(&conn, |s| &s.acquire, &[&name, &how.holder, &lease_us])
+            .query_on(&conn, statement, &[&name, &how.holder, &lease_us])
             .await?;
         let (token, left, holder) = match rows.first() {
+            // A first try's answer: the token alone.
+            Some(row) if row.len() == 1 => (row.get::<_, Option<i64>>(0), None, None),
             Some(row) => (
                 row.get::<_, Option<i64>>(0),
                 row.get::<_, Option<i64>>(1),
@@ -430,7 +442,8 @@ async fn take(
             return Err(timed_out(target, options));
         }
         let Some(left) = left else {
-            // Freed between the statement's two looks: look again.
+            // Freed between the statement's two looks, or a first try's
+            // statement, which does not look: look again.
             continue;
         };
         // A release announces the name only to registered waiters: this
