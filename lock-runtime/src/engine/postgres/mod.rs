@@ -29,7 +29,9 @@
 //!   set to now): **a table shared with ShedLock needs `keep_rows=true`**,
 //!   as ShedLock inserts a name's row once and afterwards only updates it.
 //! - **Waiting.** A client's acquisitions of one name queue in the
-//!   process (FIFO); the head looks at the row and, while it is held,
+//!   process (FIFO); the head first tries to take the row with the
+//!   row-taking statement alone (all an uncontended acquisition sends),
+//!   then, if it waits, looks at the row and, while it is held,
 //!   registers as a waiter in the table beside the lock table
 //!   (`<table>_waiting`: name, waiter, `wait_until`), looks again, and
 //!   sleeps until the table's channel announces the name (a release or
