@@ -957,6 +957,15 @@ impl Node {
             .status()
             .is_ok_and(|s| s.success());
         assert!(sent, "kill -{signal} {pid} failed");
+        if signal == "STOP" {
+            // A stop is delivered to each of the JVM's threads in its own
+            // time: until all of them are stopped, one may still answer.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !all_stopped(pid) {
+                assert!(Instant::now() < deadline, "pid {pid} not stopped in 10 s");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
 
     /// Starts the server again with its data and waits until `ready`;
@@ -1082,6 +1091,21 @@ fn parse_mode(srvr: &str) -> Option<String> {
 }
 
 /// Whether the server on `port` serves (answers `srvr` with any mode).
+/// Whether every thread of process `pid` is stopped (state `T` in
+/// `/proc/<pid>/task/*/stat`, the field after the command's parenthesis).
+fn all_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state == "T" || state == "t")
+        })
+    })
+}
+
 fn serves(port: u16) -> bool {
     mode(port).is_some()
 }
