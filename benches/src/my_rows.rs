@@ -131,20 +131,6 @@ fn driver_opts(url: &str) -> Result<Opts, BenchError> {
         .into())
 }
 
-/// The lock table a lock URL names (`table=`, else the engine's default),
-/// quoted.
-fn lock_table(url: &str) -> String {
-    let table = url
-        .split_once('?')
-        .and_then(|(_, query)| query.split('&').find_map(|p| p.strip_prefix("table=")))
-        .unwrap_or("distributed_locks");
-    table
-        .split('.')
-        .map(|part| format!("`{}`", part.replace('`', "``")))
-        .collect::<Vec<_>>()
-        .join(".")
-}
-
 impl MyFloor {
     /// The next connection of the pool, in turn, once it is free.
     async fn conn(&self) -> tokio::sync::MutexGuard<'_, Conn> {
@@ -262,7 +248,7 @@ impl Floor for MyFloor {
             next: AtomicUsize::new(0),
             ids,
             url: server.url().to_owned(),
-            locks: lock_table(server.url()),
+            locks: crate::rows::lock_table(server.url(), '`'),
             queued: Mutex::new(None),
         })
     }

@@ -75,20 +75,6 @@ fn driver_config(url: &str) -> Result<tokio_postgres::Config, BenchError> {
     Ok(config)
 }
 
-/// The lock table a lock URL names (`table=`, else the engine's default),
-/// quoted.
-fn lock_table(url: &str) -> String {
-    let table = url
-        .split_once('?')
-        .and_then(|(_, query)| query.split('&').find_map(|p| p.strip_prefix("table=")))
-        .unwrap_or("distributed_locks");
-    table
-        .split('.')
-        .map(|part| format!("\"{}\"", part.replace('"', "\"\"")))
-        .collect::<Vec<_>>()
-        .join(".")
-}
-
 impl PgFloor {
     /// The next connection of the pool, in turn.
     fn conn(&self) -> &Conn {
@@ -186,7 +172,7 @@ impl Floor for PgFloor {
             pool,
             next: AtomicUsize::new(0),
             url: server.url().to_owned(),
-            locks: lock_table(server.url()),
+            locks: crate::rows::lock_table(server.url(), '"'),
         })
     }
 

@@ -538,3 +538,18 @@ pub async fn run<F: Floor>(server: &F::Server, args: Args, first: usize) -> Resu
     }
     Ok(())
 }
+
+/// The lock table a SQL engine's lock URL names (`table=`, else the
+/// engine's default), each part quoted with `quote` (doubled inside).
+pub fn lock_table(url: &str, quote: char) -> String {
+    let table = url
+        .split_once('?')
+        .and_then(|(_, query)| query.split('&').find_map(|p| p.strip_prefix("table=")))
+        .unwrap_or("distributed_locks");
+    let doubled = format!("{quote}{quote}");
+    table
+        .split('.')
+        .map(|part| format!("{quote}{}{quote}", part.replace(quote, &doubled)))
+        .collect::<Vec<_>>()
+        .join(".")
+}

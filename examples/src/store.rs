@@ -204,10 +204,21 @@ pub enum Counts {
     ZooKeeper(zookeeper_client::Client),
     /// On PostgreSQL.
     #[cfg(feature = "postgres")]
-    Postgres(std::sync::Arc<tokio_postgres::Client>),
+    Postgres(std::sync::Arc<PgCounts>),
     /// On MySQL or MariaDB.
     #[cfg(feature = "mysql")]
     MySql(mysql_async::Pool),
+}
+
+/// A PostgreSQL connection with the counts' statements prepared on it
+/// (a statement sent as text would be prepared anew each time: one round
+/// trip more per read or write).
+#[cfg(feature = "postgres")]
+pub struct PgCounts {
+    client: tokio_postgres::Client,
+    get: tokio_postgres::Statement,
+    set: tokio_postgres::Statement,
+    remove: tokio_postgres::Statement,
 }
 
 /// The table the SQL stores keep counts in.
@@ -286,7 +297,23 @@ impl Counts {
                     ))
                     .await
                     .map_err(data)?;
-                Ok(Counts::Postgres(std::sync::Arc::new(client)))
+                let prepare = |text: String| {
+                    let client = &client;
+                    async move { client.prepare(&text).await.map_err(data) }
+                };
+                let get = prepare(format!("SELECT count FROM {TABLE} WHERE name = $1")).await?;
+                let set = prepare(format!(
+                    "INSERT INTO {TABLE} (name, count) VALUES ($1, $2) \
+                     ON CONFLICT (name) DO UPDATE SET count = EXCLUDED.count"
+                ))
+                .await?;
+                let remove = prepare(format!("DELETE FROM {TABLE} WHERE name = $1")).await?;
+                Ok(Counts::Postgres(std::sync::Arc::new(PgCounts {
+                    client,
+                    get,
+                    set,
+                    remove,
+                })))
             }
             #[cfg(feature = "mysql")]
             Engine::MySql => {
@@ -342,13 +369,7 @@ impl Counts {
             },
             #[cfg(feature = "postgres")]
             Counts::Postgres(pg) => {
-                let row = pg
-                    .query_opt(
-                        &format!("SELECT count FROM {TABLE} WHERE name = $1"),
-                        &[&key],
-                    )
-                    .await
-                    .map_err(data)?;
+                let row = pg.client.query_opt(&pg.get, &[&key]).await.map_err(data)?;
                 Ok(row.map_or(0, |row| row.get(0)))
             }
             #[cfg(feature = "mysql")]
@@ -399,13 +420,8 @@ impl Counts {
             }
             #[cfg(feature = "postgres")]
             Counts::Postgres(pg) => pg
-                .execute(
-                    &format!(
-                        "INSERT INTO {TABLE} (name, count) VALUES ($1, $2) \
-                         ON CONFLICT (name) DO UPDATE SET count = EXCLUDED.count"
-                    ),
-                    &[&key, &count],
-                )
+                .client
+                .execute(&pg.set, &[&key, &count])
                 .await
                 .map(drop)
                 .map_err(data),
@@ -448,7 +464,8 @@ impl Counts {
             },
             #[cfg(feature = "postgres")]
             Counts::Postgres(pg) => pg
-                .execute(&format!("DELETE FROM {TABLE} WHERE name = $1"), &[&key])
+                .client
+                .execute(&pg.remove, &[&key])
                 .await
                 .map(drop)
                 .map_err(data),

@@ -162,7 +162,20 @@ impl<R: Held> Downgrade<R> {
             .push(Arc::downgrade(read));
     }
 
+    /// On a write's record: whether a read under it still holds (without
+    /// collecting them, as [`holding_reads`](Self::holding_reads) does).
+    pub(crate) fn holds_reads(&self) -> bool {
+        // Read outside the lock, as `holding_reads` does: a read's count is
+        // not asked under it.
+        let under = self.under.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        under
+            .iter()
+            .filter_map(Weak::upgrade)
+            .any(|r| r.holds() > 0)
+    }
+
     /// On a write's record: the reads under it that still hold.
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     pub(crate) fn holding_reads(&self) -> Vec<Arc<R>> {
         let under = self.under.lock().unwrap_or_else(|p| p.into_inner()).clone();
         under
@@ -181,7 +194,7 @@ impl<R: Held> Downgrade<R> {
         self.deferred.store(true, Ordering::Release);
         // A read given back meanwhile did not see it deferred: then the
         // write is given back now after all (whoever takes the mark back).
-        !(self.holding_reads().is_empty() && self.deferred.swap(false, Ordering::AcqRel))
+        self.holds_reads() || !self.deferred.swap(false, Ordering::AcqRel)
     }
 
     /// On a write's record, after a read under it was given back: whether
@@ -190,7 +203,7 @@ impl<R: Held> Downgrade<R> {
     #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     pub(crate) fn take_deferred(&self) -> bool {
         use std::sync::atomic::Ordering;
-        self.holding_reads().is_empty() && self.deferred.swap(false, Ordering::AcqRel)
+        !self.holds_reads() && self.deferred.swap(false, Ordering::AcqRel)
     }
 }
 

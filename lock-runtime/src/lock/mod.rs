@@ -147,12 +147,7 @@ pub(crate) fn acquire_hold(
         Engine::Redis(core) => {
             let redis = crate::engine::redis::acquire(core.clone(), alive, target, options)
                 .map(|held| held.map(Held::Redis));
-            #[cfg(any(
-                feature = "etcd",
-                feature = "zookeeper",
-                feature = "postgres",
-                feature = "mysql"
-            ))]
+            #[cfg(several_engines)]
             let redis = Either::Left(redis);
             redis
         }

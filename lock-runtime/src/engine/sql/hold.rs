@@ -340,7 +340,7 @@ async fn give_back_once<S: SqlTaking>(
             let mut made = SqlTaking::made(store, &holder);
             // Only this client's reads under this write may hold beside
             // its row.
-            let reads_under = !record.downgrade.holding_reads().is_empty();
+            let reads_under = record.downgrade.holds_reads();
             leave(store, &mut made, name, &holder, side, reads_under).await?
         }
     };
