@@ -113,6 +113,45 @@ async fn a_release_wakes_another_clients_waiter() {
     next.release().await.unwrap();
 }
 
+/// A waiter marks the held row by raising its token, and a plain lock's
+/// release announces only a row whose token moved past the one its holder
+/// knew. A re-entry raises the token too: one after the waiter's mark must
+/// not hide the mark.
+#[tokio::test]
+async fn a_release_wakes_a_waiter_that_came_before_the_holders_reentry() {
+    let pg = Postgres::start();
+    // Not woken by the release's notification, the waiter would sleep
+    // until the 120 s lease ends or half its own 120 s registration has
+    // passed, far past WITHIN.
+    let long = || Config::new(pg.url()).watchdog_timeout(Duration::from_secs(120));
+    let a = LockClient::connect(long()).await.unwrap();
+    let b = LockClient::connect(long()).await.unwrap();
+    let url = pg.url().to_string();
+    let holder = tokio::spawn(async move {
+        let outer = a.lock("marked").acquire().await.unwrap();
+        let b = b.clone();
+        let waiter = tokio::spawn(async move { b.lock("marked").wait(WITHIN).acquire().await });
+        tests::eventually("the waiter waits", WITHIN, || async {
+            lock_runtime::__private::sql_waiting(&url, "marked") == 1
+        })
+        .await;
+        // The waiter has looked at the row (and marked it) by now.
+        let inner = outer
+            .scope(a.lock("marked").wait(Duration::ZERO).acquire())
+            .await
+            .unwrap();
+        assert!(inner.token() > outer.token());
+        let last = inner.token();
+        inner.release().await.unwrap();
+        outer.release().await.unwrap();
+        Ok::<_, LockError>((waiter, last))
+    });
+    let (waiter, last) = tests::finish(WITHIN, holder).await;
+    let next = tests::finish(WITHIN, waiter).await;
+    assert!(next.token() > last);
+    next.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let pg = Postgres::start();

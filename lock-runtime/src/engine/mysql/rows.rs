@@ -29,7 +29,8 @@ impl Rows for My {
         .await
     }
 
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, LockError> {
+    /// MySQL announces nothing (its waiters poll): the token is not read.
+    async fn release(&self, name: &str, holder: &str, _token: i64) -> Result<bool, LockError> {
         let answer = self
             .query::<Row>(&self.st.release, (name, holder).into())
             .await?;

@@ -133,7 +133,9 @@ pub(crate) const COLUMNS: [(&str, &[&str]); 5] = [
 pub(crate) struct Statements {
     /// `$1` name, `$2` holder id, `$3` lease in µs: the lock taken (a row
     /// made, or a free one's taken over) with its token, or the time the
-    /// holder's row has left in µs and its holder (no token).
+    /// holder's row has left in µs and its holder (no token). A waiter's
+    /// look: a held row (but the readers') is marked, its token raised by
+    /// one, so that its holder's release announces the name.
     pub(crate) acquire: String,
     /// `$1` name, `$2` holder id, `$3` lease in µs: the lock taken as by
     /// `acquire`, with its token; no row when it is not. For an
@@ -146,9 +148,16 @@ pub(crate) struct Statements {
     /// rows renewed.
     pub(crate) renew: String,
     /// `$1` name, `$2` holder id, `$3` channel: the holder's row deleted
-    /// (kept and freed, with `keep_rows`) and the release announced; a
-    /// row when it was the holder's.
+    /// (kept and freed, with `keep_rows`) and the release announced to the
+    /// name's registered waiters; a row when it was the holder's. For the
+    /// rows of the line (whose waiters leave no mark) and undos.
     pub(crate) release: String,
+    /// `$1` name, `$2` holder id, `$3` channel, `$4` the token the holder
+    /// last knew its row by: `release` for a plain lock's guard, announced
+    /// only when the row's token moved past `$4` (a waiter's look marked
+    /// it: see `acquire`), without a look at the waiters' table; a row
+    /// when it was the holder's.
+    pub(crate) give_back: String,
     /// `$1` name, `$2` holder id, `$3` how long in µs: the holder's row
     /// kept taken that long from now (a `hold_at_least` minimum), marked
     /// kept; a row when it was the holder's.
@@ -256,6 +265,31 @@ fn take_row(t: &str, holder: &str, until: &str, when: &str) -> String {
 /// waiter registered in waiters' table `w` waits for it, since a notifying
 /// transaction's commit is serialized with every other's, and an
 /// uncontended release has nobody to wake.
+/// [`take_row`] for a waiter's look: when the row is held (by anyone but
+/// the readers), its `fence` is raised by one instead, the waiter's mark
+/// ([`Statements::give_back`] announces a name whose row was marked while
+/// it was held). RETURNING `fence` and whether the row is now `$2`'s.
+fn take_or_mark_row(t: &str) -> String {
+    let free = "(l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDED.locked_by)";
+    let taken = |column: &str, value: &str| {
+        format!("{column} = CASE WHEN {free} THEN {value} ELSE l.{column} END")
+    };
+    format!(
+        "INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
+         SELECT $1, now.t + {}, now.t, $2, \
+                (extract(epoch from now.t) * 1000000)::bigint FROM now \
+         ON CONFLICT (name) DO UPDATE SET {}, {}, {}, \
+           fence = CASE WHEN {free} THEN GREATEST(l.fence + 1, EXCLUDED.fence) \
+                   ELSE l.fence + 1 END \
+         WHERE {free} OR l.locked_by <> '{READERS}' \
+         RETURNING fence, locked_by = $2 AS mine",
+        us("$3"),
+        taken("lock_until", "EXCLUDED.lock_until"),
+        taken("locked_at", "EXCLUDED.locked_at"),
+        taken("locked_by", "EXCLUDED.locked_by"),
+    )
+}
+
 fn announced(w: &str, channel: &str) -> String {
     format!(
         "CASE WHEN EXISTS (SELECT 1 FROM {w} v WHERE v.name = gone.name \
@@ -274,13 +308,14 @@ impl Statements {
             |until: &str| format!("(extract(epoch from ({until} - {NOW})) * 1000000)::bigint");
         let acquire = format!(
             "WITH now AS (SELECT {NOW} AS t), taken AS ({}), \
-             unwait AS (DELETE FROM {w} v USING taken WHERE v.name = $1 AND v.waiter = $2) \
-             SELECT (SELECT fence FROM taken), h.left, h.locked_by \
+             unwait AS (DELETE FROM {w} v USING taken \
+               WHERE taken.mine AND v.name = $1 AND v.waiter = $2) \
+             SELECT (SELECT fence FROM taken WHERE mine), h.left, h.locked_by \
              FROM (SELECT 1) one LEFT JOIN (\
                SELECT (extract(epoch from (h.lock_until - now.t)) * 1000000)::bigint AS left, \
                       h.locked_by::text AS locked_by \
                FROM {t} h, now WHERE h.name = $1) h ON true",
-            take_row(&t, "$2", "EXCLUDED.lock_until", "")
+            take_or_mark_row(&t)
         );
         let first_try = format!(
             "WITH now AS (SELECT {NOW} AS t) {}",
@@ -293,18 +328,17 @@ impl Statements {
              RETURNING l.name::text, l.locked_by::text"
         );
         let free = if keep_rows {
-            format!(
-                "UPDATE {t} SET lock_until = {NOW} WHERE name = $1 AND locked_by = $2 \
-                 RETURNING name"
-            )
+            format!("UPDATE {t} SET lock_until = {NOW} WHERE name = $1 AND locked_by = $2")
         } else {
-            format!("DELETE FROM {t} WHERE name = $1 AND locked_by = $2 RETURNING name")
+            format!("DELETE FROM {t} WHERE name = $1 AND locked_by = $2")
         };
         let release = format!(
-            "WITH gone AS ({free}) \
+            "WITH gone AS ({free} RETURNING name) \
              SELECT {} FROM gone",
             announced(&w, "$3")
         );
+        let give_back =
+            format!("{free} RETURNING CASE WHEN fence <> $4 THEN pg_notify($3, name) END");
         let keep = format!(
             "UPDATE {t} SET lock_until = {NOW} + $3::bigint * interval '1 microsecond', \
              locked_by = locked_by || '{KEPT}' \
@@ -367,6 +401,7 @@ impl Statements {
             first_try,
             renew,
             release,
+            give_back,
             keep,
             reenter,
             extend,

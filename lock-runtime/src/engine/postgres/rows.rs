@@ -22,10 +22,10 @@ impl Rows for Pg {
         Ok(renewed(holds, &pairs(&rows)))
     }
 
-    async fn release(&self, name: &str, holder: &str) -> Result<bool, LockError> {
+    async fn release(&self, name: &str, holder: &str, token: i64) -> Result<bool, LockError> {
         let channel = self.channel();
         let rows = self
-            .query(|s| &s.release, &[&name, &holder, &channel])
+            .query(|s| &s.give_back, &[&name, &holder, &channel, &token])
             .await?;
         Ok(!rows.is_empty())
     }

@@ -4,15 +4,15 @@
 //! one is in each engine's `take`; the statements are the engine's
 //! [`Rows`].
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedMutexGuard, watch};
 
-use super::Rows;
 use super::queue::{Side, leave};
 use super::take::{How, SqlTaking};
+use super::{Rows, UNKNOWN_TOKEN};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
@@ -43,6 +43,11 @@ pub(crate) struct Record<S: Rows> {
     kept: AtomicBool,
     /// Live holds of the chain (a hold and its re-entries).
     holds: AtomicUsize,
+    /// The row's token as the record last knew it (its acquisition's, then
+    /// its re-entries'), or [`UNKNOWN_TOKEN`]: a plain lock's release
+    /// announces the name when the row's token moved past it (PostgreSQL's
+    /// waiters mark a held row by raising it).
+    token: AtomicI64,
     /// The row is known gone (freed by someone else: `force_unlock`; or
     /// taken over after its lease ran out).
     deleted: watch::Sender<bool>,
@@ -64,7 +69,8 @@ impl<S: Rows> Drop for Record<S> {
 
 impl<S: SqlTaking> Record<S> {
     /// The record of a row `how.holder` took for `name` with a statement
-    /// sent at `sent` (the process queue's `turn` kept with it), listed
+    /// sent at `sent`, its token `token` (the process queue's `turn` kept
+    /// with it), listed
     /// among the client's records (under this client's write it was taken
     /// under, if any) and renewed by the watchdog unless its lease is
     /// fixed.
@@ -74,6 +80,7 @@ impl<S: SqlTaking> Record<S> {
         how: &How<'_, S>,
         options: &Options,
         sent: Instant,
+        token: u64,
         turn: Option<OwnedMutexGuard<()>>,
     ) -> Arc<Record<S>> {
         let (holder, under) = (how.holder, how.under);
@@ -89,6 +96,7 @@ impl<S: SqlTaking> Record<S> {
             fixed,
             kept: AtomicBool::new(false),
             holds: AtomicUsize::new(1),
+            token: AtomicI64::new(i64::try_from(token).unwrap_or(UNKNOWN_TOKEN)),
             deleted: watch::channel(false).0,
             turn: Mutex::new(turn),
             downgrade: Downgrade::new(under.cloned()),
@@ -112,6 +120,20 @@ impl<S: Rows> Record<S> {
     /// The holder id.
     pub(crate) fn holder(&self) -> &str {
         &self.holder
+    }
+
+    /// A re-entry raised the row's token to `token`: known still when it
+    /// is the next after the one known (no waiter marked the row between).
+    fn reentered(&self, token: u64) {
+        let token = i64::try_from(token).unwrap_or(UNKNOWN_TOKEN);
+        let _ = self
+            .token
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |known| {
+                Some(match known.checked_add(1) == Some(token) {
+                    true => token,
+                    false => UNKNOWN_TOKEN,
+                })
+            });
     }
 
     fn until(&self) -> Instant {
@@ -226,6 +248,9 @@ pub(crate) async fn reenter<S: SqlTaking>(
         record.gone();
         return Err(lost(&record.name));
     };
+    if record.side != Side::Read {
+        record.reentered(token);
+    }
     Ok(counted.hold(alive, token, sent, options, metric))
 }
 
@@ -335,7 +360,10 @@ async fn give_back_once<S: SqlTaking>(
         record.holder.clone()
     };
     let freed = match record.side {
-        Side::Mutex => store.release(name, &holder).await?,
+        Side::Mutex => {
+            let token = record.token.load(Ordering::Acquire);
+            store.release(name, &holder, token).await?
+        }
         side => {
             let mut made = SqlTaking::made(store, &holder);
             // Only this client's reads under this write may hold beside

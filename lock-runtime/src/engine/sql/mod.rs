@@ -29,6 +29,11 @@ use crate::own::OwnHolds;
 /// The table a client uses when its URL names none.
 pub(crate) const DEFAULT_TABLE: &str = "distributed_locks";
 
+/// A token a release is told when the holder's row's token may have moved
+/// for its own reasons (a re-entry that raced a waiter's mark): no row's
+/// token equals it, so PostgreSQL's release announces.
+pub(crate) const UNKNOWN_TOKEN: i64 = i64::MIN;
+
 /// The end of a row's holder id while the row is kept only by a
 /// `hold_at_least` minimum.
 pub(crate) const KEPT: &str = " kept";
@@ -48,10 +53,14 @@ pub(crate) trait Rows: Send + Sync + Sized + 'static {
     ) -> impl Future<Output = Result<Vec<bool>, LockError>> + Send + 'a;
     /// Frees `holder`'s row of `name` (deleted; with `keep_rows`, its
     /// lease ended) and tells its waiters: whether it was the holder's.
+    /// `token` is the row's token as the holder last knew it
+    /// ([`UNKNOWN_TOKEN`] when it may have moved): PostgreSQL announces
+    /// the name when the row's moved past it, a waiter's mark.
     fn release<'a>(
         &'a self,
         name: &'a str,
         holder: &'a str,
+        token: i64,
     ) -> impl Future<Output = Result<bool, LockError>> + Send + 'a;
     /// Keeps `holder`'s row of `name` taken for `left` from now (a
     /// `hold_at_least` minimum), its holder id marked [`KEPT`]: whether it

@@ -251,6 +251,14 @@ impl<S: SqlTaking> Taking for S {
     ) -> Result<Arc<Record<S>>, LockError> {
         S::owned(made);
         S::line(made).ticket = None;
-        Ok(Record::taken(self, name, how, options, taken.sent, turn))
+        Ok(Record::taken(
+            self,
+            name,
+            how,
+            options,
+            taken.sent,
+            taken.token,
+            turn,
+        ))
     }
 }
