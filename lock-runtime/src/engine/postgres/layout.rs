@@ -36,8 +36,10 @@ pub(crate) trait PgTable {
     /// The statements that make the line and its index.
     fn queue_ddl(&self) -> String;
     /// The statement that makes the waiters' table: who waits for which
-    /// name, until when (a waiter that died is forgotten then). A release
-    /// announces a name only when it has a waiter.
+    /// name, until when (a waiter that died is forgotten then).
+    /// `force_unlock` and the line's releases announce a name only when it
+    /// has a waiter; a plain lock's release, when a waiter marked its row
+    /// (see [`Statements::give_back`]).
     fn waiting_ddl(&self) -> String;
     /// The statement that makes the lock table: ShedLock's columns (names
     /// compared byte for byte: `COLLATE "C"`) and `fence`.
@@ -260,11 +262,6 @@ fn take_row(t: &str, holder: &str, until: &str, when: &str) -> String {
     )
 }
 
-/// The announcement, on channel `channel`, of the name of a row a CTE
-/// `gone` freed (a row of the lock table or of the line): only when a
-/// waiter registered in waiters' table `w` waits for it, since a notifying
-/// transaction's commit is serialized with every other's, and an
-/// uncontended release has nobody to wake.
 /// [`take_row`] for a waiter's look: when the row is held (by anyone but
 /// the readers), its `fence` is raised by one instead, the waiter's mark
 /// ([`Statements::give_back`] announces a name whose row was marked while
@@ -290,6 +287,11 @@ fn take_or_mark_row(t: &str) -> String {
     )
 }
 
+/// The announcement, on channel `channel`, of the name of a row a CTE
+/// `gone` freed (a row of the lock table or of the line): only when a
+/// waiter registered in waiters' table `w` waits for it, since a notifying
+/// transaction's commit is serialized with every other's, and an
+/// uncontended release has nobody to wake.
 fn announced(w: &str, channel: &str) -> String {
     format!(
         "CASE WHEN EXISTS (SELECT 1 FROM {w} v WHERE v.name = gone.name \

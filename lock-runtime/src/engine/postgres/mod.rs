@@ -20,9 +20,13 @@
 //!   once. With `lease(d)`, the row's end is `d` from its acquisition and
 //!   nothing renews it; `extend` moves it.
 //! - **Fencing token.** `fence` rises by one with every acquisition of the
-//!   name; a row made anew (first use, or after a delete) starts from the
-//!   database clock in microseconds, so a name's tokens keep rising across
-//!   deletes (and past a ShedLock holder, which writes none).
+//!   name, and by one with every look of a waiter of another client while
+//!   the row is held (its mark, below); a row made anew (first use, or
+//!   after a delete) starts from the database clock in microseconds, so a
+//!   name's tokens keep rising across deletes (and past a ShedLock holder,
+//!   which writes none). So a holder's token is the row's `fence` when it
+//!   took the row; `inspect` shows the row's, which waiters may have raised
+//!   since. Tokens only ever rise: what a fenced resource checks.
 //! - **Rows.** A release deletes its row (under `hold_at_least`, it keeps
 //!   it taken until the minimum, marked kept, and deletes it then). With
 //!   `keep_rows=true` a release frees the row instead (its `lock_until`
@@ -34,15 +38,20 @@
 //!   then, if it waits, looks at the row and, while it is held,
 //!   registers as a waiter in the table beside the lock table
 //!   (`<table>_waiting`: name, waiter, `wait_until`), looks again, and
-//!   sleeps until the table's channel announces the name (a release or
-//!   `force_unlock` announces a name only when it has a registered waiter:
-//!   a notifying commit is serialized with every other), until the
+//!   sleeps until the table's channel announces the name, until the
 //!   holder's `lock_until` (a crashed holder announces nothing; a holder
 //!   that is not ours, ShedLock's, is looked at again every 500 ms), or
 //!   its own deadline. The statement that takes the lock drops the
 //!   registration; a waiter that leaves drops it, and one that died is
 //!   forgotten at its `wait_until`. One `LISTEN` connection per client
 //!   carries every waiter; its reconnect wakes them all to look again.
+//!   A name is announced only when someone waits (a notifying commit is
+//!   serialized with every other): a waiter's look at a held row marks it,
+//!   raising its `fence` by one, and a plain lock's release announces the
+//!   name when the row's `fence` is past the one its holder knew (a
+//!   one-table `DELETE`; it looks at no other table). `force_unlock` and
+//!   the releases of fair and read-write locks announce a name when it has
+//!   a registered waiter.
 //! - **Connections.** Per caller runtime, a few connections made and
 //!   driven there ([`POOL`]; see `crate::near`: an answer wakes no other
 //!   thread), each pipelining the statements of many tasks; [`HOME_POOL`]

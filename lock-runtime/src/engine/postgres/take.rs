@@ -393,8 +393,9 @@ async fn take(
     let mut first = made.registered.is_none();
     loop {
         // Made before the look (no announcement after it is missed), once
-        // registered: a release announces only to registered waiters, so
-        // an unregistered look has nothing to hear.
+        // registered: a plain lock's release announces a row that a look
+        // marked, the others' only to registered waiters; a waiter sleeps
+        // only once registered.
         let wake = made.registered.is_some().then(|| pg.listener.wake(name));
         let before = made.conn.clone();
         let conn = made.conn().await?;
@@ -446,10 +447,12 @@ async fn take(
             // statement, which does not look: look again.
             continue;
         };
-        // A release announces the name only to registered waiters: this
-        // one registers (for the watchdog's lease, made longer before it
-        // runs out), then looks again before it sleeps, as a release that
-        // came before its registration announced nothing.
+        // The look marked the held row (its holder's release announces the
+        // name); `force_unlock` and a fair lock's or writer's release
+        // announce it only to registered waiters: this one registers (for
+        // the watchdog's lease, made longer before it runs out), then looks
+        // again before it sleeps, as a release that came before its
+        // registration announced nothing.
         let registered = made.registered.is_some_and(|until| {
             until.saturating_duration_since(Instant::now()) > pg.config.watchdog_timeout / 2
         });
