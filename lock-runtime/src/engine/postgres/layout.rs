@@ -242,48 +242,59 @@ fn us(p: &str) -> String {
     format!("{p}::bigint * interval '1 microsecond'")
 }
 
-/// Lock row `$1` taken for `holder` until `$3` µs from `now.t` (a CTE
-/// `now` of the statement): made (`when` it may be), or taken over when
-/// free or already `holder`'s, its end then set to `until`; its token
-/// raised. A row made anew starts its tokens from the clock in µs, so a
-/// name's tokens keep rising across deletes (and past a ShedLock holder,
-/// which writes none). Answers the token when taken.
-fn take_row(t: &str, holder: &str, until: &str, when: &str) -> String {
+/// Whether lock row `l` may be taken by the row proposed (`EXCLUDED`): its
+/// lease is over, or it is already the same holder's.
+const FREE: &str = "(l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDED.locked_by)";
+
+/// A taken row's token: one past the row's, or the clock in µs when that
+/// is larger (a row made anew starts its tokens from the clock, so a
+/// name's tokens keep rising across deletes, and past a ShedLock holder,
+/// which writes none).
+const NEXT_FENCE: &str = "GREATEST(l.fence + 1, EXCLUDED.fence)";
+
+/// The head of an upsert of lock row `$1` for `holder` until `$3` µs from
+/// `now.t` (a CTE `now` of the statement), made `when` it may be, up to
+/// its `DO UPDATE SET`.
+fn upsert_row(t: &str, holder: &str, when: &str) -> String {
     format!(
         "INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
          SELECT $1, now.t + {}, now.t, {holder}, \
                 (extract(epoch from now.t) * 1000000)::bigint FROM now {when} \
-         ON CONFLICT (name) DO UPDATE SET lock_until = {until}, \
-           locked_at = EXCLUDED.locked_at, locked_by = EXCLUDED.locked_by, \
-           fence = GREATEST(l.fence + 1, EXCLUDED.fence) \
-         WHERE l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDED.locked_by \
-         RETURNING fence",
+         ON CONFLICT (name) DO UPDATE SET ",
         us("$3")
     )
 }
 
-/// [`take_row`] for a waiter's look: when the row is held (by anyone but
-/// the readers), its `fence` is raised by one instead, the waiter's mark
-/// ([`Statements::give_back`] announces a name whose row was marked while
-/// it was held). RETURNING `fence` and whether the row is now `$2`'s.
+/// Lock row `$1` taken for `holder` until `$3` µs from `now.t`: made
+/// (`when` it may be), or taken over when [`FREE`], its end then set to
+/// `until`; its token raised ([`NEXT_FENCE`]). Answers the token when
+/// taken.
+fn take_row(t: &str, holder: &str, until: &str, when: &str) -> String {
+    format!(
+        "{}lock_until = {until}, locked_at = EXCLUDED.locked_at, \
+           locked_by = EXCLUDED.locked_by, fence = {NEXT_FENCE} \
+         WHERE {FREE} RETURNING fence",
+        upsert_row(t, holder, when)
+    )
+}
+
+/// [`take_row`] for `$2` with its lease for a waiter's look: when the row
+/// is held (by anyone but the readers), its `fence` is raised by one
+/// instead, the waiter's mark ([`Statements::give_back`] announces a name
+/// whose row was marked while it was held). Answers the token and whether
+/// the row is now `$2`'s.
 fn take_or_mark_row(t: &str) -> String {
-    let free = "(l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDED.locked_by)";
-    let taken = |column: &str, value: &str| {
-        format!("{column} = CASE WHEN {free} THEN {value} ELSE l.{column} END")
+    let taken = |column: &str| {
+        format!("{column} = CASE WHEN {FREE} THEN EXCLUDED.{column} ELSE l.{column} END")
     };
     format!(
-        "INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
-         SELECT $1, now.t + {}, now.t, $2, \
-                (extract(epoch from now.t) * 1000000)::bigint FROM now \
-         ON CONFLICT (name) DO UPDATE SET {}, {}, {}, \
-           fence = CASE WHEN {free} THEN GREATEST(l.fence + 1, EXCLUDED.fence) \
-                   ELSE l.fence + 1 END \
-         WHERE {free} OR l.locked_by <> '{READERS}' \
+        "{}{}, {}, {}, fence = CASE WHEN {FREE} THEN {NEXT_FENCE} ELSE l.fence + 1 END \
+         WHERE {FREE} OR l.locked_by <> '{READERS}' \
          RETURNING fence, locked_by = $2 AS mine",
-        us("$3"),
-        taken("lock_until", "EXCLUDED.lock_until"),
-        taken("locked_at", "EXCLUDED.locked_at"),
-        taken("locked_by", "EXCLUDED.locked_by"),
+        upsert_row(t, "$2", ""),
+        taken("lock_until"),
+        taken("locked_at"),
+        taken("locked_by"),
     )
 }
 

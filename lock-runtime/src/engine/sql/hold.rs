@@ -248,7 +248,8 @@ pub(crate) async fn reenter<S: SqlTaking>(
         record.gone();
         return Err(lost(&record.name));
     };
-    if record.side != Side::Read {
+    // Only a plain lock's release reads the token it knows.
+    if record.side == Side::Mutex {
         record.reentered(token);
     }
     Ok(counted.hold(alive, token, sent, options, metric))
