@@ -92,6 +92,33 @@ async fn tokens_keep_rising_across_deletes_and_keep_rows_keeps_rows() {
 }
 
 #[tokio::test]
+async fn a_one_attempt_acquisition_takes_a_row_whose_lease_ran_out_and_marks_no_held_row() {
+    let pg = Postgres::start();
+    let c = client(&pg.url()).await;
+    // The first try makes a row only where none is: a row left by a holder
+    // that died (its lease over) is there, and is taken over all the same,
+    // its token rising from the row's.
+    let fence: i64 = 5_000_000_000_000_000;
+    pg.sql(&format!(
+        "INSERT INTO distributed_locks VALUES ('job', \
+         timezone('utc', clock_timestamp()) - interval '1 second', \
+         timezone('utc', clock_timestamp()) - interval '31 seconds', 'dead:1', {fence})"
+    ));
+    let g = c.lock("job").try_acquire().await.unwrap();
+    let g = g.expect("a row whose lease ran out is free");
+    assert_eq!(g.token(), u64::try_from(fence).unwrap() + 1);
+    // A held row: a one-attempt call finds it busy and leaves it as it was
+    // (only a waiter's look marks it).
+    let other = client(&pg.url()).await;
+    assert!(other.lock("job").try_acquire().await.unwrap().is_none());
+    assert_eq!(
+        pg.sql("SELECT fence FROM distributed_locks WHERE name = 'job'"),
+        (fence + 1).to_string()
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_release_wakes_another_clients_waiter() {
     let pg = Postgres::start();
     // Waiters are woken by the release's notification, long before the

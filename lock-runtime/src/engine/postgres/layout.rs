@@ -17,6 +17,11 @@ pub(crate) const Q: char = '"';
 /// used).
 const NOW: &str = "timezone('utc', clock_timestamp())";
 
+/// The database's clock when the statement came in, in UTC (one value in
+/// the whole statement, without a CTE): for the first try, which neither
+/// waits nor looks twice.
+const FIRST_NOW: &str = "timezone('utc', statement_timestamp())";
+
 /// What PostgreSQL adds to a lock table: its announcement channel, its
 /// waiters' table, and the statements that make both.
 pub(crate) trait PgTable {
@@ -145,6 +150,14 @@ pub(crate) struct Statements {
     /// the lock is free, no holder to read: `acquire`'s one write without
     /// its two looks.
     pub(crate) first_try: String,
+    /// `$1` name, `$2` holder id, `$3` lease in µs: the lock taken when no
+    /// row of the name is there (`ON CONFLICT DO NOTHING`), with its
+    /// token; no row when one is. For the first try of a client whose
+    /// releases delete rows (without `keep_rows`): an uncontended name has
+    /// no row, and making one is about a tenth cheaper for the server than
+    /// `first_try`'s upsert (which a row that is there gets next: free by
+    /// its lease, or an earlier try's of the same holder).
+    pub(crate) claim: String,
     /// `$1` names, `$2` holder ids, `$3` lease in µs: the rows still
     /// held by those holders move their end to the lease from now; the
     /// rows renewed.
@@ -157,8 +170,9 @@ pub(crate) struct Statements {
     /// `$1` name, `$2` holder id, `$3` channel, `$4` the token the holder
     /// last knew its row by: `release` for a plain lock's guard, announced
     /// only when the row's token moved past `$4` (a waiter's look marked
-    /// it: see `acquire`), without a look at the waiters' table; a row
-    /// when it was the holder's.
+    /// it: see `acquire`), without a look at the waiters' table and
+    /// without `RETURNING`: its row count says whether the row was the
+    /// holder's.
     pub(crate) give_back: String,
     /// `$1` name, `$2` holder id, `$3` how long in µs: the holder's row
     /// kept taken that long from now (a `hold_at_least` minimum), marked
@@ -253,14 +267,23 @@ const FREE: &str = "(l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDE
 const NEXT_FENCE: &str = "GREATEST(l.fence + 1, EXCLUDED.fence)";
 
 /// The head of an upsert of lock row `$1` for `holder` until `$3` µs from
-/// `now.t` (a CTE `now` of the statement), made `when` it may be, up to
-/// its `DO UPDATE SET`.
-fn upsert_row(t: &str, holder: &str, when: &str) -> String {
+/// the time `at` (`now.t`, of a CTE `now` of the statement, read from
+/// `from`: `FROM now`, and a condition), up to its `DO UPDATE SET`.
+fn upsert_row(t: &str, holder: &str, at: &str, from: &str) -> String {
+    format!(
+        "{} ON CONFLICT (name) DO UPDATE SET ",
+        insert_row(t, holder, at, from)
+    )
+}
+
+/// An insert of lock row `$1` for `holder` until `$3` µs from the time
+/// `at`, read `from` (see [`upsert_row`]); a row made anew starts its
+/// tokens from the clock in µs.
+fn insert_row(t: &str, holder: &str, at: &str, from: &str) -> String {
     format!(
         "INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
-         SELECT $1, now.t + {}, now.t, {holder}, \
-                (extract(epoch from now.t) * 1000000)::bigint FROM now {when} \
-         ON CONFLICT (name) DO UPDATE SET ",
+         SELECT $1, {at} + {}, {at}, {holder}, \
+                (extract(epoch from {at}) * 1000000)::bigint {from}",
         us("$3")
     )
 }
@@ -270,11 +293,20 @@ fn upsert_row(t: &str, holder: &str, when: &str) -> String {
 /// `until`; its token raised ([`NEXT_FENCE`]). Answers the token when
 /// taken.
 fn take_row(t: &str, holder: &str, until: &str, when: &str) -> String {
+    taken_over(
+        &upsert_row(t, holder, "now.t", &format!("FROM now {when}")),
+        until,
+    )
+}
+
+/// An upsert's `head` ([`upsert_row`]) taking a [`FREE`] row over: its end
+/// set to `until`, its token raised ([`NEXT_FENCE`]). Answers the token
+/// when taken.
+fn taken_over(head: &str, until: &str) -> String {
     format!(
-        "{}lock_until = {until}, locked_at = EXCLUDED.locked_at, \
+        "{head}lock_until = {until}, locked_at = EXCLUDED.locked_at, \
            locked_by = EXCLUDED.locked_by, fence = {NEXT_FENCE} \
-         WHERE {FREE} RETURNING fence",
-        upsert_row(t, holder, when)
+         WHERE {FREE} RETURNING fence"
     )
 }
 
@@ -291,7 +323,7 @@ fn take_or_mark_row(t: &str) -> String {
         "{}{}, {}, {}, fence = CASE WHEN {FREE} THEN {NEXT_FENCE} ELSE l.fence + 1 END \
          WHERE {FREE} OR l.locked_by <> '{READERS}' \
          RETURNING fence, locked_by = $2 AS mine",
-        upsert_row(t, "$2", ""),
+        upsert_row(t, "$2", "now.t", "FROM now"),
         taken("lock_until"),
         taken("locked_at"),
         taken("locked_by"),
@@ -330,9 +362,14 @@ impl Statements {
                FROM {t} h, now WHERE h.name = $1) h ON true",
             take_or_mark_row(&t)
         );
-        let first_try = format!(
-            "WITH now AS (SELECT {NOW} AS t) {}",
-            take_row(&t, "$2", "EXCLUDED.lock_until", "")
+        // The time the statement came in (`statement_timestamp()`, read
+        // once, no CTE): a statement's first read of the clock, as `now`'s
+        // is, a few microseconds before it (an earlier time only shortens
+        // the new lease, and takes an ended one over later).
+        let first_try = taken_over(&upsert_row(&t, "$2", FIRST_NOW, ""), "EXCLUDED.lock_until");
+        let claim = format!(
+            "{} ON CONFLICT (name) DO NOTHING RETURNING fence",
+            insert_row(&t, "$2", FIRST_NOW, "")
         );
         let renew = format!(
             "UPDATE {t} AS l SET lock_until = {NOW} + $3::bigint * interval '1 microsecond' \
@@ -350,8 +387,13 @@ impl Statements {
              SELECT {} FROM gone",
             announced(&w, "$3")
         );
-        let give_back =
-            format!("{free} RETURNING CASE WHEN fence <> $4 THEN pg_notify($3, name) END");
+        // Announced from the condition, without `RETURNING` (whose rows
+        // the server keeps and sends: about a tenth of an uncontended
+        // pair's time): the row count says whether it was the holder's.
+        // Should the server look at the announcement before the holder
+        // (never deleting then), a waiter wakes for nothing and looks
+        // again.
+        let give_back = format!("{free} AND (fence = $4 OR pg_notify($3, name) IS NOT NULL)");
         let keep = format!(
             "UPDATE {t} SET lock_until = {NOW} + $3::bigint * interval '1 microsecond', \
              locked_by = locked_by || '{KEPT}' \
@@ -412,6 +454,7 @@ impl Statements {
         Statements {
             acquire,
             first_try,
+            claim,
             renew,
             release,
             give_back,

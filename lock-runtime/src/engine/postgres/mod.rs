@@ -33,9 +33,14 @@
 //!   set to now): **a table shared with ShedLock needs `keep_rows=true`**,
 //!   as ShedLock inserts a name's row once and afterwards only updates it.
 //! - **Waiting.** A client's acquisitions of one name queue in the
-//!   process (FIFO); the head first tries to take the row with the
-//!   row-taking statement alone (all an uncontended acquisition sends),
-//!   then, if it waits, looks at the row and, while it is held,
+//!   process (FIFO); the head first tries to take the row with a
+//!   statement that only takes (all an uncontended acquisition sends):
+//!   without `keep_rows`, an insert of the row where none is (`ON
+//!   CONFLICT DO NOTHING`), and where one is, the row-taking upsert (a
+//!   row free by its lease, or the holder's own from a try whose answer
+//!   was lost, is taken over); these read the database's clock once, as
+//!   the statement came in (`statement_timestamp()`). Then, if it waits,
+//!   it looks at the row and, while it is held,
 //!   registers as a waiter in the table beside the lock table
 //!   (`<table>_waiting`: name, waiter, `wait_until`), looks again, and
 //!   sleeps until the table's channel announces the name, until the
@@ -49,7 +54,8 @@
 //!   serialized with every other): a waiter's look at a held row marks it,
 //!   raising its `fence` by one, and a plain lock's release announces the
 //!   name when the row's `fence` is past the one its holder knew (a
-//!   one-table `DELETE`; it looks at no other table). `force_unlock` and
+//!   one-table `DELETE` without `RETURNING`, its `pg_notify` in its
+//!   condition; it looks at no other table). `force_unlock` and
 //!   the releases of fair and read-write locks announce a name when it has
 //!   a registered waiter.
 //! - **Connections.** Per caller runtime, a few connections made and
@@ -233,6 +239,7 @@ impl Conn {
 pub(crate) struct Prepared {
     pub(crate) acquire: Statement,
     pub(crate) first_try: Statement,
+    pub(crate) claim: Statement,
     pub(crate) renew: Statement,
     pub(crate) release: Statement,
     pub(crate) give_back: Statement,
@@ -273,6 +280,17 @@ pub(crate) struct PreparedLine {
 struct Slot {
     conn: Mutex<Option<Arc<Conn>>>,
     making: tokio::sync::Mutex<()>,
+}
+
+impl Slot {
+    /// Its connection, when made and still open.
+    fn live(&self) -> Option<Arc<Conn>> {
+        self.conn
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .filter(|c| c.is_open())
+    }
 }
 
 /// The connections of one runtime, made and driven there: the client's
@@ -400,6 +418,7 @@ impl Pg {
             [
                 &s.acquire,
                 &s.first_try,
+                &s.claim,
                 &s.renew,
                 &s.release,
                 &s.give_back,
@@ -426,6 +445,7 @@ impl Pg {
         let st = Prepared {
             acquire: next(),
             first_try: next(),
+            claim: next(),
             renew: next(),
             release: next(),
             give_back: next(),
@@ -460,18 +480,25 @@ impl Pg {
         let (pool, home) = self.pool();
         let at = pool.next.fetch_add(1, Ordering::Relaxed) % pool.slots.len();
         let slot = &pool.slots[at];
-        let live = |slot: &Slot| {
-            slot.conn
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-                .filter(|c| c.is_open())
-        };
-        if let Some(conn) = live(slot) {
+        if let Some(conn) = slot.live() {
             return Ok(conn);
         }
+        // Boxed: every statement's future holds this one, and making a
+        // connection (its statements prepared) is rare and large.
+        Box::pin(self.remake(pool, home, at)).await
+    }
+
+    /// Makes the connection of `pool`'s place `at` again, unless another
+    /// task did meanwhile (see [`conn`](Self::conn)).
+    async fn remake(
+        &self,
+        pool: Arc<Slots>,
+        home: bool,
+        at: usize,
+    ) -> Result<Arc<Conn>, LockError> {
+        let slot = &pool.slots[at];
         let _making = slot.making.lock().await;
-        if let Some(conn) = live(slot) {
+        if let Some(conn) = slot.live() {
             return Ok(conn);
         }
         let timeout = self.config.connect_timeout;
@@ -498,6 +525,13 @@ impl Pg {
         Ok(conn)
     }
 
+    /// [`conn`](Self::conn) within the response timeout.
+    pub(crate) async fn pooled(&self) -> Result<Arc<Conn>, LockError> {
+        tokio::time::timeout(self.config.response_timeout, self.conn())
+            .await
+            .unwrap_or_else(|_| Err(timeout_error()))
+    }
+
     /// Runs the prepared statement `which` with `params` on a connection of
     /// the pool, within the response timeout.
     pub(crate) async fn query(
@@ -505,10 +539,21 @@ impl Pg {
         which: fn(&Prepared) -> &Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, LockError> {
-        let conn = tokio::time::timeout(self.config.response_timeout, self.conn())
-            .await
-            .unwrap_or_else(|_| Err(timeout_error()))?;
+        let conn = self.pooled().await?;
         self.query_on(&conn, which, params).await
+    }
+
+    /// [`query`](Self::query) of a statement that answers no rows: how
+    /// many it wrote.
+    pub(crate) async fn execute(
+        &self,
+        which: fn(&Prepared) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, LockError> {
+        let conn = self.pooled().await?;
+        let call = conn.client.execute(which(&conn.st), params);
+        let answer = tokio::time::timeout(self.config.response_timeout, call).await;
+        answered(&conn, answer)
     }
 
     /// [`query`](Self::query) on `conn` (statements on one connection are
@@ -531,9 +576,7 @@ impl Pg {
         which: fn(&PreparedLine) -> &Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, LockError> {
-        let conn = tokio::time::timeout(self.config.response_timeout, self.conn())
-            .await
-            .unwrap_or_else(|_| Err(timeout_error()))?;
+        let conn = self.pooled().await?;
         self.query_line_on(&conn, which, params).await
     }
 
@@ -564,31 +607,38 @@ impl Pg {
         statement: &Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, LockError> {
-        let answer = tokio::time::timeout(
-            self.config.response_timeout,
-            conn.client.query(statement, params),
-        )
-        .await;
-        match answer {
-            Ok(answer) => answer.map_err(|e| store_error(&e)),
-            Err(_) => {
-                if let Some(pool) = conn.pool.upgrade() {
-                    let mut slot = pool.slots[conn.slot]
-                        .conn
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner());
-                    if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
-                        *slot = None;
-                    }
-                }
-                Err(timeout_error())
-            }
-        }
+        let call = conn.client.query(statement, params);
+        let answer = tokio::time::timeout(self.config.response_timeout, call).await;
+        answered(conn, answer)
     }
 
     /// The table's announcement channel.
     pub(crate) fn channel(&self) -> &str {
         &self.channel
+    }
+}
+
+/// The `answer` of a statement sent on `conn` within the response
+/// timeout (see [`Pg::query_on`]). Not async: the
+/// statement's future (a kilobyte) stays where it was made.
+fn answered<T>(
+    conn: &Arc<Conn>,
+    answer: Result<Result<T, tokio_postgres::Error>, tokio::time::error::Elapsed>,
+) -> Result<T, LockError> {
+    match answer {
+        Ok(answer) => answer.map_err(|e| store_error(&e)),
+        Err(_) => {
+            if let Some(pool) = conn.pool.upgrade() {
+                let mut slot = pool.slots[conn.slot]
+                    .conn
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, conn)) {
+                    *slot = None;
+                }
+            }
+            Err(timeout_error())
+        }
     }
 }
 

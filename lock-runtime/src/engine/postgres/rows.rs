@@ -24,10 +24,10 @@ impl Rows for Pg {
 
     async fn release(&self, name: &str, holder: &str, token: i64) -> Result<bool, LockError> {
         let channel = self.channel();
-        let rows = self
-            .query(|s| &s.give_back, &[&name, &holder, &channel, &token])
+        let count = self
+            .execute(|s| &s.give_back, &[&name, &holder, &channel, &token])
             .await?;
-        Ok(!rows.is_empty())
+        Ok(count > 0)
     }
 
     async fn keep(&self, name: &str, holder: &str, left: Duration) -> Result<bool, LockError> {

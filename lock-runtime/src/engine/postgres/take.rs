@@ -301,9 +301,7 @@ impl Made {
         if let Some(conn) = self.conn.as_ref().filter(|c| c.is_open()) {
             return Ok(conn.clone());
         }
-        let conn = tokio::time::timeout(self.pg.config.response_timeout, self.pg.conn())
-            .await
-            .unwrap_or_else(|_| Err(super::timeout_error()))?;
+        let conn = self.pg.pooled().await?;
         self.conn = Some(conn.clone());
         Ok(conn)
     }
@@ -369,6 +367,18 @@ impl Undo for Made {
     }
 }
 
+/// Which statement an acquisition's next try sends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// `claim`: a row made where none is.
+    Claim,
+    /// `first_try`: a row made, or a free one (or its own) taken over.
+    First,
+    /// `acquire`: as `first_try`, or else the held row marked and its
+    /// holder's lease read.
+    Look,
+}
+
 /// One try at the hold: the row taken in one statement, or, while it is
 /// held, a sleep until the name is announced free, the holder's lease ends
 /// by the database's clock, or the deadline. A row made by an earlier try
@@ -386,11 +396,19 @@ async fn take(
     let lease = options.lease.unwrap_or(pg.config.watchdog_timeout);
     let lease_us = micros(lease);
     made.name = name.to_owned();
-    // An acquisition not registered as a waiter tries first with the
-    // statement that only takes: uncontended, that is all it needs; busy,
-    // a one-attempt call is done, and a waiting one looks again with
-    // `acquire`, which reads the holder's lease to sleep on.
-    let mut first = made.registered.is_none();
+    // An acquisition not registered as a waiter tries first with a
+    // statement that only takes: `claim` (a row made where none is) when
+    // releases delete rows, else `first_try` (a free row also taken
+    // over). Uncontended, that is all it needs. Busy, a waiting one looks
+    // again with `acquire`, which also takes a row that is free (or its
+    // own) and reads the holder's lease to sleep on; a one-attempt call
+    // after a `claim` that found a row tries `first_try` once (the row may
+    // be free by its lease, or its own), then is done.
+    let mut step = match made.registered {
+        Some(_) => Step::Look,
+        None if pg.target.keep_rows => Step::First,
+        None => Step::Claim,
+    };
     loop {
         // Made before the look (no announcement after it is missed), once
         // registered: a plain lock's release announces a row that a look
@@ -408,16 +426,17 @@ async fn take(
             made.stray = made.stray.max(made.until);
         }
         made.until = Some(sent + lease);
-        let statement: fn(&Prepared) -> &tokio_postgres::Statement =
-            match std::mem::take(&mut first) {
-                true => |s| &s.first_try,
-                false => |s| &s.acquire,
-            };
+        let statement: fn(&Prepared) -> &tokio_postgres::Statement = match step {
+            Step::Claim => |s| &s.claim,
+            Step::First => |s| &s.first_try,
+            Step::Look => |s| &s.acquire,
+        };
+        let tried = std::mem::replace(&mut step, Step::Look);
         let rows = pg
             .query_on(&conn, statement, &[&name, &how.holder, &lease_us])
             .await?;
         let (token, left, holder) = match rows.first() {
-            // A first try's answer: the token alone.
+            // A first try's or a claim's answer: the token alone.
             Some(row) if row.len() == 1 => (row.get::<_, Option<i64>>(0), None, None),
             Some(row) => (
                 row.get::<_, Option<i64>>(0),
@@ -440,6 +459,10 @@ async fn take(
         // sent on a connection left behind lands later.
         made.until = made.stray;
         if options.wait == Some(Duration::ZERO) {
+            if tried == Step::Claim {
+                step = Step::First;
+                continue;
+            }
             return Err(timed_out(target, options));
         }
         let Some(left) = left else {
