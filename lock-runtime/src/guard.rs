@@ -12,6 +12,9 @@ use crate::engine::redis::RedisHold;
 use crate::error::LockError;
 use crate::holder::ScopedHold;
 
+/// A hold's release on its engine ([`Held::release`]).
+type Releasing = std::pin::Pin<Box<dyn Future<Output = Result<(), LockError>> + Send>>;
+
 /// One hold on one lock by one holder, on whichever engine the client has.
 pub(crate) enum Held {
     /// On Redis (the layouts of DESIGN §4).
@@ -98,8 +101,11 @@ impl Held {
         on_engine!(self, h => h.lost().await)
     }
 
-    async fn release(self) -> Result<(), LockError> {
-        on_engine!(self, h => h.release().await)
+    /// Gives the hold back. Boxed in the engine's own size (not the
+    /// largest of the build's engines'): a caller's task carries a
+    /// release's future while it waits for a lock.
+    fn release(self) -> Releasing {
+        on_engine!(self, h => Box::pin(h.release()))
     }
 
     /// The client's runtime, where a dropped guard's release runs.
@@ -297,12 +303,11 @@ impl LockGuard {
         drop(self);
         async move {
             // One hold (most guards): released without the joining
-            // machinery's allocations and copies. Boxed, as the joining
-            // would: a caller's task carries this future's size while it
-            // waits for a lock (and made before the await, so that no hold
-            // is kept in scope across it).
+            // machinery's allocations and copies (its future boxed by
+            // `Held::release`, made before the await, so that no hold is
+            // kept in scope across it).
             let one = match unstarted.0.len() {
-                1 => unstarted.0.pop().map(|held| Box::pin(held.release())),
+                1 => unstarted.0.pop().map(Held::release),
                 _ => None,
             };
             if let Some(one) = one {

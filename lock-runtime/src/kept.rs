@@ -435,12 +435,15 @@ pub(crate) fn list<R: Record>(records: &Records<R>, record: &Arc<R>, under: Opti
     );
 }
 
-/// Takes a record that goes out of the client's `records` (its `Drop`).
-pub(crate) fn unlist<R>(records: &Records<R>, name: &str, holder: &str) {
-    let key = (name.to_owned(), holder.to_owned());
+/// Takes a record that goes out of the client's `records` (its `Drop`,
+/// which gives its name and holder id up as the `key`: no copy).
+pub(crate) fn unlist<R>(records: &Records<R>, key: (String, String)) {
     let mut records = records.lock().unwrap_or_else(|p| p.into_inner());
-    if records.get(&key).is_some_and(|r| r.strong_count() == 0) {
-        records.remove(&key);
+    // One look-up; a record listed since under the same key stays.
+    if let std::collections::hash_map::Entry::Occupied(listed) = records.entry(key)
+        && listed.get().strong_count() == 0
+    {
+        listed.remove();
     }
 }
 

@@ -56,6 +56,73 @@ pub(crate) fn describe() {
     }
 }
 
+/// The keys of a metric labelled `kind`, one per kind in [`KINDS`]'s
+/// order (and `$label` `$value` after it): made at compile time, their
+/// hashes too, so that a sample builds, allocates and hashes no key.
+#[cfg(feature = "metrics")]
+macro_rules! by_kind {
+    ($name:literal $(, $label:literal => $value:literal)?) => {
+        [
+            by_kind!(@one $name, "reentrant" $(, $label => $value)?),
+            by_kind!(@one $name, "fair" $(, $label => $value)?),
+            by_kind!(@one $name, "read" $(, $label => $value)?),
+            by_kind!(@one $name, "write" $(, $label => $value)?),
+            by_kind!(@one $name, "multi" $(, $label => $value)?),
+            by_kind!(@one $name, "quorum" $(, $label => $value)?),
+        ]
+    };
+    (@one $name:literal, $kind:literal $(, $label:literal => $value:literal)?) => {{
+        static LABELS: &[metrics::Label] = &[
+            metrics::Label::from_static_parts("kind", $kind),
+            $(metrics::Label::from_static_parts($label, $value))?
+        ];
+        metrics::Key::from_static_parts($name, LABELS)
+    }};
+}
+
+/// The `kind` labels, in the order of the keys [`by_kind!`] makes.
+#[cfg(feature = "metrics")]
+const KINDS: [&str; 6] = ["reentrant", "fair", "read", "write", "multi", "quorum"];
+
+#[cfg(feature = "metrics")]
+static ACQUIRE_SECONDS: [[metrics::Key; 6]; 3] = [
+    by_kind!("lock_acquire_seconds", "outcome" => "acquired"),
+    by_kind!("lock_acquire_seconds", "outcome" => "timeout"),
+    by_kind!("lock_acquire_seconds", "outcome" => "error"),
+];
+#[cfg(feature = "metrics")]
+static HELD_SECONDS: [metrics::Key; 6] = by_kind!("lock_held_seconds");
+#[cfg(feature = "metrics")]
+static LOST_TOTAL: [metrics::Key; 6] = by_kind!("lock_lost_total");
+#[cfg(feature = "metrics")]
+static HELD: [metrics::Key; 6] = by_kind!("lock_held");
+#[cfg(feature = "metrics")]
+static WAITERS: [metrics::Key; 6] = by_kind!("lock_waiters");
+
+/// What the `metrics` macros say of a metric of this crate (its target and
+/// level).
+#[cfg(feature = "metrics")]
+static METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+/// The key of `kind` among `keys` (made by [`by_kind!`]).
+#[cfg(feature = "metrics")]
+fn key_of<'k>(keys: &'k [metrics::Key; 6], kind: &str) -> &'k metrics::Key {
+    // Every kind is one of KINDS; anything else would count as the first.
+    let at = KINDS.iter().position(|k| *k == kind).unwrap_or(0);
+    &keys[at]
+}
+
+#[cfg(feature = "metrics")]
+fn gauge(keys: &[metrics::Key; 6], kind: &str) -> metrics::Gauge {
+    metrics::with_recorder(|r| r.register_gauge(key_of(keys, kind), &METADATA))
+}
+
+#[cfg(feature = "metrics")]
+fn histogram(keys: &[metrics::Key; 6], kind: &str) -> metrics::Histogram {
+    metrics::with_recorder(|r| r.register_histogram(key_of(keys, kind), &METADATA))
+}
+
 /// An acquisition's outcome label.
 pub(crate) fn outcome<T>(result: &Result<T, crate::error::LockError>) -> &'static str {
     match result {
@@ -81,8 +148,13 @@ pub(crate) fn record_acquired<T>(
 
 pub(crate) fn acquired(kind: &'static str, outcome: &'static str, took: Duration) {
     #[cfg(feature = "metrics")]
-    metrics::histogram!("lock_acquire_seconds", "kind" => kind, "outcome" => outcome)
-        .record(took.as_secs_f64());
+    {
+        let at = ["acquired", "timeout", "error"]
+            .iter()
+            .position(|o| *o == outcome)
+            .unwrap_or(2);
+        histogram(&ACQUIRE_SECONDS[at], kind).record(took.as_secs_f64());
+    }
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, outcome, took);
 }
@@ -91,7 +163,8 @@ pub(crate) fn acquired(kind: &'static str, outcome: &'static str, took: Duration
 #[inline]
 pub(crate) fn lost(kind: &'static str) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("lock_lost_total", "kind" => kind).increment(1);
+    metrics::with_recorder(|r| r.register_counter(key_of(&LOST_TOTAL, kind), &METADATA))
+        .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = kind;
 }
@@ -130,7 +203,7 @@ impl HeldMetric {
     pub(crate) fn start(kind: &'static str) -> HeldMetric {
         #[cfg(feature = "metrics")]
         {
-            metrics::gauge!("lock_held", "kind" => kind).increment(1.0);
+            gauge(&HELD, kind).increment(1.0);
             HeldMetric {
                 kind,
                 since: Instant::now(),
@@ -147,9 +220,8 @@ impl HeldMetric {
 #[cfg(feature = "metrics")]
 impl Drop for HeldMetric {
     fn drop(&mut self) {
-        metrics::gauge!("lock_held", "kind" => self.kind).decrement(1.0);
-        metrics::histogram!("lock_held_seconds", "kind" => self.kind)
-            .record(self.since.elapsed().as_secs_f64());
+        gauge(&HELD, self.kind).decrement(1.0);
+        histogram(&HELD_SECONDS, self.kind).record(self.since.elapsed().as_secs_f64());
     }
 }
 
@@ -164,7 +236,7 @@ impl WaiterMetric {
     pub(crate) fn start(kind: &'static str) -> WaiterMetric {
         #[cfg(feature = "metrics")]
         {
-            metrics::gauge!("lock_waiters", "kind" => kind).increment(1.0);
+            gauge(&WAITERS, kind).increment(1.0);
             WaiterMetric { kind }
         }
         #[cfg(not(feature = "metrics"))]
@@ -178,6 +250,6 @@ impl WaiterMetric {
 #[cfg(feature = "metrics")]
 impl Drop for WaiterMetric {
     fn drop(&mut self) {
-        metrics::gauge!("lock_waiters", "kind" => self.kind).decrement(1.0);
+        gauge(&WAITERS, self.kind).decrement(1.0);
     }
 }

@@ -26,8 +26,14 @@ impl Turns {
     /// The queue of `name` (made when missing).
     fn queue(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(queue) = queues.get(name).and_then(Weak::upgrade) {
-            return queue;
+        if let Some(kept) = queues.get_mut(name) {
+            // Made again in its place when nobody waits in it any more: the
+            // name's key stays (no copy of it, no second look-up).
+            return kept.upgrade().unwrap_or_else(|| {
+                let queue = Arc::new(tokio::sync::Mutex::new(()));
+                *kept = Arc::downgrade(&queue);
+                queue
+            });
         }
         // Forget the queues nobody waits in any more, now and then.
         if queues.len() >= 64 && queues.len().is_power_of_two() {

@@ -82,7 +82,11 @@ impl Drop for Record {
         if let Some(watcher) = self.watcher.get() {
             watcher.abort();
         }
-        crate::kept::unlist(&self.etcd.records, &self.name, &self.holder);
+        let key = (
+            std::mem::take(&mut self.name),
+            std::mem::take(&mut self.holder),
+        );
+        crate::kept::unlist(&self.etcd.records, key);
     }
 }
 

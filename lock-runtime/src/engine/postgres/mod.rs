@@ -474,8 +474,9 @@ impl Pg {
         crate::engine::sql::pool_here(&self.home, &self.near, || Slots::new(POOL))
     }
 
-    /// A connection of the pool (in turn), made again when it broke: made
-    /// and driven on the runtime whose pool it is.
+    /// A connection of the pool (in turn), made again (within the response
+    /// timeout) when it broke: made and driven on the runtime whose pool it
+    /// is.
     pub(crate) async fn conn(&self) -> Result<Arc<Conn>, LockError> {
         let (pool, home) = self.pool();
         let at = pool.next.fetch_add(1, Ordering::Relaxed) % pool.slots.len();
@@ -485,7 +486,11 @@ impl Pg {
         }
         // Boxed: every statement's future holds this one, and making a
         // connection (its statements prepared) is rare and large.
-        Box::pin(self.remake(pool, home, at)).await
+        let remade = tokio::time::timeout(
+            self.config.response_timeout,
+            Box::pin(self.remake(pool, home, at)),
+        );
+        remade.await.unwrap_or_else(|_| Err(timeout_error()))
     }
 
     /// Makes the connection of `pool`'s place `at` again, unless another
@@ -525,13 +530,6 @@ impl Pg {
         Ok(conn)
     }
 
-    /// [`conn`](Self::conn) within the response timeout.
-    pub(crate) async fn pooled(&self) -> Result<Arc<Conn>, LockError> {
-        tokio::time::timeout(self.config.response_timeout, self.conn())
-            .await
-            .unwrap_or_else(|_| Err(timeout_error()))
-    }
-
     /// Runs the prepared statement `which` with `params` on a connection of
     /// the pool, within the response timeout.
     pub(crate) async fn query(
@@ -539,7 +537,7 @@ impl Pg {
         which: fn(&Prepared) -> &Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, LockError> {
-        let conn = self.pooled().await?;
+        let conn = self.conn().await?;
         self.query_on(&conn, which, params).await
     }
 
@@ -550,7 +548,7 @@ impl Pg {
         which: fn(&Prepared) -> &Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, LockError> {
-        let conn = self.pooled().await?;
+        let conn = self.conn().await?;
         let call = conn.client.execute(which(&conn.st), params);
         let answer = tokio::time::timeout(self.config.response_timeout, call).await;
         answered(&conn, answer)
@@ -576,7 +574,7 @@ impl Pg {
         which: fn(&PreparedLine) -> &Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, LockError> {
-        let conn = self.pooled().await?;
+        let conn = self.conn().await?;
         self.query_line_on(&conn, which, params).await
     }
 

@@ -301,7 +301,7 @@ impl Made {
         if let Some(conn) = self.conn.as_ref().filter(|c| c.is_open()) {
             return Ok(conn.clone());
         }
-        let conn = self.pg.pooled().await?;
+        let conn = self.pg.conn().await?;
         self.conn = Some(conn.clone());
         Ok(conn)
     }

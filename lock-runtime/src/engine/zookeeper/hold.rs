@@ -64,7 +64,11 @@ impl Drop for Record {
         if !*self.deleted.borrow() && !self.session.client.state().is_terminated() {
             drop(self.session.client.delete(&self.path, None));
         }
-        crate::kept::unlist(&self.zk.records, &self.name, &self.holder);
+        let key = (
+            std::mem::take(&mut self.name),
+            std::mem::take(&mut self.holder),
+        );
+        crate::kept::unlist(&self.zk.records, key);
     }
 }
 
