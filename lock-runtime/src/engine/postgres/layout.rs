@@ -146,9 +146,11 @@ pub(crate) struct Statements {
     pub(crate) acquire: String,
     /// `$1` name, `$2` holder id, `$3` lease in µs: the lock taken as by
     /// `acquire`, with its token; no row when it is not. For an
-    /// acquisition's first try, which has no registration to drop and, when
-    /// the lock is free, no holder to read: `acquire`'s one write without
-    /// its two looks.
+    /// acquisition's first try with `keep_rows` (else after a `claim` that
+    /// found a row, in a one-attempt call), which has no registration to
+    /// drop and, when the lock is free, no holder to read: `acquire`'s one
+    /// write without its two looks, the clock read as the statement came
+    /// in.
     pub(crate) first_try: String,
     /// `$1` name, `$2` holder id, `$3` lease in µs: the lock taken when no
     /// row of the name is there (`ON CONFLICT DO NOTHING`), with its
