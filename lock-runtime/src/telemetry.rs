@@ -109,7 +109,9 @@ static METADATA: metrics::Metadata<'static> =
 #[cfg(feature = "metrics")]
 fn key_of<'k>(keys: &'k [metrics::Key; 6], kind: &str) -> &'k metrics::Key {
     // Every kind is one of KINDS; anything else would count as the first.
-    let at = KINDS.iter().position(|k| *k == kind).unwrap_or(0);
+    let at = KINDS.iter().position(|k| *k == kind);
+    debug_assert!(at.is_some(), "a metric kind without keys: {kind}");
+    let at = at.unwrap_or(0);
     &keys[at]
 }
 
@@ -132,10 +134,9 @@ pub(crate) fn outcome<T>(result: &Result<T, crate::error::LockError>) -> &'stati
     }
 }
 
-/// Records one acquisition of `kind` that took `took`.
-#[inline]
 /// Records an acquisition's outcome under `kind` (`None`: a part of a multi
 /// or quorum lock, which records its own), timed from `started`.
+#[inline]
 pub(crate) fn record_acquired<T>(
     kind: Option<&'static str>,
     started: std::time::Instant,
@@ -146,13 +147,15 @@ pub(crate) fn record_acquired<T>(
     }
 }
 
+/// Records one acquisition of `kind` with `outcome` that took `took`.
 pub(crate) fn acquired(kind: &'static str, outcome: &'static str, took: Duration) {
     #[cfg(feature = "metrics")]
     {
         let at = ["acquired", "timeout", "error"]
             .iter()
-            .position(|o| *o == outcome)
-            .unwrap_or(2);
+            .position(|o| *o == outcome);
+        debug_assert!(at.is_some(), "an outcome without keys: {outcome}");
+        let at = at.unwrap_or(2);
         histogram(&ACQUIRE_SECONDS[at], kind).record(took.as_secs_f64());
     }
     #[cfg(not(feature = "metrics"))]

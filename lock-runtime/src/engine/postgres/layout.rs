@@ -18,8 +18,10 @@ pub(crate) const Q: char = '"';
 const NOW: &str = "timezone('utc', clock_timestamp())";
 
 /// The database's clock when the statement came in, in UTC (one value in
-/// the whole statement, without a CTE): for the first try, which neither
-/// waits nor looks twice.
+/// the whole statement, without a CTE): for the first try (`claim`,
+/// `first_try`), which reads the clock once; a statement waiting behind
+/// another's write of the row keeps the earlier time, which only shortens
+/// the lease it writes.
 const FIRST_NOW: &str = "timezone('utc', statement_timestamp())";
 
 /// What PostgreSQL adds to a lock table: its announcement channel, its

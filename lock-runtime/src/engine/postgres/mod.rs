@@ -9,8 +9,10 @@
 //! or the URL's `table=`): `lock_until` (its lease's end), `locked_at`,
 //! `locked_by` (the holder id, `<client id>:<n>`) and `fence`. Every time
 //! is UTC by the database's clock, never the client's. A row whose
-//! `lock_until` has passed is free: the next acquisition takes it over in
-//! one statement (`INSERT ... ON CONFLICT ... WHERE lock_until <= now`).
+//! `lock_until` has passed is free: the next acquisition's upsert takes it
+//! over in one statement (`INSERT ... ON CONFLICT ... WHERE lock_until <=
+//! now`), after a first try that inserts only where no row is (see
+//! Waiting).
 //!
 //! - **Leases.** Without a fixed `lease`, a hold's row is renewed by the
 //!   client's watchdog: one `UPDATE` for all of the client's holds every
@@ -38,8 +40,8 @@
 //!   without `keep_rows`, an insert of the row where none is (`ON
 //!   CONFLICT DO NOTHING`), and where one is, the row-taking upsert (a
 //!   row free by its lease, or the holder's own from a try whose answer
-//!   was lost, is taken over); these read the database's clock once, as
-//!   the statement came in (`statement_timestamp()`). Then, if it waits,
+//!   was lost, is taken over); these two read the database's clock once,
+//!   as the statement came in (`statement_timestamp()`). Then, if it waits,
 //!   it looks at the row and, while it is held,
 //!   registers as a waiter in the table beside the lock table
 //!   (`<table>_waiting`: name, waiter, `wait_until`), looks again, and
@@ -64,7 +66,7 @@
 //!   on the client's own runtime (its watchdog, undos and a runtime's first
 //!   calls), and the listener.
 //! - **Faults.** An acquisition whose answer was lost is found again by
-//!   its holder id (the next try takes its own row over) or given back by
+//!   its holder id (the next upsert takes its own row over) or given back by
 //!   the undo of a dropped acquisition. Connection loss and timeouts inside
 //!   `wait` are tried again.
 //!

@@ -382,8 +382,8 @@ enum Step {
 /// One try at the hold: the row taken in one statement, or, while it is
 /// held, a sleep until the name is announced free, the holder's lease ends
 /// by the database's clock, or the deadline. A row made by an earlier try
-/// whose answer was lost is taken over by this one (its holder id is
-/// ours).
+/// whose answer was lost is taken over by the next upsert (its holder id
+/// is ours): `first_try` or `acquire`, not a `claim`.
 async fn take(
     pg: &Arc<Pg>,
     target: &Target,
@@ -456,8 +456,13 @@ async fn take(
         }
         // Not taken: no row of ours is there (an earlier try's on this
         // connection would have been taken over by this one), unless one
-        // sent on a connection left behind lands later.
-        made.until = made.stray;
+        // sent on a connection left behind lands later. A claim takes
+        // nothing over: the row it found may be an earlier try's of ours,
+        // kept for the undo (which frees only a row of this holder id)
+        // until a later try answers.
+        if tried != Step::Claim {
+            made.until = made.stray;
+        }
         if options.wait == Some(Duration::ZERO) {
             if tried == Step::Claim {
                 step = Step::First;
