@@ -436,8 +436,10 @@ pub(crate) fn list<R: Record>(records: &Records<R>, record: &Arc<R>, under: Opti
 }
 
 /// Takes a record that goes out of the client's `records` (its `Drop`,
-/// which gives its name and holder id up as the `key`: no copy).
-pub(crate) fn unlist<R>(records: &Records<R>, key: (String, String)) {
+/// which gives up its `name` and `holder` id, left empty, as the key: no
+/// copy).
+pub(crate) fn unlist<R>(records: &Records<R>, name: &mut String, holder: &mut String) {
+    let key = (std::mem::take(name), std::mem::take(holder));
     let mut records = records.lock().unwrap_or_else(|p| p.into_inner());
     // One look-up; a record listed since under the same key stays.
     if let std::collections::hash_map::Entry::Occupied(listed) = records.entry(key)

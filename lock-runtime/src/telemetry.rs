@@ -84,6 +84,11 @@ macro_rules! by_kind {
 #[cfg(feature = "metrics")]
 const KINDS: [&str; 6] = ["reentrant", "fair", "read", "write", "multi", "quorum"];
 
+/// The `outcome` labels ([`outcome`]), in the order of
+/// [`ACQUIRE_SECONDS`].
+#[cfg(feature = "metrics")]
+const OUTCOMES: [&str; 3] = ["acquired", "timeout", "error"];
+
 #[cfg(feature = "metrics")]
 static ACQUIRE_SECONDS: [[metrics::Key; 6]; 3] = [
     by_kind!("lock_acquire_seconds", "outcome" => "acquired"),
@@ -121,6 +126,11 @@ fn gauge(keys: &[metrics::Key; 6], kind: &str) -> metrics::Gauge {
 }
 
 #[cfg(feature = "metrics")]
+fn counter(keys: &[metrics::Key; 6], kind: &str) -> metrics::Counter {
+    metrics::with_recorder(|r| r.register_counter(key_of(keys, kind), &METADATA))
+}
+
+#[cfg(feature = "metrics")]
 fn histogram(keys: &[metrics::Key; 6], kind: &str) -> metrics::Histogram {
     metrics::with_recorder(|r| r.register_histogram(key_of(keys, kind), &METADATA))
 }
@@ -151,9 +161,7 @@ pub(crate) fn record_acquired<T>(
 pub(crate) fn acquired(kind: &'static str, outcome: &'static str, took: Duration) {
     #[cfg(feature = "metrics")]
     {
-        let at = ["acquired", "timeout", "error"]
-            .iter()
-            .position(|o| *o == outcome);
+        let at = OUTCOMES.iter().position(|o| *o == outcome);
         debug_assert!(at.is_some(), "an outcome without keys: {outcome}");
         let at = at.unwrap_or(2);
         histogram(&ACQUIRE_SECONDS[at], kind).record(took.as_secs_f64());
@@ -166,8 +174,7 @@ pub(crate) fn acquired(kind: &'static str, outcome: &'static str, took: Duration
 #[inline]
 pub(crate) fn lost(kind: &'static str) {
     #[cfg(feature = "metrics")]
-    metrics::with_recorder(|r| r.register_counter(key_of(&LOST_TOTAL, kind), &METADATA))
-        .increment(1);
+    counter(&LOST_TOTAL, kind).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = kind;
 }

@@ -82,11 +82,7 @@ impl Drop for Record {
         if let Some(watcher) = self.watcher.get() {
             watcher.abort();
         }
-        let key = (
-            std::mem::take(&mut self.name),
-            std::mem::take(&mut self.holder),
-        );
-        crate::kept::unlist(&self.etcd.records, key);
+        crate::kept::unlist(&self.etcd.records, &mut self.name, &mut self.holder);
     }
 }
 

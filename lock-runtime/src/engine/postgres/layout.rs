@@ -271,8 +271,7 @@ const FREE: &str = "(l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDE
 const NEXT_FENCE: &str = "GREATEST(l.fence + 1, EXCLUDED.fence)";
 
 /// The head of an upsert of lock row `$1` for `holder` until `$3` µs from
-/// the time `at` (`now.t`, of a CTE `now` of the statement, read from
-/// `from`: `FROM now`, and a condition), up to its `DO UPDATE SET`.
+/// the time `at` (see [`insert_row`]), up to its `DO UPDATE SET`.
 fn upsert_row(t: &str, holder: &str, at: &str, from: &str) -> String {
     format!(
         "{} ON CONFLICT (name) DO UPDATE SET ",
@@ -281,8 +280,9 @@ fn upsert_row(t: &str, holder: &str, at: &str, from: &str) -> String {
 }
 
 /// An insert of lock row `$1` for `holder` until `$3` µs from the time
-/// `at`, read `from` (see [`upsert_row`]); a row made anew starts its
-/// tokens from the clock in µs.
+/// `at`, with what `from` says (`FROM now` for `now.t`, the CTE `now`'s
+/// time, and a condition; nothing for [`FIRST_NOW`]); a row made anew
+/// starts its tokens from the clock in µs.
 fn insert_row(t: &str, holder: &str, at: &str, from: &str) -> String {
     format!(
         "INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
@@ -292,25 +292,16 @@ fn insert_row(t: &str, holder: &str, at: &str, from: &str) -> String {
     )
 }
 
-/// Lock row `$1` taken for `holder` until `$3` µs from `now.t`: made
-/// (`when` it may be), or taken over when [`FREE`], its end then set to
-/// `until`; its token raised ([`NEXT_FENCE`]). Answers the token when
-/// taken.
-fn take_row(t: &str, holder: &str, until: &str, when: &str) -> String {
-    taken_over(
-        &upsert_row(t, holder, "now.t", &format!("FROM now {when}")),
-        until,
-    )
-}
-
-/// An upsert's `head` ([`upsert_row`]) taking a [`FREE`] row over: its end
-/// set to `until`, its token raised ([`NEXT_FENCE`]). Answers the token
+/// Lock row `$1` taken for `holder` until `$3` µs from `at` (read `from`:
+/// see [`insert_row`]): made, or taken over when [`FREE`], its end then
+/// set to `until`; its token raised ([`NEXT_FENCE`]). Answers the token
 /// when taken.
-fn taken_over(head: &str, until: &str) -> String {
+fn take_row(t: &str, holder: &str, at: &str, from: &str, until: &str) -> String {
     format!(
-        "{head}lock_until = {until}, locked_at = EXCLUDED.locked_at, \
+        "{}lock_until = {until}, locked_at = EXCLUDED.locked_at, \
            locked_by = EXCLUDED.locked_by, fence = {NEXT_FENCE} \
-         WHERE {FREE} RETURNING fence"
+         WHERE {FREE} RETURNING fence",
+        upsert_row(t, holder, at, from)
     )
 }
 
@@ -366,11 +357,8 @@ impl Statements {
                FROM {t} h, now WHERE h.name = $1) h ON true",
             take_or_mark_row(&t)
         );
-        // The time the statement came in (`statement_timestamp()`, read
-        // once, no CTE): a statement's first read of the clock, as `now`'s
-        // is, a few microseconds before it (an earlier time only shortens
-        // the new lease, and takes an ended one over later).
-        let first_try = taken_over(&upsert_row(&t, "$2", FIRST_NOW, ""), "EXCLUDED.lock_until");
+        // The clock read once, as the statement came in (see FIRST_NOW).
+        let first_try = take_row(&t, "$2", FIRST_NOW, "", "EXCLUDED.lock_until");
         let claim = format!(
             "{} ON CONFLICT (name) DO NOTHING RETURNING fence",
             insert_row(&t, "$2", FIRST_NOW, "")
@@ -510,14 +498,18 @@ impl Line {
                 us("$3")
             )
         };
-        let take_turn = turn("$4", take_row(&t, "$2", "EXCLUDED.lock_until", ""));
+        let take_turn = turn(
+            "$4",
+            take_row(&t, "$2", "now.t", "FROM now", "EXCLUDED.lock_until"),
+        );
         let join = turn(
             "$2",
             take_row(
                 &t,
                 &format!("'{READERS}'"),
+                "now.t",
+                &format!("FROM now WHERE EXISTS (SELECT 1 FROM {q} WHERE seq = $2)"),
                 "GREATEST(l.lock_until, EXCLUDED.lock_until)",
-                &format!("WHERE EXISTS (SELECT 1 FROM {q} WHERE seq = $2)"),
             ),
         );
         let mark = format!(

@@ -63,11 +63,11 @@ pub(crate) type SqlHold<S> = Hold<Record<S>>;
 
 impl<S: Rows> Drop for Record<S> {
     fn drop(&mut self) {
-        let key = (
-            std::mem::take(&mut self.name),
-            std::mem::take(&mut self.holder),
+        crate::kept::unlist(
+            &self.store.common().records,
+            &mut self.name,
+            &mut self.holder,
         );
-        crate::kept::unlist(&self.store.common().records, key);
     }
 }
 

@@ -64,11 +64,7 @@ impl Drop for Record {
         if !*self.deleted.borrow() && !self.session.client.state().is_terminated() {
             drop(self.session.client.delete(&self.path, None));
         }
-        let key = (
-            std::mem::take(&mut self.name),
-            std::mem::take(&mut self.holder),
-        );
-        crate::kept::unlist(&self.zk.records, key);
+        crate::kept::unlist(&self.zk.records, &mut self.name, &mut self.holder);
     }
 }
 
