@@ -123,11 +123,16 @@ pub struct MyFloor {
 }
 
 /// The driver's options for a lock URL: without the engine's own query
-/// parameters (`table=`, `keep_rows=`), in the engine's session settings.
+/// parameters (`table=`, `keep_rows=`), in the engine's session settings,
+/// over the engine's transport: the URL's TCP address. (The driver's
+/// default, `prefer_socket`, moves a connection to `127.0.0.1` onto the
+/// server's unix socket, which the engine never does: a proxy in front of
+/// the server would be passed by.)
 fn driver_opts(url: &str) -> Result<Opts, BenchError> {
     let url = examples::store::driver_url(url);
     Ok(OptsBuilder::from_opts(Opts::from_url(&url)?)
         .init(SESSION.to_vec())
+        .prefer_socket(false)
         .into())
 }
 

@@ -196,6 +196,74 @@ async fn tokens_keep_rising_across_deletes_and_keep_rows_keeps_rows() {
     assert_eq!(rows(&my, "shedlock"), "1");
 }
 
+/// The first try makes a row only where none is: a row left by a holder
+/// that died (its lease over) is there, and is taken over all the same,
+/// by one attempt and by a waiter, its token rising from the row's.
+#[tokio::test]
+async fn an_acquisition_takes_a_row_whose_lease_ran_out() {
+    let my = MariaDb::start();
+    let c = client(&my.url()).await;
+    let fence: i64 = 5_000_000_000_000_000;
+    for name in ["once", "waiting"] {
+        my.sql(&format!(
+            "INSERT INTO distributed_locks VALUES ('{name}', \
+             UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, UTC_TIMESTAMP(6) - INTERVAL 31 SECOND, \
+             'dead:1', {fence})"
+        ));
+    }
+    let once = c.lock("once").try_acquire().await.unwrap();
+    let once = once.expect("a row whose lease ran out is free");
+    assert_eq!(once.token(), u64::try_from(fence).unwrap() + 1);
+    let waiting = c.lock("waiting").wait(WITHIN).acquire().await.unwrap();
+    assert_eq!(waiting.token(), u64::try_from(fence).unwrap() + 1);
+    // A held row: another's one attempt finds it busy and leaves it.
+    let other = client(&my.url()).await;
+    assert!(other.lock("once").try_acquire().await.unwrap().is_none());
+    assert_eq!(
+        my.sql("SELECT locked_by = 'dead:1', fence FROM distributed_locks WHERE name = 'once'"),
+        format!("0\t{}", fence + 1)
+    );
+    once.release().await.unwrap();
+    waiting.release().await.unwrap();
+    assert_eq!(rows(&my, "distributed_locks"), "0");
+}
+
+/// A lease past what the table's time columns hold (a ShedLock table's
+/// `TIMESTAMP`s end in 2038) is refused by MySQL: the acquisition fails
+/// and leaves no row, rather than holding a row whose end MySQL mangled
+/// into one long past (free to anyone).
+#[tokio::test]
+async fn a_lease_past_the_columns_range_is_an_error_and_leaves_no_row() {
+    let my = MariaDb::start();
+    my.sql(
+        "CREATE TABLE shedlock(name VARCHAR(64) NOT NULL, lock_until TIMESTAMP(3) NOT NULL, \
+         locked_at TIMESTAMP(3) NOT NULL, locked_by VARCHAR(255) NOT NULL, \
+         fence BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (name))",
+    );
+    let c = client(&format!("{}?table=shedlock", my.url())).await;
+    let centuries = Duration::from_secs(100 * 365 * 24 * 3600);
+    let refused = c.lock("job").lease(centuries).try_acquire().await;
+    assert!(
+        matches!(refused, Err(LockError::Store { .. })),
+        "{:?}",
+        refused.map(|g| g.map(|g| g.token()))
+    );
+    let waited = c.lock("job").lease(centuries).wait(WITHIN).acquire().await;
+    assert!(
+        matches!(waited, Err(LockError::Store { .. })),
+        "{:?}",
+        waited.map(|g| g.token())
+    );
+    assert_eq!(rows(&my, "shedlock"), "0");
+    // The table itself serves: an ordinary lease is held.
+    let g = c.lock("job").try_acquire().await.unwrap().expect("free");
+    assert_eq!(
+        my.sql("SELECT count(*) FROM shedlock WHERE lock_until > UTC_TIMESTAMP(3)"),
+        "1"
+    );
+    g.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_release_wakes_another_clients_waiter_long_before_the_holders_lease() {
     let my = MariaDb::start();

@@ -73,42 +73,49 @@ pub(crate) const COLUMNS: [(&str, &[&str]); 5] = [
 /// in the order each one's doc gives.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
+    /// Name, lease in µs, holder id: the row made where none is (its token
+    /// as the last insert id, affected rows 1), else nothing (0). `None`
+    /// with `keep_rows`, where rows stay: [`acquire`](Self::acquire) is
+    /// the first try there.
+    pub(crate) claim: Option<Sql>,
     /// Name, lease in µs, holder id: the row made, or taken over when free
     /// (or already the holder's), its token raised; affected rows 1 or 2
     /// and the token as the last insert id when taken, 0 when held.
-    pub(crate) acquire: String,
+    pub(crate) acquire: Sql,
     /// Name: a row's time left in µs and holder.
-    pub(crate) look: String,
+    pub(crate) look: Sql,
     /// Lease in µs, then (name, holder id) pairs: see [`renew`](Self::renew).
     renew_head: String,
     /// (name, holder id) pairs: which of them hold their rows.
     held_of_head: String,
     /// Name, holder id: the holder's row deleted (freed, with
     /// `keep_rows`); affected rows 1 when it was the holder's.
-    pub(crate) release: String,
+    pub(crate) release: Sql,
     /// How long in µs, name, holder id: the holder's row kept taken that
     /// long from now (a `hold_at_least` minimum), marked kept.
-    pub(crate) keep: String,
+    pub(crate) keep: Sql,
     /// Name, holder id: a held row's token raised (the re-entry's own
     /// token, as the last insert id).
-    pub(crate) reenter: String,
+    pub(crate) reenter: Sql,
     /// Lease in µs, name, holder id: a held row's end moved to the lease
     /// from now, if later.
-    pub(crate) extend: String,
+    pub(crate) extend: Sql,
     /// Name, holder id: whether the row is the holder's and held.
-    pub(crate) holds: String,
+    pub(crate) holds: Sql,
     /// Name: the holder, token and time left in µs of a held row.
-    pub(crate) inspect: String,
+    pub(crate) inspect: Sql,
     /// The held rows: name, holder, time left in µs.
-    pub(crate) held: String,
+    pub(crate) held: Sql,
     /// Name, holder id: a held row freed whoever holds it (the holder
     /// found by [`inspect`](Self::inspect) first).
-    pub(crate) force: String,
+    pub(crate) force: Sql,
     /// How old in µs: rows free that long deleted (none with
     /// `keep_rows`).
-    pub(crate) sweep: Option<String>,
+    pub(crate) sweep: Option<Sql>,
     /// The line's statements (fair and read-write locks).
     pub(crate) line: Line,
+    /// How many [`Sql`]s there are (each connection has a place for each).
+    pub(crate) count: usize,
 }
 
 /// The statements on a lock table's line (see `engine::sql::queue`).
@@ -116,44 +123,44 @@ pub(crate) struct Statements {
 pub(crate) struct Line {
     /// Name, holder id, side, µs: a ticket at the back of the line,
     /// counting that long (its `seq` the last insert id).
-    pub(crate) enqueue: String,
+    pub(crate) enqueue: Sql,
     /// µs, seq: the ticket made to count that long from now.
-    pub(crate) refresh: String,
+    pub(crate) refresh: Sql,
     /// Seq: whether the ticket is there.
-    pub(crate) there: String,
+    pub(crate) there: Sql,
     /// Name, seq, reader (1 or 0): whether no live ticket before it keeps
     /// it out.
-    pub(crate) first: String,
+    pub(crate) first: Sql,
     /// µs, seq: the ticket marked held that long.
-    pub(crate) mark: String,
+    pub(crate) mark: Sql,
     /// Seq: the ticket's mark taken back.
-    pub(crate) unmark: String,
+    pub(crate) unmark: Sql,
     /// Name, lease in µs: the readers' row joined (made, taken over when
     /// free, or shared), its token raised (the last insert id).
-    pub(crate) join: String,
+    pub(crate) join: Sql,
     /// Name, holder id: its ticket dropped.
-    pub(crate) drop_ticket: String,
+    pub(crate) drop_ticket: Sql,
     /// Name, name: the readers' row's token and whether a held reader is
     /// left, when the readers hold it.
-    pub(crate) readers_left: String,
+    pub(crate) readers_left: Sql,
     /// Name, token: the readers' row freed if its token is that.
-    pub(crate) free_readers: String,
+    pub(crate) free_readers: Sql,
     /// Name, holder id, name: the holder's row handed to the readers when
     /// a held reader is in line.
-    pub(crate) hand_to_readers: String,
+    pub(crate) hand_to_readers: Sql,
     /// Name, name, holder id: the readers' row's token raised (the last
     /// insert id) while the holder's ticket holds it.
-    pub(crate) reenter_read: String,
+    pub(crate) reenter_read: Sql,
     /// Name: the live tickets in order (holder id, side, held).
-    pub(crate) tickets: String,
+    pub(crate) tickets: Sql,
     /// The live tickets in order (name, holder id, side, held).
-    pub(crate) all_tickets: String,
+    pub(crate) all_tickets: Sql,
     /// Name: the holders of the held tickets.
-    pub(crate) held_tickets: String,
+    pub(crate) held_tickets: Sql,
     /// Name, holder id: a held ticket dropped.
-    pub(crate) force_ticket: String,
+    pub(crate) force_ticket: Sql,
     /// How old in µs: tickets run out that long ago deleted.
-    pub(crate) sweep: String,
+    pub(crate) sweep: Sql,
     q: String,
     t: String,
 }
@@ -166,6 +173,10 @@ impl Statements {
         let t = table.quoted(Q);
         let left = |until: &str| format!("TIMESTAMPDIFF(MICROSECOND, {NOW}, {until})");
         let acquire = take_row(&t, "?", "VALUES(lock_until)");
+        // IGNORE turns a value MySQL would refuse into a warning: the
+        // engine reads a claim with warnings as not taken (see
+        // `engine::mysql::take`), and tries the upsert, which refuses it.
+        let claim = insert_row("INSERT IGNORE", &t, "?");
         let look = format!(
             "SELECT {}, locked_by FROM {t} WHERE name = ?",
             left("lock_until")
@@ -220,22 +231,25 @@ impl Statements {
                  LIMIT 1000"
             )
         });
-        let line = Line::new(table, keep_rows);
+        let mut n = Numbering(0);
+        let line = Line::new(table, keep_rows, &mut n);
         Statements {
             line,
-            acquire,
-            look,
+            claim: (!keep_rows).then(|| n.sql(claim)),
+            acquire: n.sql(acquire),
+            look: n.sql(look),
             renew_head,
             held_of_head,
-            release,
-            keep,
-            reenter,
-            extend,
-            holds,
-            inspect,
-            held,
-            force,
-            sweep,
+            release: n.sql(release),
+            keep: n.sql(keep),
+            reenter: n.sql(reenter),
+            extend: n.sql(extend),
+            holds: n.sql(holds),
+            inspect: n.sql(inspect),
+            held: n.sql(held),
+            force: n.sql(force),
+            sweep: sweep.map(|sweep| n.sql(sweep)),
+            count: n.0,
         }
     }
 
@@ -252,7 +266,7 @@ impl Statements {
 }
 
 impl Line {
-    fn new(table: &Table, keep_rows: bool) -> Line {
+    fn new(table: &Table, keep_rows: bool, n: &mut Numbering) -> Line {
         let t = table.quoted(Q);
         let q = queue(table).quoted(Q);
         let held_reader = format!(
@@ -317,23 +331,23 @@ impl Line {
             "DELETE FROM {q} WHERE ticket_until < TIMESTAMPADD(MICROSECOND, -?, {NOW}) LIMIT 1000"
         );
         Line {
-            enqueue,
-            refresh,
-            there,
-            first,
-            mark,
-            unmark,
-            join,
-            drop_ticket,
-            readers_left,
-            free_readers,
-            hand_to_readers,
-            reenter_read,
-            tickets,
-            all_tickets,
-            held_tickets,
-            force_ticket,
-            sweep,
+            enqueue: n.sql(enqueue),
+            refresh: n.sql(refresh),
+            there: n.sql(there),
+            first: n.sql(first),
+            mark: n.sql(mark),
+            unmark: n.sql(unmark),
+            join: n.sql(join),
+            drop_ticket: n.sql(drop_ticket),
+            readers_left: n.sql(readers_left),
+            free_readers: n.sql(free_readers),
+            hand_to_readers: n.sql(hand_to_readers),
+            reenter_read: n.sql(reenter_read),
+            tickets: n.sql(tickets),
+            all_tickets: n.sql(all_tickets),
+            held_tickets: n.sql(held_tickets),
+            force_ticket: n.sql(force_ticket),
+            sweep: n.sql(sweep),
             q,
             t,
         }
@@ -372,21 +386,52 @@ impl Line {
 /// Assignments of ON DUPLICATE KEY UPDATE run left to right, each seeing
 /// the ones before: `fence` and `locked_at` first (the row as it was), then
 /// `locked_by` (after which the condition holds exactly when it held
-/// before), then `lock_until`. A row made anew starts its tokens from the
-/// clock in µs, so a name's tokens keep rising across deletes (and past a
-/// ShedLock holder, which writes none).
+/// before), then `lock_until`. A row made anew is [`insert_row`]'s.
 fn take_row(t: &str, holder: &str, until: &str) -> String {
     let free = "(lock_until <= VALUES(locked_at) OR locked_by = VALUES(locked_by))";
     format!(
-        "INSERT INTO {t} (name, lock_until, locked_at, locked_by, fence) \
-         VALUES (?, TIMESTAMPADD(MICROSECOND, ?, {NOW}), {NOW}, {holder}, \
-                 LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {NOW}))) \
-         ON DUPLICATE KEY UPDATE \
+        "{} ON DUPLICATE KEY UPDATE \
            fence = IF({free}, LAST_INSERT_ID(GREATEST(fence + 1, VALUES(fence))), fence), \
            locked_at = IF({free}, VALUES(locked_at), locked_at), \
            locked_by = IF({free}, VALUES(locked_by), locked_by), \
-           lock_until = IF({free}, {until}, lock_until)"
+           lock_until = IF({free}, {until}, lock_until)",
+        insert_row("INSERT", t, holder)
     )
+}
+
+/// Name, lease in µs (then holder id, when `holder` is `?`): lock row
+/// `name` made for `holder` by `insert` (`INSERT`, or `INSERT IGNORE`),
+/// its token the clock in µs (sent back as the last insert id), so that a
+/// name's tokens keep rising across deletes (and past a ShedLock holder,
+/// which writes none).
+fn insert_row(insert: &str, t: &str, holder: &str) -> String {
+    format!(
+        "{insert} INTO {t} (name, lock_until, locked_at, locked_by, fence) \
+         VALUES (?, TIMESTAMPADD(MICROSECOND, ?, {NOW}), {NOW}, {holder}, \
+                 LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {NOW})))"
+    )
+}
+
+/// One of a client's statements, numbered: each connection prepares it
+/// once, when first run there, and keeps it in its place `at` (see
+/// `engine::mysql::Link`).
+#[derive(Debug, Clone)]
+pub(crate) struct Sql {
+    pub(crate) text: String,
+    pub(crate) at: usize,
+}
+
+/// Numbers a client's statements in the order they are made.
+struct Numbering(usize);
+
+impl Numbering {
+    fn sql(&mut self, text: String) -> Sql {
+        self.0 += 1;
+        Sql {
+            text,
+            at: self.0 - 1,
+        }
+    }
 }
 
 /// The character set of a table's `name` column, as far as a lock name

@@ -18,12 +18,17 @@
 //! MySQL pads `VARCHAR`s with spaces when it compares them, so a name
 //! ending with a space is refused.
 //!
-//! - **Statements.** MySQL has no `RETURNING`: an acquisition is one
-//!   `INSERT ... ON DUPLICATE KEY UPDATE` whose affected rows say whether
-//!   it took the row, and whose token comes back as `LAST_INSERT_ID(expr)`
-//!   in the same answer; a busy row is looked at by a second statement.
-//!   Leases, `keep_rows`, `hold_at_least` and the sweep are as on
-//!   PostgreSQL.
+//! - **Statements.** MySQL has no `RETURNING`: an acquisition's first
+//!   try is one `INSERT IGNORE` that makes the row where none is, its
+//!   affected rows saying whether it did and its token coming back as
+//!   `LAST_INSERT_ID(expr)` in the same answer. Where the row is there, an
+//!   `INSERT ... ON DUPLICATE KEY UPDATE` takes it over when it is free
+//!   (with `keep_rows`, where rows stay, that upsert is the first try); a
+//!   busy row is looked at by a second statement. IGNORE turns a value
+//!   MySQL would refuse into a warning: a claim with warnings counts as not
+//!   taken, and the upsert after it refuses the value (a lease past the
+//!   column's range). Leases, `keep_rows`, `hold_at_least` and the sweep
+//!   are as on PostgreSQL.
 //! - **Waiting.** MySQL has no notification: a client's acquisitions of
 //!   one name queue in the process (FIFO), and the head polls the row,
 //!   first after a few milliseconds, then twice as long each time up to
@@ -34,7 +39,9 @@
 //!   connections made and driven there (see `crate::near`: a statement
 //!   wakes no other thread), plus [`HOME_POOL`] on the client's own runtime
 //!   for its watchdog, undos and a runtime's first calls. Each runs one
-//!   statement at a time and keeps its session and prepared statements.
+//!   statement at a time and keeps its session and the client's statements
+//!   prepared (each prepared when first run there; running it again sends
+//!   only its parameters).
 //! - **Faults.** A lost race (a deadlock, 1213 and 3058, or a lock wait
 //!   that timed out) is tried again as busy. An acquisition whose answer
 //!   was lost is found again by its holder id (the next try takes its own
@@ -86,7 +93,92 @@ pub(crate) const HOME_POOL: usize = 2;
 
 /// A place for one connection (none until first needed, or after it
 /// broke).
-pub(crate) type Slot = Arc<tokio::sync::Mutex<Option<Conn>>>;
+pub(crate) type Slot = Arc<tokio::sync::Mutex<Option<Link>>>;
+
+/// How many statements a connection keeps prepared at most (the driver's
+/// cache, which closes the least recently used beyond it): more than a
+/// client runs, so that none of those it keeps ([`Link`]) is closed. A
+/// client runs its [`layout::Sql`]s, renewals of
+/// [`rows::BATCH_SIZES`] sizes and a few statements of its set-up.
+pub(crate) const PREPARED: usize = 128;
+
+/// One connection, and the client's [`layout::Sql`]s prepared on it, each
+/// in its place once first run there: running one again sends only its
+/// parameters (no parsing or look-up of its text).
+pub(crate) struct Link {
+    conn: Conn,
+    prepared: Vec<Option<mysql_async::Statement>>,
+}
+
+impl Link {
+    fn new(conn: Conn, st: &layout::Statements) -> Link {
+        Link {
+            conn,
+            prepared: vec![None; st.count],
+        }
+    }
+
+    /// Runs `statement` with `params`: rows, affected rows, last insert id
+    /// and warnings.
+    async fn exec<T: FromRow + Send + 'static>(
+        &mut self,
+        statement: Stmt<'_>,
+        params: Params,
+    ) -> Result<Answer<T>, mysql_async::Error> {
+        let conn = &mut self.conn;
+        let rows = match statement {
+            Stmt::Text(text) => conn.exec(text, params).await?,
+            Stmt::Kept(sql) => {
+                let prepared = match self.prepared.get_mut(sql.at).and_then(Option::take) {
+                    Some(prepared) => prepared,
+                    None => conn.prep(sql.text.as_str()).await?,
+                };
+                let rows = conn.exec(&prepared, params).await;
+                if let Some(place) = self.prepared.get_mut(sql.at) {
+                    *place = Some(prepared);
+                }
+                // Closed meanwhile (it cannot be, within [`PREPARED`]):
+                // prepared again next time.
+                if let Err(mysql_async::Error::Server(e)) = &rows
+                    && e.code == UNKNOWN_STATEMENT
+                {
+                    self.prepared.fill(None);
+                }
+                rows?
+            }
+        };
+        Ok(Answer {
+            rows,
+            affected: conn.affected_rows(),
+            last_id: conn.last_insert_id(),
+            warnings: conn.get_warnings(),
+        })
+    }
+}
+
+/// MySQL's "unknown prepared statement handler" (1243).
+const UNKNOWN_STATEMENT: u16 = 1243;
+
+/// A statement to run: one of the client's, kept prepared on each
+/// connection, or a text of the moment (a renewal of so many rows),
+/// prepared through the driver's cache.
+#[derive(Clone, Copy)]
+pub(crate) enum Stmt<'a> {
+    Kept(&'a layout::Sql),
+    Text(&'a str),
+}
+
+impl<'a> From<&'a layout::Sql> for Stmt<'a> {
+    fn from(sql: &'a layout::Sql) -> Stmt<'a> {
+        Stmt::Kept(sql)
+    }
+}
+
+impl<'a> From<&'a String> for Stmt<'a> {
+    fn from(text: &'a String) -> Stmt<'a> {
+        Stmt::Text(text)
+    }
+}
 
 /// Connections of one runtime: each made when first needed (and again
 /// after it broke), on that runtime.
@@ -145,6 +237,7 @@ impl Target {
             // instead (which would also pass by a proxy in front of it).
             .prefer_socket(false)
             .tcp_keepalive(Some(std::time::Duration::from_secs(15)))
+            .stmt_cache_size(PREPARED)
             // Run in reverse order. Each statement on its own, a lost race
             // a deadlock retried as busy, never a silently mangled value.
             .init(vec![
@@ -228,13 +321,15 @@ impl std::ops::Deref for My {
 
 /// A connection of the pool, the caller's until dropped (`None` when its
 /// place has none yet).
-pub(crate) type Lease = OwnedMutexGuard<Option<Conn>>;
+pub(crate) type Lease = OwnedMutexGuard<Option<Link>>;
 
-/// A statement's answer: its rows, affected rows and last insert id.
+/// A statement's answer: its rows, affected rows, last insert id and how
+/// many warnings it raised.
 pub(crate) struct Answer<T> {
     pub(crate) rows: Vec<T>,
     pub(crate) affected: u64,
     pub(crate) last_id: Option<u64>,
+    pub(crate) warnings: u16,
 }
 
 impl My {
@@ -264,12 +359,13 @@ impl My {
             let (longest, charset, lined) = shape?;
             let home = Slots::new(HOME_POOL);
             // The connection that made the table is the first of the pool.
-            *home.slots[0].try_lock().expect("nobody else has it yet") = Some(conn);
+            let st = layout::Statements::new(&target.table, target.keep_rows);
+            *home.slots[0].try_lock().expect("nobody else has it yet") = Some(Link::new(conn, &st));
             let my = Arc::new(My {
                 near: crate::near::Near::new(handle.id()),
                 common: Common::new(config, handle, target.key()),
                 home: Arc::new(home),
-                st: layout::Statements::new(&target.table, target.keep_rows),
+                st,
                 longest,
                 charset,
                 lined,
@@ -327,8 +423,8 @@ impl My {
         // did (an undo after the try it undoes).
         let abandoned = lease
             .as_ref()
-            .filter(|c| c.is_disconnected())
-            .map(mysql_async::Conn::id);
+            .filter(|link| link.conn.is_disconnected())
+            .map(|link| link.conn.id());
         if abandoned.is_some() {
             *lease = None;
         }
@@ -345,10 +441,11 @@ impl My {
             let made = made
                 .map_err(|_| connect_error(&self.target, "no answer in time"))?
                 .map_err(|e| connect_failed(&self.target, &e))?;
-            *lease = Some(made);
+            *lease = Some(Link::new(made, &self.st));
         }
-        if let (Some(id), Some(conn)) = (abandoned, lease.as_mut()) {
-            let ended = tokio::time::timeout(self.config.response_timeout, ended(conn, id)).await;
+        if let (Some(id), Some(link)) = (abandoned, lease.as_mut()) {
+            let ended =
+                tokio::time::timeout(self.config.response_timeout, ended(&mut link.conn, id)).await;
             if !matches!(ended, Ok(Ok(()))) {
                 // Not known to be over: the place is made again next time.
                 *lease = None;
@@ -365,31 +462,26 @@ impl My {
     /// pool, taken when `None`; kept there for the next statement) within
     /// the response timeout. A connection that broke, or does not answer
     /// in time, is closed and its place made again.
-    pub(crate) async fn on<T: FromRow + Send + 'static>(
+    pub(crate) async fn on<'s, T: FromRow + Send + 'static>(
         &self,
         lease: &mut Option<Lease>,
-        statement: &str,
+        statement: impl Into<Stmt<'s>>,
         params: Params,
     ) -> Result<Answer<T>, LockError> {
         let mut held = match lease.take() {
             Some(held) => held,
             None => self.conn().await?,
         };
-        let Some(c) = held.as_mut() else {
+        let Some(link) = held.as_mut() else {
             return Err(timeout_error());
         };
         let answer = tokio::time::timeout(
             self.config.response_timeout,
-            c.exec::<T, _, _>(statement, params),
+            link.exec::<T>(statement.into(), params),
         )
         .await;
         match answer {
-            Ok(Ok(rows)) => {
-                let answer = Answer {
-                    rows,
-                    affected: c.affected_rows(),
-                    last_id: c.last_insert_id(),
-                };
+            Ok(Ok(answer)) => {
                 *lease = Some(held);
                 Ok(answer)
             }
@@ -410,9 +502,9 @@ impl My {
     }
 
     /// [`on`](Self::on) a connection of the pool, given back after.
-    pub(crate) async fn query<T: FromRow + Send + 'static>(
+    pub(crate) async fn query<'s, T: FromRow + Send + 'static>(
         &self,
-        statement: &str,
+        statement: impl Into<Stmt<'s>>,
         params: Params,
     ) -> Result<Answer<T>, LockError> {
         self.on(&mut None, statement, params).await
@@ -619,10 +711,11 @@ pub(crate) fn store_error(e: &mysql_async::Error) -> LockError {
         ),
         // Deadlock (1213), lock deadlock (3058), lock wait timeout (1205),
         // read-only (1290, 1836), shutting down (1053), too many
-        // connections (1040), query interrupted (1317), lost (2006, 2013).
+        // connections (1040), query interrupted (1317), lost (2006, 2013),
+        // a prepared statement closed (prepared again next time).
         mysql_async::Error::Server(s) => matches!(
             s.code,
-            1213 | 3058 | 1205 | 1290 | 1836 | 1053 | 1040 | 1317 | 2006 | 2013
+            1213 | 3058 | 1205 | 1290 | 1836 | 1053 | 1040 | 1317 | 2006 | 2013 | UNKNOWN_STATEMENT
         ),
         _ => false,
     };

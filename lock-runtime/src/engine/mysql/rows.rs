@@ -14,6 +14,20 @@ use crate::error::LockError;
 /// How many rows one renewal statement renews at most.
 const BATCH: usize = 100;
 
+/// The sizes a renewal statement has: a batch of rows is sent in the next
+/// of them, its last pair repeated to fill it, so that a client runs (and
+/// its connections keep prepared) a few renewals, not one per count of
+/// rows.
+pub(crate) const BATCH_SIZES: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, BATCH];
+
+/// The size of renewal that renews `n` rows (at most [`BATCH`]).
+fn batch_size(n: usize) -> usize {
+    BATCH_SIZES
+        .into_iter()
+        .find(|&size| size >= n)
+        .unwrap_or(BATCH)
+}
+
 impl Rows for My {
     fn common(&self) -> &Common<My> {
         &self.common
@@ -114,9 +128,13 @@ impl My {
     ) -> Result<Vec<bool>, LockError> {
         let mut renewed = Vec::with_capacity(holds.len());
         for batch in holds.chunks(BATCH) {
-            let (renewals, held_of) = statements(batch.len());
+            let size = batch_size(batch.len());
+            let (renewals, held_of) = statements(size);
+            // A pair twice renews its row once, and finds it once.
+            let last = batch.last().into_iter().cycle();
             let pairs: Vec<Value> = batch
                 .iter()
+                .chain(last.take(size - batch.len()))
                 .flat_map(|(name, holder)| [Value::from(*name), Value::from(*holder)])
                 .collect();
             let mut conn = None;
@@ -133,5 +151,29 @@ impl My {
             renewed.extend(crate::engine::sql::renewed(batch, &held));
         }
         Ok(renewed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::sql::Table;
+
+    #[test]
+    fn a_batch_is_renewed_in_the_next_size() {
+        assert_eq!(batch_size(1), 1);
+        assert_eq!(batch_size(3), 4);
+        assert_eq!(batch_size(64), 64);
+        assert_eq!(batch_size(65), BATCH);
+        assert_eq!(batch_size(BATCH), BATCH);
+    }
+
+    #[test]
+    fn every_statement_a_client_runs_stays_prepared() {
+        let st = super::super::layout::Statements::new(&Table::parse("locks", 64).unwrap(), false);
+        // Its own; renewals of each size (one and a look for plain rows,
+        // two and a look for the line); the set-up's looks and `ended`'s.
+        let runs = st.count + BATCH_SIZES.len() * 5 + 3;
+        assert!(runs <= super::super::PREPARED, "{runs}");
     }
 }

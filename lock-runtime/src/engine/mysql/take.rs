@@ -1,5 +1,6 @@
 //! Taking a hold on MySQL: the process queue, the row taken in one
-//! statement (made, or a free one's taken over), polling while it is held
+//! statement (made where none is, else a free one's taken over), polling
+//! while it is held
 //! (a backoff capped by [`Config::poll_cap`](crate::Config::poll_cap),
 //! never past the holder's lease or the deadline), and the undoing of all
 //! that when the acquisition fails or is dropped.
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use mysql_async::Row;
 use tokio::sync::OwnedMutexGuard;
 
-use super::{Answer, ENGINE, Lease, My, Slot};
+use super::{Answer, ENGINE, Lease, My, Slot, Stmt};
 use crate::engine::sql::micros;
 use crate::engine::sql::queue::{FIRST_POLL, Line, Side, leave};
 use crate::engine::sql::take::{SqlTaking, Taken};
@@ -260,7 +261,7 @@ impl Made {
     /// Runs `statement` on the acquisition's connection.
     async fn on(
         &mut self,
-        statement: &str,
+        statement: impl Into<Stmt<'_>>,
         params: mysql_async::Params,
     ) -> Result<Answer<Row>, LockError> {
         let my = self.my.clone();
@@ -271,7 +272,7 @@ impl Made {
     /// [`on`](Self::on), for its rows.
     async fn on_rows<T: mysql_async::prelude::FromRow + Send + 'static>(
         &mut self,
-        statement: &str,
+        statement: impl Into<Stmt<'_>>,
         params: mysql_async::Params,
     ) -> Result<Vec<T>, LockError> {
         let my = self.my.clone();
@@ -341,10 +342,11 @@ impl Undo for Made {
     }
 }
 
-/// One try at the hold: the row taken in one statement, or, while it is
-/// held, polling until it is free, the deadline passes or the holder's
-/// lease ends by the database's clock. A row made by an earlier try whose
-/// answer was lost is taken over by this one (its holder id is ours).
+/// One try at the hold: the row made in one statement where none is (or,
+/// with `keep_rows`, taken over when free), or, while it is held, polling
+/// until it is free, the deadline passes or the holder's lease ends by the
+/// database's clock. A row made by an earlier try whose answer was lost is
+/// taken over by this one (its holder id is ours).
 async fn take(
     my: &Arc<My>,
     target: &Target,
@@ -363,32 +365,51 @@ async fn take(
     // A lease only moves later while its holder keeps it; a new holder's
     // row is looked at again once the old end comes near.
     let mut holder_until: Option<Instant> = None;
+    // Until when a row of this acquisition may be there, as the try
+    // began: a try that finds none of its own gives that back.
+    let before = made.until;
+    // The first try makes the row where none is (the cheapest statement);
+    // the next ones, and a claim that finds a row, take a free one over.
+    let mut claim = my.st.claim.as_ref();
     loop {
         let sent = Instant::now();
         // A try whose answer is unseen may have made the row: until it
         // ends, the undo frees it.
-        let before = made.until;
         made.until = Some(sent + lease);
         let mut conn = made.lease().await?;
+        let claimed = claim.take();
         let answer = my
             .on::<Row>(
                 &mut conn,
-                &my.st.acquire,
+                claimed.unwrap_or(&my.st.acquire),
                 (name, lease_us, how.holder).into(),
             )
             .await?;
-        if answer.affected > 0 {
+        // A claim with warnings made its row with a value MySQL would
+        // have refused (IGNORE): not taken, and the upsert next refuses it.
+        let refused = claimed.is_some() && answer.warnings > 0;
+        if answer.affected > 0 && !refused {
             return Ok(Taken {
                 token: answer.last_id.unwrap_or(0),
                 sent,
                 more: (),
             });
         }
-        // Not taken: no row of ours is there (a row an earlier try made
-        // would have been taken over by this one).
-        made.until = before;
-        if options.wait == Some(Duration::ZERO) {
-            return Err(timed_out(target, options));
+        if claimed.is_some() {
+            // The row found may be this acquisition's own (an earlier
+            // try's whose answer was lost): the undo stays armed, and the
+            // upsert takes that row over. One attempt sends it now; a
+            // waiter looks first (below), as after a busy upsert.
+            if options.wait == Some(Duration::ZERO) || refused {
+                continue;
+            }
+        } else {
+            // Not taken: no row of ours is there (a row an earlier try
+            // made would have been taken over by this one).
+            made.until = before;
+            if options.wait == Some(Duration::ZERO) {
+                return Err(timed_out(target, options));
+            }
         }
         let near = holder_until.is_none_or(|until| until <= Instant::now() + pause);
         if near {
@@ -397,11 +418,12 @@ async fn take(
                 .on::<(Option<i64>, String)>(&mut conn, &my.st.look, (name,).into())
                 .await?;
             match look.rows.first() {
-                Some((Some(left), _)) if *left > 0 => {
+                Some((Some(left), holder)) if *left > 0 && holder != how.holder => {
                     let left = Duration::from_micros(u64::try_from(*left).unwrap_or(0));
                     holder_until = Some(looked + left);
                 }
-                // Freed, or its lease ended, since the statement: try again.
+                // Freed, or its lease ended, since the statement, or this
+                // acquisition's own: try again.
                 _ => {
                     holder_until = None;
                     continue;
