@@ -174,8 +174,9 @@ impl Statements {
         let left = |until: &str| format!("TIMESTAMPDIFF(MICROSECOND, {NOW}, {until})");
         let acquire = take_row(&t, "?", "VALUES(lock_until)");
         // IGNORE turns a value MySQL would refuse into a warning: the
-        // engine reads a claim with warnings as not taken (see
-        // `engine::mysql::take`), and tries the upsert, which refuses it.
+        // engine reads a claim that made its row with warnings as not
+        // taken (see `engine::mysql::take`), and tries the upsert, which
+        // refuses the value.
         let claim = insert_row("INSERT IGNORE", &t, "?");
         let look = format!(
             "SELECT {}, locked_by FROM {t} WHERE name = ?",

@@ -25,9 +25,9 @@
 //!   `INSERT ... ON DUPLICATE KEY UPDATE` takes it over when it is free
 //!   (with `keep_rows`, where rows stay, that upsert is the first try); a
 //!   busy row is looked at by a second statement. IGNORE turns a value
-//!   MySQL would refuse into a warning: a claim with warnings counts as not
-//!   taken, and the upsert after it refuses the value (a lease past the
-//!   column's range). Leases, `keep_rows`, `hold_at_least` and the sweep
+//!   MySQL would refuse into a warning: a claim that made its row with
+//!   warnings counts as not taken, and the upsert after it refuses the
+//!   value (a lease past the column's range). Leases, `keep_rows`, `hold_at_least` and the sweep
 //!   are as on PostgreSQL.
 //! - **Waiting.** MySQL has no notification: a client's acquisitions of
 //!   one name queue in the process (FIFO), and the head polls the row,
@@ -232,12 +232,14 @@ impl Target {
             )));
         }
         let (user, password) = config.credentials();
+        // A URL's larger statement cache stays.
+        let prepared = opts.stmt_cache_size().max(PREPARED);
         let mut builder = OptsBuilder::from_opts(opts)
             // The URL's host and port, never a socket the server names
             // instead (which would also pass by a proxy in front of it).
             .prefer_socket(false)
             .tcp_keepalive(Some(std::time::Duration::from_secs(15)))
-            .stmt_cache_size(PREPARED)
+            .stmt_cache_size(prepared)
             // Run in reverse order. Each statement on its own, a lost race
             // a deadlock retried as busy, never a silently mangled value.
             .init(vec![

@@ -385,9 +385,11 @@ async fn take(
                 (name, lease_us, how.holder).into(),
             )
             .await?;
-        // A claim with warnings made its row with a value MySQL would
-        // have refused (IGNORE): not taken, and the upsert next refuses it.
-        let refused = claimed.is_some() && answer.warnings > 0;
+        // A claim that made its row with warnings made it with a value
+        // MySQL would have refused (IGNORE): not taken, and the upsert
+        // next refuses the value. (A claim that found a row has a warning
+        // too, the duplicate's, and made nothing.)
+        let refused = claimed.is_some() && answer.affected > 0 && answer.warnings > 0;
         if answer.affected > 0 && !refused {
             return Ok(Taken {
                 token: answer.last_id.unwrap_or(0),
@@ -397,9 +399,9 @@ async fn take(
         }
         if claimed.is_some() {
             // The row found may be this acquisition's own (an earlier
-            // try's whose answer was lost): the undo stays armed, and the
-            // upsert takes that row over. One attempt sends it now; a
-            // waiter looks first (below), as after a busy upsert.
+            // try's whose answer was lost): the undo stays armed until the
+            // look below shows another's, and the upsert takes a row of
+            // ours over. One attempt sends it now; a waiter looks first.
             if options.wait == Some(Duration::ZERO) || refused {
                 continue;
             }
@@ -419,6 +421,8 @@ async fn take(
                 .await?;
             match look.rows.first() {
                 Some((Some(left), holder)) if *left > 0 && holder != how.holder => {
+                    // Another's row: none of ours is there.
+                    made.until = before;
                     let left = Duration::from_micros(u64::try_from(*left).unwrap_or(0));
                     holder_until = Some(looked + left);
                 }
