@@ -5,8 +5,10 @@
 //! - **floor**: the engine's own driver (`mysql_async`) on a pool of as
 //!   many connections as the engine's ([`POOL`], 8), used in turn
 //!   statement by statement, each in the engine's session settings and
-//!   with its statements prepared (the driver's cache, as the engine's): a
-//!   bare `INSERT IGNORE INTO floor_locks(name) VALUES (?)` plus `DELETE
+//!   over its transport (the URL's TCP address, never the server's unix
+//!   socket), with its statements prepared through the driver's cache (the
+//!   engine runs its own by handle; for the floor's short texts the
+//!   cache's look-up costs little): a bare `INSERT IGNORE INTO floor_locks(name) VALUES (?)` plus `DELETE
 //!   FROM floor_locks WHERE name = ?` (2 round trips, 2 writes). The least
 //!   a lock in a table can do; no lease, no holder, no token.
 //! - row 3's unit (issue 35): the floor's own release + insert, timed
