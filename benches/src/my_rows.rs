@@ -8,8 +8,9 @@
 //!   over its transport (the URL's TCP address, never the server's unix
 //!   socket), with its statements prepared through the driver's cache (the
 //!   engine runs its own by handle; for the floor's short texts the
-//!   cache's look-up costs little): a bare `INSERT IGNORE INTO floor_locks(name) VALUES (?)` plus `DELETE
-//!   FROM floor_locks WHERE name = ?` (2 round trips, 2 writes). The least
+//!   cache's look-up costs little): a bare `INSERT IGNORE INTO
+//!   floor_locks(name) VALUES (?)` plus `DELETE FROM floor_locks WHERE
+//!   name = ?` (2 round trips, 2 writes). The least
 //!   a lock in a table can do; no lease, no holder, no token.
 //! - row 3's unit (issue 35): the floor's own release + insert, timed
 //!   together. MySQL has no notification: the engine's waiters poll, from

@@ -427,11 +427,9 @@ struct Numbering(usize);
 
 impl Numbering {
     fn sql(&mut self, text: String) -> Sql {
+        let at = self.0;
         self.0 += 1;
-        Sql {
-            text,
-            at: self.0 - 1,
-        }
+        Sql { text, at }
     }
 }
 

@@ -27,8 +27,8 @@
 //!   busy row is looked at by a second statement. IGNORE turns a value
 //!   MySQL would refuse into a warning: a claim that made its row with
 //!   warnings counts as not taken, and the upsert after it refuses the
-//!   value (a lease past the column's range). Leases, `keep_rows`, `hold_at_least` and the sweep
-//!   are as on PostgreSQL.
+//!   value (a lease past the column's range). Leases, `keep_rows`,
+//!   `hold_at_least` and the sweep are as on PostgreSQL.
 //! - **Waiting.** MySQL has no notification: a client's acquisitions of
 //!   one name queue in the process (FIFO), and the head polls the row,
 //!   first after a few milliseconds, then twice as long each time up to

@@ -1,9 +1,9 @@
 //! Taking a hold on MySQL: the process queue, the row taken in one
 //! statement (made where none is, else a free one's taken over), polling
-//! while it is held
-//! (a backoff capped by [`Config::poll_cap`](crate::Config::poll_cap),
-//! never past the holder's lease or the deadline), and the undoing of all
-//! that when the acquisition fails or is dropped.
+//! while it is held (a backoff capped by
+//! [`Config::poll_cap`](crate::Config::poll_cap), never past the holder's
+//! lease or the deadline), and the undoing of all that when the
+//! acquisition fails or is dropped.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
