@@ -21,6 +21,8 @@
 #   mariadb-server                  the MariaDB engine's servers: the tests
 #                                   run mariadb-install-db and mariadbd (and
 #                                   the mariadb client), not the system service
+#   stress-ng                       loads every core, to run the tests as on
+#                                   a busy machine (README)
 # The tests start their own servers on free loopback ports; a system service
 # (6379, 2379, 2181, 5432, 3306) is never used, and may run or not.
 set -euo pipefail
@@ -42,6 +44,7 @@ compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgres
 # mariadbd is in /usr/sbin, which not every user's PATH holds.
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing+=(mariadb-server)
 command -v mariadb-install-db >/dev/null 2>&1 || missing+=(mariadb-server)
+command -v stress-ng >/dev/null 2>&1 || missing+=(stress-ng)
 
 if [ "${#missing[@]}" -gt 0 ]; then
     # One name each.

@@ -283,6 +283,23 @@ impl<D: Database> SqlServer<D> {
         run_cli::<D>(D::user_cli(self.port, user, password), statement)
     }
 
+    /// A session of the CLI as the superuser, kept open: each
+    /// [`send`](Session::send) runs as it arrives, within the session's
+    /// transaction when one is open (e.g. a row inserted and not committed,
+    /// which holds its key against other sessions). Dropping it ends the
+    /// session, rolling back what it left open.
+    pub fn session(&self) -> Session {
+        let mut cli = D::superuser_cli(&self.dir, self.port);
+        let mut child = cli
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{} does not run: {e}", D::CLI));
+        let stdin = child.stdin.take();
+        Session { child, stdin }
+    }
+
     /// The last lines of the server's log.
     pub fn log_tail(&self) -> String {
         log_tail(&self.dir.join(D::LOG))
@@ -293,6 +310,114 @@ impl<D: Database> SqlServer<D> {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// An open session of a server's CLI (see [`SqlServer::session`]).
+pub struct Session {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+}
+
+impl Session {
+    /// Sends `statement` (ended by `;`) to the session, which runs it as it
+    /// arrives. Panics when the session is gone.
+    pub fn send(&mut self, statement: &str) {
+        let stdin = self.stdin.as_mut().expect("the session is open");
+        writeln!(stdin, "{statement}")
+            .and_then(|()| stdin.flush())
+            .expect("the session takes statements");
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // End of input: the CLI ends its session and exits.
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// How one database stages [`a_try_cut_off_leaves_the_name_free`]: each
+/// query answers true (`1`, or PostgreSQL's `t`) when what it names holds.
+pub struct CutOff<'a> {
+    /// Sent by another session: holds the name `job` against inserts (a
+    /// transaction left open), then marks that it does.
+    pub block: &'a str,
+    /// Whether `block`'s mark is there.
+    pub blocked: &'a str,
+    /// Whether the client's try waits for the other session.
+    pub waiting: &'a str,
+    /// Sent by the other session: lets go (a try still running lands).
+    pub unblock: &'a str,
+    /// Whether the other session let go and no statement of the client's
+    /// runs any more.
+    pub over: &'a str,
+}
+
+/// A try cut off while the server runs it leaves the name free: a client
+/// of `server` reached through a proxy tries once to take `job` (a lease
+/// far longer than the test) while another session blocks it; once the
+/// server shows it waiting, the proxy cuts every connection; the call
+/// fails with [`LockError::Store`](lock_runtime::LockError::Store), and
+/// once the other session lets go and every statement is over, the lock
+/// table has no row and the name is taken again. (A try that ran on
+/// after its undo would hold the row for its lease.)
+pub async fn a_try_cut_off_leaves_the_name_free<D: Database>(
+    server: &SqlServer<D>,
+    staged: CutOff<'_>,
+) {
+    const WITHIN: Duration = Duration::from_secs(20);
+    let proxy = crate::proxy::Proxy::start(server.port);
+    let url = server.url().replace(
+        &format!(":{}/", server.port),
+        &format!(":{}/", proxy.port()),
+    );
+    // Long enough that the try is cut off, never timed out.
+    let config = lock_runtime::Config::new(url).response_timeout(Duration::from_secs(600));
+    let client = lock_runtime::LockClient::connect(config)
+        .await
+        .expect("a client through the proxy");
+    let holds = |query: &str| {
+        let query = query.to_owned();
+        async move { matches!(server.sql_async(&query).await.as_str(), "1" | "t") }
+    };
+    let mut other = server.session();
+    other.send(staged.block);
+    crate::eventually("the other session blocks the name", WITHIN, || {
+        holds(staged.blocked)
+    })
+    .await;
+    let attempt = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let lock = client.lock("job").lease(Duration::from_secs(600));
+            lock.try_acquire().await.map(|g| g.is_some())
+        }
+    });
+    crate::eventually("the try waits for the other session", WITHIN, || {
+        holds(staged.waiting)
+    })
+    .await;
+    proxy.cut();
+    let tried = tokio::time::timeout(WITHIN, attempt)
+        .await
+        .expect("the call ends once its connection is cut")
+        .expect("the call's task");
+    assert!(
+        matches!(tried, Err(lock_runtime::LockError::Store { .. })),
+        "{tried:?}"
+    );
+    other.send(staged.unblock);
+    crate::eventually("every statement is over", WITHIN, || holds(staged.over)).await;
+    // The undo's first try may meet another connection the cut broke (its
+    // pool's next): it is tried again, and frees the name long before the
+    // try's lease would.
+    crate::eventually("the name is free", WITHIN, || {
+        holds("SELECT COUNT(*) = 0 FROM distributed_locks")
+    })
+    .await;
+    let free = client.lock("job").try_acquire().await.expect("a try");
+    assert!(free.is_some(), "the name is free");
 }
 
 impl<D: Database> Drop for SqlServer<D> {

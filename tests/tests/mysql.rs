@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{Config, LockClient, LockError};
 use tests::mariadb::{MariaDb, UTC_OFFSET_SECONDS};
+use tests::sql_server::{CutOff, a_try_cut_off_leaves_the_name_free};
 
 const WITHIN: Duration = Duration::from_secs(20);
 
@@ -262,6 +263,32 @@ async fn a_lease_past_the_columns_range_is_an_error_and_leaves_no_row() {
         "1"
     );
     g.release().await.unwrap();
+}
+
+/// A try whose connection broke while the server still ran it (waiting
+/// for another session's lock on the table's rows) is ended before
+/// anything else goes out for the acquisition: the undo of the failed
+/// call runs after it, so the name is free once the other session lets
+/// go, not held for a lease by a row the try made after its undo.
+#[tokio::test]
+async fn a_try_cut_off_while_the_server_runs_it_is_ended_before_the_undo() {
+    let my = MariaDb::start();
+    let inserting = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'INSERT%'";
+    a_try_cut_off_leaves_the_name_free(
+        &my,
+        CutOff {
+            // The whole (empty) table locked against inserts (REPEATABLE
+            // READ's gap lock), then a named lock that marks it so. A
+            // delete of a row that is not there does not wait for it.
+            block: "BEGIN; SELECT COUNT(*) FROM distributed_locks FOR UPDATE; \
+                    DO GET_LOCK('other', 0);",
+            blocked: "SELECT IS_USED_LOCK('other') IS NOT NULL",
+            waiting: inserting,
+            unblock: "ROLLBACK; DO RELEASE_LOCK('other');",
+            over: &format!("SELECT IS_USED_LOCK('other') IS NULL AND ({inserting}) = 0"),
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

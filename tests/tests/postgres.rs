@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use lock_runtime::{Config, LockClient, LockError};
 use tests::postgres::{Postgres, UTC_OFFSET_SECONDS};
+use tests::sql_server::{CutOff, a_try_cut_off_leaves_the_name_free};
 
 const WITHIN: Duration = Duration::from_secs(20);
 
@@ -116,6 +117,41 @@ async fn a_one_attempt_acquisition_takes_a_row_whose_lease_ran_out_and_marks_no_
         (fence + 1).to_string()
     );
     g.release().await.unwrap();
+}
+
+/// A try whose connection broke while the server still ran it (waiting
+/// for another session's uncommitted row of the same name) is ended
+/// before anything else goes out for the acquisition: the undo of the
+/// failed call runs after it, so the name is free once the other session
+/// lets go, not held for a lease by a row the try made after its undo.
+#[tokio::test]
+async fn a_try_cut_off_while_the_server_runs_it_is_ended_before_the_undo() {
+    let pg = Postgres::start();
+    // Client sessions other than the one asking.
+    let others = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' \
+                  AND pid <> pg_backend_pid()";
+    let (waiting, running) = (
+        format!("{others} AND wait_event_type = 'Lock'"),
+        format!("{others} AND state = 'active'"),
+    );
+    a_try_cut_off_leaves_the_name_free(
+        &pg,
+        CutOff {
+            // A row of the name, not committed, then a lock of the
+            // transaction that marks it in.
+            block: "BEGIN; INSERT INTO distributed_locks VALUES \
+                    ('job', timezone('utc', now()), timezone('utc', now()), 'other:1', 0); \
+                    SELECT pg_advisory_xact_lock(1);",
+            blocked: "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'",
+            waiting: &waiting,
+            unblock: "ROLLBACK;",
+            over: &format!(
+                "SELECT count(*) = 0 FROM pg_locks WHERE locktype = 'advisory' \
+                 AND ({running}) = 0"
+            ),
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -45,7 +45,12 @@
 //! - **Faults.** A lost race (a deadlock, 1213 and 3058, or a lock wait
 //!   that timed out) is tried again as busy. An acquisition whose answer
 //!   was lost is found again by its holder id (the next try takes its own
-//!   row over) or given back by the undo of a dropped acquisition.
+//!   row over) or given back by the undo of a dropped acquisition. A
+//!   session notices that its client left only when it answers, so a
+//!   statement abandoned on its way (its caller left, it timed out, or the
+//!   connection broke) may still run: the next connection made in its
+//!   place ends that session and awaits its end first (see `My::made`),
+//!   so an undo never runs before the try it undoes lands.
 //!
 //! `fair_lock` and `read_write_lock` keep a line of tickets beside the
 //! lock table (`<table>_queue`; see `engine::sql::queue`), and their
@@ -108,6 +113,10 @@ pub(crate) const PREPARED: usize = 128;
 pub(crate) struct Link {
     conn: Conn,
     prepared: Vec<Option<mysql_async::Statement>>,
+    /// The sessions of connections this one replaced in its place that
+    /// were abandoned mid-statement, and are not yet known to be over
+    /// (see [`My::made`]).
+    strays: Vec<u32>,
 }
 
 impl Link {
@@ -115,6 +124,7 @@ impl Link {
         Link {
             conn,
             prepared: vec![None; st.count],
+            strays: Vec::new(),
         }
     }
 
@@ -416,21 +426,23 @@ impl My {
 
     /// `lease` with a connection: its own, or one made now (on the
     /// client's runtime for its `home` pool).
+    ///
+    /// A statement abandoned on its way (its caller left, it timed out, or
+    /// its connection broke) leaves its connection's answers out of step
+    /// with its requests, and may still run on the server, whose session
+    /// notices that its client left only when it answers (a statement
+    /// waiting for a row lock runs on once it gets it). Such a connection
+    /// stays in its place until another is made there; that one ends the
+    /// abandoned session, and waits until it is over, before anything
+    /// else goes out there, so that what follows runs after whatever the
+    /// abandoned statement did (an undo after the try it undoes). A
+    /// session not yet known to be over stays on the place's list, and is
+    /// ended first the next time.
     async fn made(&self, mut lease: Lease, home: bool) -> Result<Lease, LockError> {
-        // A statement abandoned on its way (its caller left, or it timed
-        // out) leaves its connection's answers out of step with its
-        // requests: that connection is closed, and the one made for its
-        // place waits until the server has ended its session, so that
-        // what follows there runs after whatever the abandoned statement
-        // did (an undo after the try it undoes).
-        let abandoned = lease
+        if lease
             .as_ref()
-            .filter(|link| link.conn.is_disconnected())
-            .map(|link| link.conn.id());
-        if abandoned.is_some() {
-            *lease = None;
-        }
-        if lease.is_none() {
+            .is_none_or(|link| link.conn.is_disconnected())
+        {
             let make = tokio::time::timeout(
                 self.config.connect_timeout,
                 Conn::new(self.target.opts.clone()),
@@ -443,18 +455,25 @@ impl My {
             let made = made
                 .map_err(|_| connect_error(&self.target, "no answer in time"))?
                 .map_err(|e| connect_failed(&self.target, &e))?;
-            *lease = Some(Link::new(made, &self.st));
+            let mut link = Link::new(made, &self.st);
+            if let Some(left) = lease.take() {
+                link.strays = left.strays;
+                link.strays.push(left.conn.id());
+            }
+            *lease = Some(link);
         }
-        if let (Some(id), Some(link)) = (abandoned, lease.as_mut()) {
+        let Some(link) = lease.as_mut() else {
+            return Err(timeout_error());
+        };
+        while let Some(&id) = link.strays.last() {
             let ended =
                 tokio::time::timeout(self.config.response_timeout, ended(&mut link.conn, id)).await;
-            if !matches!(ended, Ok(Ok(()))) {
-                // Not known to be over: the place is made again next time.
-                *lease = None;
-                return Err(match ended {
-                    Ok(Err(e)) => store_error(&e),
-                    _ => timeout_error(),
-                });
+            match ended {
+                Ok(Ok(())) => {
+                    link.strays.pop();
+                }
+                Ok(Err(e)) => return Err(store_error(&e)),
+                Err(_) => return Err(timeout_error()),
             }
         }
         Ok(lease)
@@ -492,13 +511,12 @@ impl My {
                 *lease = Some(held);
                 Err(store_error(&e))
             }
-            Ok(Err(e)) => {
-                *held = None;
-                Err(store_error(&e))
-            }
-            // Left in its place: the next lease there replaces it once the
-            // server has ended its session (see `made`), so that the next
-            // statement runs after this one (the order an undo relies on).
+            // A broken connection (and one whose statement did not answer
+            // in time) is left in its place: the next lease there replaces
+            // it once the server has ended its session (see `made`), so
+            // that the next statement runs after this one (the order an
+            // undo relies on).
+            Ok(Err(e)) => Err(store_error(&e)),
             Err(_) => Err(timeout_error()),
         }
     }

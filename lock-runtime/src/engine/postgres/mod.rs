@@ -68,7 +68,11 @@
 //! - **Faults.** An acquisition whose answer was lost is found again by
 //!   its holder id (the next upsert takes its own row over) or given back by
 //!   the undo of a dropped acquisition. Connection loss and timeouts inside
-//!   `wait` are tried again.
+//!   `wait` are tried again. A backend notices that its client left only
+//!   when it answers, so a try sent on a connection that broke may still
+//!   run (waiting for a row lock): the acquisition ends that backend and
+//!   awaits its end (`Pg::end`) before it sends anything else, so its
+//!   undo never runs before the try lands.
 //!
 //! `fair_lock` and `read_write_lock` keep a line of tickets beside the
 //! lock table (`<table>_queue`; see `engine::sql::queue`), and their
@@ -225,6 +229,11 @@ pub(crate) struct Connected {
 pub(crate) struct Conn {
     client: tokio_postgres::Client,
     st: Prepared,
+    /// Its backend on the server.
+    pub(crate) backend: Backend,
+    /// Whether a statement on it failed as the connection broke (known
+    /// before the client sees it closed).
+    broken: std::sync::atomic::AtomicBool,
     /// Its pool, and its place there.
     pool: std::sync::Weak<Slots>,
     slot: usize,
@@ -233,9 +242,29 @@ pub(crate) struct Conn {
 impl Conn {
     /// Whether it can still carry statements.
     pub(crate) fn is_open(&self) -> bool {
-        !self.client.is_closed()
+        !self.client.is_closed() && !self.broken.load(Ordering::Relaxed)
     }
 }
+
+/// A connection's backend on the server: its process id, and when it
+/// started (a process id alone may come back for another backend).
+#[derive(Clone, Debug)]
+pub(crate) struct Backend {
+    pid: i32,
+    start: Option<String>,
+}
+
+/// A connection's own [`Backend`].
+const BACKEND: &str = "SELECT pg_backend_pid(), \
+     (SELECT backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid())";
+
+/// Ends the backend `$1` started at `$2` (when it is still there).
+const TERMINATE: &str = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+     WHERE pid = $1 AND ($2::text IS NULL OR backend_start::text = $2)";
+
+/// Whether the backend `$1` started at `$2` is still there.
+const THERE: &str = "SELECT 1 FROM pg_stat_activity \
+     WHERE pid = $1 AND ($2::text IS NULL OR backend_start::text = $2)";
 
 /// The statements of [`layout::Statements`], prepared on one connection.
 pub(crate) struct Prepared {
@@ -416,6 +445,13 @@ impl Pg {
         slot: usize,
     ) -> Result<Conn, LockError> {
         let s = &self.statements;
+        let backend = async {
+            let row = client.query_one(BACKEND, &[]).await?;
+            Ok(Backend {
+                pid: row.get(0),
+                start: row.get(1),
+            })
+        };
         let prepared = futures_util::future::try_join_all(
             [
                 &s.acquire,
@@ -435,9 +471,10 @@ impl Pg {
                 &s.sweep,
             ]
             .map(|text| client.prepare(text)),
-        )
-        .await
-        .map_err(|e| store_error(&e))?;
+        );
+        let (backend, prepared) = futures_util::future::try_join(backend, prepared)
+            .await
+            .map_err(|e| store_error(&e))?;
         let line = match self.lined {
             true => Some(prepare_line(&client, &s.line).await?),
             false => None,
@@ -465,6 +502,8 @@ impl Pg {
         Ok(Conn {
             client,
             st,
+            backend,
+            broken: std::sync::atomic::AtomicBool::new(false),
             pool: Arc::downgrade(pool),
             slot,
         })
@@ -612,6 +651,27 @@ impl Pg {
         answered(conn, answer)
     }
 
+    /// Ends `backend` (of a connection that closed: its backend notices
+    /// that only when it answers, and may still run a statement, e.g. one
+    /// waiting for a row lock) through `conn`, and waits until it is gone,
+    /// within the response timeout: what it ran is then done, or undone.
+    pub(crate) async fn end(&self, conn: &Conn, backend: &Backend) -> Result<(), LockError> {
+        let ending = async {
+            let params: [&(dyn ToSql + Sync); 2] = [&backend.pid, &backend.start];
+            conn.client.query(TERMINATE, &params).await?;
+            let mut pause = std::time::Duration::from_millis(1);
+            while !conn.client.query(THERE, &params).await?.is_empty() {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(self.config.response_timeout, ending).await {
+            Ok(ended) => ended.map_err(|e: tokio_postgres::Error| store_error(&e)),
+            Err(_) => Err(timeout_error()),
+        }
+    }
+
     /// The table's announcement channel.
     pub(crate) fn channel(&self) -> &str {
         &self.channel
@@ -626,7 +686,12 @@ fn answered<T>(
     answer: Result<Result<T, tokio_postgres::Error>, tokio::time::error::Elapsed>,
 ) -> Result<T, LockError> {
     match answer {
-        Ok(answer) => answer.map_err(|e| store_error(&e)),
+        Ok(answer) => answer.map_err(|e| {
+            if broke(&e) {
+                conn.broken.store(true, Ordering::Relaxed);
+            }
+            store_error(&e)
+        }),
         Err(_) => {
             if let Some(pool) = conn.pool.upgrade() {
                 let mut slot = pool.slots[conn.slot]
@@ -864,9 +929,7 @@ pub(crate) fn store_error(e: &tokio_postgres::Error) -> LockError {
         // No answer of the server's: a connection that broke (or an I/O
         // failure beneath it) may heal; a driver's refusal (a type, a
         // parse) will not.
-        None => {
-            e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
-        }
+        None => broke(e),
         Some(code) => {
             let class = code.code().get(..2);
             class == Some("08")
@@ -886,6 +949,12 @@ pub(crate) fn store_error(e: &tokio_postgres::Error) -> LockError {
         message: db_message(e),
         transient,
     }
+}
+
+/// Whether `e` says the connection broke (it closed, or an I/O failure
+/// beneath it).
+fn broke(e: &tokio_postgres::Error) -> bool {
+    e.is_closed() || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
 }
 
 fn timeout_error() -> LockError {

@@ -32,7 +32,7 @@ impl SqlTaking for Pg {
             name: String::new(),
             holder: holder.to_owned(),
             until: None,
-            stray: None,
+            strays: Vec::new(),
             registered: None,
             conn: None,
             line: Line::default(),
@@ -259,10 +259,11 @@ pub(crate) struct Made {
     /// Until when a row it made may be there (its lease by this client's
     /// clock); `None` when no statement whose answer is unseen was sent.
     until: Option<Instant>,
-    /// Until when a try sent on a connection since abandoned (it closed)
-    /// may still land: a backend that has not noticed its client left may
-    /// finish the statement after a later try's.
-    stray: Option<Instant>,
+    /// The backends of connections it used that closed, not yet known to
+    /// be over: a backend that has not noticed its client left may still
+    /// run a statement sent there (a try waiting for a row lock). They are
+    /// ended before anything else goes out for the acquisition.
+    strays: Vec<super::Backend>,
     /// Until when this acquisition is registered as a waiter of the name
     /// (by this client's clock), if it is.
     registered: Option<Instant>,
@@ -296,12 +297,22 @@ impl Made {
     }
 
     /// The acquisition's connection, made or taken from the pool when it
-    /// has none that is open.
+    /// has none that is open. The backend of one that closed is ended (and
+    /// its end awaited) on the next one before anything else is sent, so
+    /// that what follows (a later try, the undo) runs after whatever a
+    /// statement sent there did.
     async fn conn(&mut self) -> Result<Arc<Conn>, LockError> {
         if let Some(conn) = self.conn.as_ref().filter(|c| c.is_open()) {
             return Ok(conn.clone());
         }
+        if let Some(closed) = self.conn.take() {
+            self.strays.push(closed.backend.clone());
+        }
         let conn = self.pg.conn().await?;
+        while let Some(stray) = self.strays.last() {
+            self.pg.end(&conn, stray).await?;
+            self.strays.pop();
+        }
         self.conn = Some(conn.clone());
         Ok(conn)
     }
@@ -319,7 +330,7 @@ impl Undo for Made {
             name: self.name.clone(),
             holder: self.holder.clone(),
             until,
-            stray: self.stray,
+            strays: std::mem::take(&mut self.strays),
             registered,
             conn: self.conn.clone(),
             line,
@@ -415,16 +426,8 @@ async fn take(
         // marked, the others' only to registered waiters; a waiter sleeps
         // only once registered.
         let wake = made.registered.is_some().then(|| pg.listener.wake(name));
-        let before = made.conn.clone();
         let conn = made.conn().await?;
-        // A try whose answer is unseen went out on another connection.
-        let switched = before.is_some_and(|b| !Arc::ptr_eq(&b, &conn));
         let sent = Instant::now();
-        // A try whose answer is unseen (a timeout, a broken connection)
-        // on the connection left behind may still land.
-        if switched {
-            made.stray = made.stray.max(made.until);
-        }
         made.until = Some(sent + lease);
         let statement: fn(&Prepared) -> &tokio_postgres::Statement = match step {
             Step::Claim => |s| &s.claim,
@@ -454,14 +457,14 @@ async fn take(
                 more: (),
             });
         }
-        // Not taken: no row of ours is there (an earlier try's on this
-        // connection would have been taken over by this one), unless one
-        // sent on a connection left behind lands later. A claim takes
-        // nothing over: the row it found may be an earlier try's of ours,
-        // kept for the undo (which frees only a row of this holder id)
-        // until a later try answers.
+        // Not taken: no row of ours is there (an earlier try's would have
+        // been taken over by this one: it ran before this one, on this
+        // connection or on one whose backend was ended since). A claim
+        // takes nothing over: the row it found may be an earlier try's of
+        // ours, kept for the undo (which frees only a row of this holder
+        // id) until a later try answers.
         if tried != Step::Claim {
-            made.until = made.stray;
+            made.until = None;
         }
         if options.wait == Some(Duration::ZERO) {
             if tried == Step::Claim {
