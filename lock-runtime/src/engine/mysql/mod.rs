@@ -113,17 +113,26 @@ pub(crate) const PREPARED: usize = 128;
 pub(crate) struct Link {
     conn: Conn,
     prepared: Vec<Option<mysql_async::Statement>>,
+    /// Its session on the server (`CONNECTION_ID()`); `None` when that is
+    /// not the connection's own id (a proxy in between), so that it cannot
+    /// be ended by it.
+    session: Option<u32>,
     /// The sessions of connections this one replaced in its place that
     /// were abandoned mid-statement, and are not yet known to be over
-    /// (see [`My::made`]).
+    /// (see [`My::made`]); at most [`STRAYS`], the latest.
     strays: Vec<u32>,
 }
 
+/// How many sessions whose end is not yet confirmed a place keeps (a
+/// server that keeps failing to end them drops the oldest).
+const STRAYS: usize = 16;
+
 impl Link {
-    fn new(conn: Conn, st: &layout::Statements) -> Link {
+    fn new((conn, session): (Conn, Option<u32>), st: &layout::Statements) -> Link {
         Link {
             conn,
             prepared: vec![None; st.count],
+            session,
             strays: Vec::new(),
         }
     }
@@ -359,13 +368,12 @@ impl My {
         }
         let handle = runtime.clone();
         crate::background::run(&runtime, async move {
-            let mut conn =
-                tokio::time::timeout(config.connect_timeout, Conn::new(target.opts.clone()))
-                    .await
-                    .map_err(|_| connect_error(&target, "no answer in time"))?
-                    .map_err(|e| connect_failed(&target, &e))?;
+            let mut conn = tokio::time::timeout(config.connect_timeout, open(target.opts.clone()))
+                .await
+                .map_err(|_| connect_error(&target, "no answer in time"))?
+                .map_err(|e| connect_failed(&target, &e))?;
             let shape =
-                tokio::time::timeout(config.response_timeout, prepare_table(&mut conn, &target))
+                tokio::time::timeout(config.response_timeout, prepare_table(&mut conn.0, &target))
                     .await
                     .unwrap_or_else(|_| Err(timeout_error()));
             let (longest, charset, lined) = shape?;
@@ -443,10 +451,8 @@ impl My {
             .as_ref()
             .is_none_or(|link| link.conn.is_disconnected())
         {
-            let make = tokio::time::timeout(
-                self.config.connect_timeout,
-                Conn::new(self.target.opts.clone()),
-            );
+            let make =
+                tokio::time::timeout(self.config.connect_timeout, open(self.target.opts.clone()));
             let made = if home {
                 crate::background::run(&self.runtime, make).await?
             } else {
@@ -458,7 +464,10 @@ impl My {
             let mut link = Link::new(made, &self.st);
             if let Some(left) = lease.take() {
                 link.strays = left.strays;
-                link.strays.push(left.conn.id());
+                link.strays.extend(left.session);
+                if link.strays.len() > STRAYS {
+                    link.strays.remove(0);
+                }
             }
             *lease = Some(link);
         }
@@ -536,13 +545,31 @@ impl My {
     }
 }
 
+/// A new connection with `opts`, and its session's id when it is the
+/// connection's own (see [`Link::session`]).
+async fn open(opts: Opts) -> Result<(Conn, Option<u32>), mysql_async::Error> {
+    let mut conn = Conn::new(opts).await?;
+    let id: Option<u64> = conn.query_first("SELECT CONNECTION_ID()").await?;
+    let given = conn.id();
+    let own = id.filter(|id| *id == u64::from(given)).map(|_| given);
+    if own.is_none() {
+        tracing::warn!(
+            engine = ENGINE,
+            "a connection's session is not the one it was given (a proxy?): \
+             its statements cannot be ended if it breaks"
+        );
+    }
+    Ok((conn, own))
+}
+
 /// Ends the server's session `id` (of this user: a connection of ours
 /// abandoned mid-statement) through `conn`, and waits until it is gone:
 /// what it was running is then done, or undone.
 async fn ended(conn: &mut Conn, id: u32) -> Result<(), mysql_async::Error> {
     match conn.query_drop(format!("KILL CONNECTION {id}")).await {
-        // Unknown thread id: gone already.
-        Err(mysql_async::Error::Server(s)) if s.code == 1094 => {}
+        // Unknown thread id (1094), or one of another user's (1095): ours
+        // is gone already.
+        Err(mysql_async::Error::Server(s)) if matches!(s.code, 1094 | 1095) => {}
         other => other?,
     }
     let mut pause = std::time::Duration::from_millis(1);

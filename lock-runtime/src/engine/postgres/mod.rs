@@ -93,7 +93,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::runtime::Handle;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Row, Statement};
 
 /// A hold on PostgreSQL.
@@ -247,24 +247,30 @@ impl Conn {
 }
 
 /// A connection's backend on the server: its process id, and when it
-/// started (a process id alone may come back for another backend).
+/// started, in microseconds since 1970 (a process id alone may come back
+/// for another backend); `None` when the role may not see it.
 #[derive(Clone, Debug)]
 pub(crate) struct Backend {
     pid: i32,
-    start: Option<String>,
+    start: Option<i64>,
 }
 
 /// A connection's own [`Backend`].
 const BACKEND: &str = "SELECT pg_backend_pid(), \
-     (SELECT backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid())";
+     (SELECT (extract(epoch FROM backend_start) * 1000000)::bigint \
+      FROM pg_stat_activity WHERE pid = pg_backend_pid())";
 
-/// Ends the backend `$1` started at `$2` (when it is still there).
+/// Ends the backend `$1` started at `$2` while it runs a statement (an
+/// idle one has finished what it ran).
 const TERMINATE: &str = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-     WHERE pid = $1 AND ($2::text IS NULL OR backend_start::text = $2)";
+     WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2 \
+     AND state IS DISTINCT FROM 'idle'";
 
-/// Whether the backend `$1` started at `$2` is still there.
+/// Whether the backend `$1` started at `$2` is there and runs a
+/// statement.
 const THERE: &str = "SELECT 1 FROM pg_stat_activity \
-     WHERE pid = $1 AND ($2::text IS NULL OR backend_start::text = $2)";
+     WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2 \
+     AND state IS DISTINCT FROM 'idle'";
 
 /// The statements of [`layout::Statements`], prepared on one connection.
 pub(crate) struct Prepared {
@@ -445,11 +451,13 @@ impl Pg {
         slot: usize,
     ) -> Result<Conn, LockError> {
         let s = &self.statements;
+        // One round trip, beside the preparations.
         let backend = async {
-            let row = client.query_one(BACKEND, &[]).await?;
+            let rows = client.query_typed(BACKEND, &[]).await?;
+            let row = rows.first();
             Ok(Backend {
-                pid: row.get(0),
-                start: row.get(1),
+                pid: row.map_or(0, |r| r.get(0)),
+                start: row.and_then(|r| r.get(1)),
             })
         };
         let prepared = futures_util::future::try_join_all(
@@ -653,23 +661,42 @@ impl Pg {
 
     /// Ends `backend` (of a connection that closed: its backend notices
     /// that only when it answers, and may still run a statement, e.g. one
-    /// waiting for a row lock) through `conn`, and waits until it is gone,
-    /// within the response timeout: what it ran is then done, or undone.
-    pub(crate) async fn end(&self, conn: &Conn, backend: &Backend) -> Result<(), LockError> {
+    /// waiting for a row lock) through `conn`, and waits until it is gone
+    /// or idle, within the response timeout: what it ran is then done, or
+    /// undone. A backend this role may not see or end (its start unknown,
+    /// or termination refused) is left alone, with a warning.
+    pub(crate) async fn end(&self, conn: &Arc<Conn>, backend: &Backend) -> Result<(), LockError> {
+        let Some(start) = backend.start else {
+            tracing::warn!(
+                engine = ENGINE,
+                pid = backend.pid,
+                "a closed connection's backend cannot be told apart: not ended"
+            );
+            return Ok(());
+        };
         let ending = async {
-            let params: [&(dyn ToSql + Sync); 2] = [&backend.pid, &backend.start];
-            conn.client.query(TERMINATE, &params).await?;
+            let params: [(&(dyn ToSql + Sync), Type); 2] =
+                [(&backend.pid, Type::INT4), (&start, Type::INT8)];
+            conn.client.query_typed(TERMINATE, &params).await?;
             let mut pause = std::time::Duration::from_millis(1);
-            while !conn.client.query(THERE, &params).await?.is_empty() {
+            while !conn.client.query_typed(THERE, &params).await?.is_empty() {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(std::time::Duration::from_millis(50));
             }
-            Ok(())
+            Ok::<(), tokio_postgres::Error>(())
         };
-        match tokio::time::timeout(self.config.response_timeout, ending).await {
-            Ok(ended) => ended.map_err(|e: tokio_postgres::Error| store_error(&e)),
-            Err(_) => Err(timeout_error()),
+        let ended = tokio::time::timeout(self.config.response_timeout, ending).await;
+        if let Ok(Err(e)) = &ended
+            && e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE)
+        {
+            tracing::warn!(
+                engine = ENGINE,
+                pid = backend.pid,
+                "this role may not end a closed connection's backend: not ended"
+            );
+            return Ok(());
         }
+        answered(conn, ended)
     }
 
     /// The table's announcement channel.
