@@ -180,18 +180,20 @@ impl<D: Database> SqlServer<D> {
     /// The URL the engine under test connects with, as `app`:
     /// `<scheme>://app:secret@127.0.0.1:<port>/locks`.
     pub fn url(&self) -> String {
-        self.url_as("app", "secret")
+        self.url_at(self.port)
+    }
+
+    /// [`url`](Self::url) at another `port`: a proxy's in front of the
+    /// server.
+    pub fn url_at(&self, port: u16) -> String {
+        url_to::<D>(port, "app", "secret")
     }
 
     /// `<scheme>://<user>:<password>@127.0.0.1:<port>/locks`, e.g. as
     /// `reader`, or with a wrong password. Both go into the URL as given
     /// (no percent-encoding).
     pub fn url_as(&self, user: &str, password: &str) -> String {
-        format!(
-            "{}://{user}:{password}@127.0.0.1:{}/locks",
-            D::SCHEME,
-            self.port
-        )
+        url_to::<D>(self.port, user, password)
     }
 
     /// The loopback port the server listens on.
@@ -312,6 +314,12 @@ impl<D: Database> SqlServer<D> {
     }
 }
 
+/// `<scheme>://<user>:<password>@127.0.0.1:<port>/locks`: a server's
+/// database `locks` at `port` (its own, or a proxy's in front of it).
+fn url_to<D: Database>(port: u16, user: &str, password: &str) -> String {
+    format!("{}://{user}:{password}@127.0.0.1:{port}/locks", D::SCHEME)
+}
+
 /// An open session of a server's CLI (see [`SqlServer::session`]).
 pub struct Session {
     child: Child,
@@ -368,10 +376,7 @@ pub async fn a_try_cut_off_leaves_the_name_free<D: Database>(
 ) {
     const WITHIN: Duration = Duration::from_secs(20);
     let proxy = crate::proxy::Proxy::start(server.port);
-    let url = server.url().replace(
-        &format!(":{}/", server.port),
-        &format!(":{}/", proxy.port()),
-    );
+    let url = server.url_at(proxy.port());
     // Long enough that the try is cut off, never timed out.
     let config = lock_runtime::Config::new(url).response_timeout(Duration::from_secs(600));
     let client = lock_runtime::LockClient::connect(config)

@@ -261,14 +261,9 @@ const BACKEND: &str = "SELECT pg_backend_pid(), \
       FROM pg_stat_activity WHERE pid = pg_backend_pid())";
 
 /// Ends the backend `$1` started at `$2` while it runs a statement (an
-/// idle one has finished what it ran).
+/// idle one has finished what it ran): a row while it is there (sent
+/// again until none, a backend ending takes a moment).
 const TERMINATE: &str = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-     WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2 \
-     AND state IS DISTINCT FROM 'idle'";
-
-/// Whether the backend `$1` started at `$2` is there and runs a
-/// statement.
-const THERE: &str = "SELECT 1 FROM pg_stat_activity \
      WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::bigint = $2 \
      AND state IS DISTINCT FROM 'idle'";
 
@@ -663,27 +658,32 @@ impl Pg {
     /// that only when it answers, and may still run a statement, e.g. one
     /// waiting for a row lock) through `conn`, and waits until it is gone
     /// or idle, within the response timeout: what it ran is then done, or
-    /// undone. A backend this role may not see or end (its start unknown,
-    /// or termination refused) is left alone, with a warning.
-    pub(crate) async fn end(&self, conn: &Arc<Conn>, backend: &Backend) -> Result<(), LockError> {
+    /// undone (`true`). A backend this role may not see or end (its start
+    /// unknown, or termination refused) is left alone, with a warning
+    /// (`false`).
+    pub(crate) async fn end(&self, conn: &Arc<Conn>, backend: &Backend) -> Result<bool, LockError> {
         let Some(start) = backend.start else {
             tracing::warn!(
                 engine = ENGINE,
                 pid = backend.pid,
                 "a closed connection's backend cannot be told apart: not ended"
             );
-            return Ok(());
+            return Ok(false);
         };
         let ending = async {
             let params: [(&(dyn ToSql + Sync), Type); 2] =
                 [(&backend.pid, Type::INT4), (&start, Type::INT8)];
-            conn.client.query_typed(TERMINATE, &params).await?;
             let mut pause = std::time::Duration::from_millis(1);
-            while !conn.client.query_typed(THERE, &params).await?.is_empty() {
+            while !conn
+                .client
+                .query_typed(TERMINATE, &params)
+                .await?
+                .is_empty()
+            {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(std::time::Duration::from_millis(50));
             }
-            Ok::<(), tokio_postgres::Error>(())
+            Ok::<bool, tokio_postgres::Error>(true)
         };
         let ended = tokio::time::timeout(self.config.response_timeout, ending).await;
         if let Ok(Err(e)) = &ended
@@ -694,7 +694,7 @@ impl Pg {
                 pid = backend.pid,
                 "this role may not end a closed connection's backend: not ended"
             );
-            return Ok(());
+            return Ok(false);
         }
         answered(conn, ended)
     }

@@ -33,6 +33,7 @@ impl SqlTaking for Pg {
             holder: holder.to_owned(),
             until: None,
             strays: Vec::new(),
+            stray: None,
             registered: None,
             conn: None,
             line: Line::default(),
@@ -264,6 +265,10 @@ pub(crate) struct Made {
     /// run a statement sent there (a try waiting for a row lock). They are
     /// ended before anything else goes out for the acquisition.
     strays: Vec<super::Backend>,
+    /// Until when a try sent on a connection whose backend could not be
+    /// ended (this role may not see or end it) may still land: a later
+    /// try that finds no row of ours proves nothing before then.
+    stray: Option<Instant>,
     /// Until when this acquisition is registered as a waiter of the name
     /// (by this client's clock), if it is.
     registered: Option<Instant>,
@@ -310,7 +315,9 @@ impl Made {
         }
         let conn = self.pg.conn().await?;
         while let Some(stray) = self.strays.last() {
-            self.pg.end(&conn, stray).await?;
+            if !self.pg.end(&conn, stray).await? {
+                self.stray = self.stray.max(self.until);
+            }
             self.strays.pop();
         }
         self.conn = Some(conn.clone());
@@ -331,6 +338,7 @@ impl Undo for Made {
             holder: self.holder.clone(),
             until,
             strays: std::mem::take(&mut self.strays),
+            stray: self.stray,
             registered,
             conn: self.conn.clone(),
             line,
@@ -459,12 +467,13 @@ async fn take(
         }
         // Not taken: no row of ours is there (an earlier try's would have
         // been taken over by this one: it ran before this one, on this
-        // connection or on one whose backend was ended since). A claim
+        // connection or on one whose backend was ended since), unless one
+        // sent where the backend could not be ended lands later. A claim
         // takes nothing over: the row it found may be an earlier try's of
         // ours, kept for the undo (which frees only a row of this holder
         // id) until a later try answers.
         if tried != Step::Claim {
-            made.until = None;
+            made.until = made.stray;
         }
         if options.wait == Some(Duration::ZERO) {
             if tried == Step::Claim {
