@@ -362,17 +362,44 @@ pub struct CutOff<'a> {
     pub over: &'a str,
 }
 
-/// A try cut off while the server runs it leaves the name free: a client
-/// of `server` reached through a proxy tries once to take `job` (a lease
-/// far longer than the test) while another session blocks it; once the
-/// server shows it waiting, the proxy cuts every connection; the call
-/// fails with [`LockError::Store`](lock_runtime::LockError::Store), and
-/// once the other session lets go and every statement is over, the lock
-/// table has no row and the name is taken again. (A try that ran on
-/// after its undo would hold the row for its lease.)
+/// How a test makes a lock's builder from a client.
+pub type Builds = fn(&lock_runtime::LockClient) -> lock_runtime::LockBuilder;
+
+/// The locks [`a_try_cut_off_leaves_the_name_free`] tries, by name: each
+/// takes the name's row in a statement that waits behind another session
+/// (a plain lock's try, a fair lock's or a writer's turn, a reader's join
+/// of the readers' row), the last three after a ticket in line.
+pub const CUT_OFF_LOCKS: [(&str, Builds); 4] = [
+    ("a plain lock", |c| c.lock("job")),
+    ("a fair lock", |c| c.fair_lock("job")),
+    ("a writer", |c| c.read_write_lock("job").write()),
+    ("a reader", |c| c.read_write_lock("job").read()),
+];
+
+/// A try cut off while the server runs it leaves the name free, for each
+/// of [`CUT_OFF_LOCKS`]: a client of `server` reached through a proxy
+/// tries once to take `job` (a lease far longer than the test) while
+/// another session blocks it; once the server shows it waiting, the proxy
+/// cuts every connection; the call fails with
+/// [`LockError::Store`](lock_runtime::LockError::Store), and once the other
+/// session lets go and every statement is over, the lock table and the
+/// line beside it have no row and the name is taken again. (A try that ran
+/// on after its undo would hold the row, or its ticket, for its lease.)
 pub async fn a_try_cut_off_leaves_the_name_free<D: Database>(
     server: &SqlServer<D>,
     staged: CutOff<'_>,
+) {
+    for (kind, lock) in CUT_OFF_LOCKS {
+        cut_off_once(server, &staged, kind, lock).await;
+    }
+}
+
+/// [`a_try_cut_off_leaves_the_name_free`] for the lock `lock` makes.
+async fn cut_off_once<D: Database>(
+    server: &SqlServer<D>,
+    staged: &CutOff<'_>,
+    kind: &str,
+    lock: Builds,
 ) {
     const WITHIN: Duration = Duration::from_secs(20);
     let proxy = crate::proxy::Proxy::start(server.port);
@@ -395,13 +422,15 @@ pub async fn a_try_cut_off_leaves_the_name_free<D: Database>(
     let attempt = tokio::spawn({
         let client = client.clone();
         async move {
-            let lock = client.lock("job").lease(Duration::from_secs(600));
+            let lock = lock(&client).lease(Duration::from_secs(600));
             lock.try_acquire().await.map(|g| g.is_some())
         }
     });
-    crate::eventually("the try waits for the other session", WITHIN, || {
-        holds(staged.waiting)
-    })
+    crate::eventually(
+        &format!("{kind}'s try waits for the other session"),
+        WITHIN,
+        || holds(staged.waiting),
+    )
     .await;
     proxy.cut();
     let tried = tokio::time::timeout(WITHIN, attempt)
@@ -410,19 +439,23 @@ pub async fn a_try_cut_off_leaves_the_name_free<D: Database>(
         .expect("the call's task");
     assert!(
         matches!(tried, Err(lock_runtime::LockError::Store { .. })),
-        "{tried:?}"
+        "{kind}: {tried:?}"
     );
     other.send(staged.unblock);
     crate::eventually("every statement is over", WITHIN, || holds(staged.over)).await;
     // The undo's first try may meet another connection the cut broke (its
     // pool's next): it is tried again, and frees the name long before the
     // try's lease would.
-    crate::eventually("the name is free", WITHIN, || {
-        holds("SELECT COUNT(*) = 0 FROM distributed_locks")
+    crate::eventually(&format!("{kind}'s name is free"), WITHIN, || {
+        holds(
+            "SELECT (SELECT COUNT(*) FROM distributed_locks) \
+             + (SELECT COUNT(*) FROM distributed_locks_queue) = 0",
+        )
     })
     .await;
-    let free = client.lock("job").try_acquire().await.expect("a try");
-    assert!(free.is_some(), "the name is free");
+    let free = lock(&client).try_acquire().await.expect("a try");
+    assert!(free.is_some(), "{kind}: the name is free");
+    free.expect("a guard").release().await.expect("a release");
 }
 
 impl<D: Database> Drop for SqlServer<D> {

@@ -124,6 +124,8 @@ async fn a_one_attempt_acquisition_takes_a_row_whose_lease_ran_out_and_marks_no_
 /// before anything else goes out for the acquisition: the undo of the
 /// failed call runs after it, so the name is free once the other session
 /// lets go, not held for a lease by a row the try made after its undo.
+/// The same for a fair lock's, a writer's and a reader's try, which
+/// take the row after a ticket in line (the undo drops the ticket too).
 #[tokio::test]
 async fn a_try_cut_off_while_the_server_runs_it_is_ended_before_the_undo() {
     let pg = Postgres::start();
