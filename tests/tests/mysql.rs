@@ -275,7 +275,11 @@ async fn a_lease_past_the_columns_range_is_an_error_and_leaves_no_row() {
 #[tokio::test]
 async fn a_try_cut_off_while_the_server_runs_it_is_ended_before_the_undo() {
     let my = MariaDb::start();
-    let inserting = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'INSERT%'";
+    // Inserts of the lock table's row running (they wait for the gap
+    // lock below; a ticket's insert into the line does not). Seen in
+    // `PROCESSLIST`: `INNODB_TRX` does not always list a waiting insert.
+    let inserting = "SELECT COUNT(*) FROM information_schema.PROCESSLIST \
+                     WHERE INFO LIKE 'INSERT %INTO `distributed_locks` (%'";
     a_try_cut_off_leaves_the_name_free(
         &my,
         CutOff {
@@ -285,11 +289,7 @@ async fn a_try_cut_off_while_the_server_runs_it_is_ended_before_the_undo() {
             block: "BEGIN; SELECT COUNT(*) FROM distributed_locks FOR UPDATE; \
                     DO GET_LOCK('other', 0);",
             blocked: "SELECT IS_USED_LOCK('other') IS NOT NULL",
-            // An insert of the lock table's row (it waits for the gap
-            // lock; a ticket's insert into the line does not). Not
-            // `INNODB_TRX`: it does not always list a waiting insert.
-            waiting: "SELECT COUNT(*) > 0 FROM information_schema.PROCESSLIST \
-                      WHERE INFO LIKE 'INSERT %INTO `distributed_locks` (%'",
+            waiting: &format!("SELECT ({inserting}) > 0"),
             unblock: "ROLLBACK; DO RELEASE_LOCK('other');",
             over: &format!("SELECT IS_USED_LOCK('other') IS NULL AND ({inserting}) = 0"),
         },

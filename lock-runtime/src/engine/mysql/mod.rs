@@ -128,12 +128,27 @@ pub(crate) struct Link {
 const STRAYS: usize = 16;
 
 impl Link {
-    fn new((conn, session): (Conn, Option<u32>), st: &layout::Statements) -> Link {
+    /// A link over a connection just made (and its own session), in the
+    /// place of `left`, if any: its session and the sessions it had not
+    /// yet ended are this one's to end (see [`My::made`]).
+    fn new(
+        (conn, session): (Conn, Option<u32>),
+        st: &layout::Statements,
+        left: Option<Link>,
+    ) -> Link {
+        let mut strays = Vec::new();
+        if let Some(left) = left {
+            strays = left.strays;
+            strays.extend(left.session);
+            if strays.len() > STRAYS {
+                strays.remove(0);
+            }
+        }
         Link {
             conn,
             prepared: vec![None; st.count],
             session,
-            strays: Vec::new(),
+            strays,
         }
     }
 
@@ -380,7 +395,8 @@ impl My {
             let home = Slots::new(HOME_POOL);
             // The connection that made the table is the first of the pool.
             let st = layout::Statements::new(&target.table, target.keep_rows);
-            *home.slots[0].try_lock().expect("nobody else has it yet") = Some(Link::new(conn, &st));
+            *home.slots[0].try_lock().expect("nobody else has it yet") =
+                Some(Link::new(conn, &st, None));
             let my = Arc::new(My {
                 near: crate::near::Near::new(handle.id()),
                 common: Common::new(config, handle, target.key()),
@@ -447,32 +463,24 @@ impl My {
     /// session not yet known to be over stays on the place's list, and is
     /// ended first the next time.
     async fn made(&self, mut lease: Lease, home: bool) -> Result<Lease, LockError> {
-        if lease
-            .as_ref()
-            .is_none_or(|link| link.conn.is_disconnected())
-        {
-            let make =
-                tokio::time::timeout(self.config.connect_timeout, open(self.target.opts.clone()));
-            let made = if home {
-                crate::background::run(&self.runtime, make).await?
-            } else {
-                make.await
-            };
-            let made = made
-                .map_err(|_| connect_error(&self.target, "no answer in time"))?
-                .map_err(|e| connect_failed(&self.target, &e))?;
-            let mut link = Link::new(made, &self.st);
-            if let Some(left) = lease.take() {
-                link.strays = left.strays;
-                link.strays.extend(left.session);
-                if link.strays.len() > STRAYS {
-                    link.strays.remove(0);
-                }
+        let link = match lease.as_mut().filter(|link| !link.conn.is_disconnected()) {
+            Some(link) => link,
+            None => {
+                let make = tokio::time::timeout(
+                    self.config.connect_timeout,
+                    open(self.target.opts.clone()),
+                );
+                let made = if home {
+                    crate::background::run(&self.runtime, make).await?
+                } else {
+                    make.await
+                };
+                let made = made
+                    .map_err(|_| connect_error(&self.target, "no answer in time"))?
+                    .map_err(|e| connect_failed(&self.target, &e))?;
+                let link = Link::new(made, &self.st, lease.take());
+                lease.insert(link)
             }
-            *lease = Some(link);
-        }
-        let Some(link) = lease.as_mut() else {
-            return Err(timeout_error());
         };
         while let Some(&id) = link.strays.last() {
             let ended =
