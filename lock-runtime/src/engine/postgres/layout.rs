@@ -140,13 +140,13 @@ pub(crate) const COLUMNS: [(&str, &[&str]); 5] = [
 /// The statements on one table, written once per client.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
-    /// `$1` name, `$2` holder id, `$3` lease in µs: the lock taken (a row
+    /// `$1` name, `$2` holder id, `$3` lease (an interval): the lock taken (a row
     /// made, or a free one's taken over) with its token, or the time the
     /// holder's row has left in µs and its holder (no token). A waiter's
     /// look: a held row (but the readers') is marked, its token raised by
     /// one, so that its holder's release announces the name.
     pub(crate) acquire: String,
-    /// `$1` name, `$2` holder id, `$3` lease in µs: the lock taken as by
+    /// `$1` name, `$2` holder id, `$3` lease (an interval): the lock taken as by
     /// `acquire`, with its token; no row when it is not. For an
     /// acquisition's first try with `keep_rows` (else after a `claim` that
     /// found a row, in a one-attempt call), which has no registration to
@@ -154,7 +154,7 @@ pub(crate) struct Statements {
     /// write without its two looks, the clock read as the statement came
     /// in.
     pub(crate) first_try: String,
-    /// `$1` name, `$2` holder id, `$3` lease in µs: the lock taken when no
+    /// `$1` name, `$2` holder id, `$3` lease (an interval): the lock taken when no
     /// row of the name is there (`ON CONFLICT DO NOTHING`), with its
     /// token; no row when one is. For the first try of a client whose
     /// releases delete rows (without `keep_rows`): an uncontended name has
@@ -162,40 +162,40 @@ pub(crate) struct Statements {
     /// `first_try`'s upsert (which a row that is there gets next: free by
     /// its lease, or an earlier try's of the same holder).
     pub(crate) claim: String,
-    /// `$1` names, `$2` holder ids, `$3` lease in µs: the rows still
+    /// `$1` names, `$2` holder ids, `$3` lease (an interval): the rows still
     /// held by those holders move their end to the lease from now; the
     /// rows renewed.
     pub(crate) renew: String,
-    /// `$1` name, `$2` holder id, `$3` channel: the holder's row deleted
+    /// `$1` name, `$2` holder id: the holder's row deleted
     /// (kept and freed, with `keep_rows`) and the release announced to the
     /// name's registered waiters; a row when it was the holder's. For the
     /// rows of the line (whose waiters leave no mark) and undos.
     pub(crate) release: String,
-    /// `$1` name, `$2` holder id, `$3` channel, `$4` the token the holder
-    /// last knew its row by: `release` for a plain lock's guard, announced
-    /// only when the row's token moved past `$4` (a waiter's look marked
+    /// `$1` name, `$2` holder id, `$3` the token the holder last knew its
+    /// row by: `release` for a plain lock's guard, announced only when the
+    /// row's token moved past `$3` (a waiter's look marked
     /// it: see `acquire`), without a look at the waiters' table and
     /// without `RETURNING`: its row count says whether the row was the
     /// holder's.
     pub(crate) give_back: String,
-    /// `$1` name, `$2` holder id, `$3` how long in µs: the holder's row
+    /// `$1` name, `$2` holder id, `$3` how long (an interval): the holder's row
     /// kept taken that long from now (a `hold_at_least` minimum), marked
     /// kept; a row when it was the holder's.
     pub(crate) keep: String,
     /// `$1` name, `$2` holder id: the holder's row's token raised (a
     /// re-entry's own token); the token, when it is still the holder's.
     pub(crate) reenter: String,
-    /// `$1` name, `$2` holder id, `$3` lease in µs: a held row's end moved
+    /// `$1` name, `$2` holder id, `$3` lease (an interval): a held row's end moved
     /// to the lease from now, if later; a row when it was the holder's.
     pub(crate) extend: String,
-    /// `$1` name, `$2` channel: the row freed whoever holds it, and
+    /// `$1` name: the row freed whoever holds it, and
     /// announced; its holder, when it was held.
     pub(crate) force: String,
     /// `$1` name: the holder, token and time left in µs of a held row.
     pub(crate) inspect: String,
     /// The held rows: name, holder, time left in µs.
     pub(crate) held: String,
-    /// `$1` name, `$2` waiter (its holder id), `$3` how long in µs: the
+    /// `$1` name, `$2` waiter (its holder id), `$3` how long (an interval): the
     /// waiter registered (or its registration made longer), so that a
     /// release of the name announces it.
     pub(crate) wait: String,
@@ -211,34 +211,34 @@ pub(crate) struct Statements {
 /// The statements on a lock table's line (see `engine::sql::queue`).
 #[derive(Debug, Clone)]
 pub(crate) struct Line {
-    /// `$1` name, `$2` holder id, `$3` side, `$4` µs: a ticket at the
+    /// `$1` name, `$2` holder id, `$3` side, `$4` how long (an interval): a ticket at the
     /// back of the line, counting that long; its `seq`.
     pub(crate) enqueue: String,
-    /// `$1` name, `$2` seq, `$3` reader, `$4` µs: the ticket made to count
+    /// `$1` name, `$2` seq, `$3` reader, `$4` how long (an interval): the ticket made to count
     /// that long from now; a row (when it is there) saying whether no live
     /// ticket before it keeps it out.
     pub(crate) look: String,
-    /// `$1` name, `$2` holder id, `$3` lease in µs, `$4` seq: the row taken
+    /// `$1` name, `$2` holder id, `$3` lease (an interval), `$4` seq: the row taken
     /// and the ticket marked held; the token, when taken.
     pub(crate) take_turn: String,
-    /// `$1` name, `$2` seq, `$3` lease in µs: the readers' row joined and
+    /// `$1` name, `$2` seq, `$3` lease (an interval): the readers' row joined and
     /// the ticket marked held; the token, when joined.
     pub(crate) join: String,
-    /// `$1` seq, `$2` lease in µs: the ticket marked held.
+    /// `$1` seq, `$2` lease (an interval): the ticket marked held.
     pub(crate) mark: String,
-    /// `$1` name, `$2` holder id, `$3` channel: its ticket dropped (and
+    /// `$1` name, `$2` holder id: its ticket dropped (and
     /// announced); a row if it was there.
     pub(crate) drop_ticket: String,
     /// `$1` name: the readers' row's token and whether a held reader is
     /// left, when the readers hold it.
     pub(crate) readers_left: String,
-    /// `$1` name, `$2` token, `$3` channel: the readers' row freed (and
+    /// `$1` name, `$2` token: the readers' row freed (and
     /// announced) if its token is that; a row if it was.
     pub(crate) free_readers: String,
     /// `$1` name, `$2` holder id: the holder's row handed to the readers
     /// when a held reader is in line; a row if it was.
     pub(crate) hand_to_readers: String,
-    /// `$1` names, `$2` holder ids, `$3` lease in µs: the held tickets
+    /// `$1` names, `$2` holder ids, `$3` lease (an interval): the held tickets
     /// renewed, and the readers' rows of the readers among them; the
     /// tickets renewed.
     pub(crate) renew_tickets: String,
@@ -251,18 +251,42 @@ pub(crate) struct Line {
     pub(crate) all_tickets: String,
     /// `$1` name: the held tickets dropped; their holder ids.
     pub(crate) force_tickets: String,
-    /// `$1` µs: tickets run out that long ago deleted.
+    /// `$1` how long (an interval): tickets run out that long ago deleted.
     pub(crate) sweep_tickets: String,
 }
 
-/// `$p`, a number of microseconds, as an interval.
+/// `$p`, a span of time the client sends as an `interval`
+/// ([`Interval`](super::Interval): in binary, its microseconds), taken in
+/// as it is: a number of microseconds times `interval '1 microsecond'`
+/// would cost the server a conversion and a multiplication on every run.
 fn us(p: &str) -> String {
-    format!("{p}::bigint * interval '1 microsecond'")
+    format!("{p}::interval")
+}
+
+/// The channel of `table` ([`PgTable::channel`]) as a string literal:
+/// nothing to escape (a table's name is letters, digits and `_`, see
+/// [`Table::parse`], and its channel those and `.`). Written into the
+/// statements rather than sent: the server takes each parameter in (its
+/// type looked up, its value read) on every run, a sixtieth of an
+/// uncontended acquire and release.
+fn channel_literal(table: &Table) -> String {
+    format!("'{}'", table.channel())
 }
 
 /// Whether lock row `l` may be taken by the row proposed (`EXCLUDED`): its
 /// lease is over, or it is already the same holder's.
 const FREE: &str = "(l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDED.locked_by)";
+
+/// The time `at` in whole µs since 1970 (a new row's first token), read
+/// as a float: `date_part` divides the timestamp's exact µs by 10^6, the
+/// product multiplies back, each rounding once, by at most a quarter µs
+/// each while the seconds stay below 2^32 (until 2106), so the cast
+/// rounds to the exact µs. `extract`'s exact numeric costs the server
+/// about a hundredth of an uncontended acquire and release more.
+/// `tests::sql_server` checks the two agree.
+pub(crate) fn clock_us(at: &str) -> String {
+    format!("(date_part('epoch', {at}) * 1000000)::bigint")
+}
 
 /// A taken row's token: one past the row's, or the clock in µs when that
 /// is larger (a row made anew starts its tokens from the clock, so a
@@ -270,7 +294,7 @@ const FREE: &str = "(l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDE
 /// which writes none).
 const NEXT_FENCE: &str = "GREATEST(l.fence + 1, EXCLUDED.fence)";
 
-/// The head of an upsert of lock row `$1` for `holder` until `$3` µs from
+/// The head of an upsert of lock row `$1` for `holder` until `$3` from
 /// the time `at` (see [`insert_row`]), up to its `DO UPDATE SET`.
 fn upsert_row(t: &str, holder: &str, at: &str, from: &str) -> String {
     format!(
@@ -279,20 +303,21 @@ fn upsert_row(t: &str, holder: &str, at: &str, from: &str) -> String {
     )
 }
 
-/// An insert of lock row `$1` for `holder` until `$3` µs from the time
-/// `at`, with what `from` says (`FROM now` for `now.t`, the CTE `now`'s
-/// time, and a condition; nothing for [`FIRST_NOW`]); a row made anew
-/// starts its tokens from the clock in µs.
+/// An insert of lock row `$1` for `holder` until `$3` (a lease) from the
+/// time `at`, with what `from` says (`FROM now` for `now.t`, the CTE
+/// `now`'s time, and a condition; nothing for [`FIRST_NOW`]); a row made
+/// anew starts its tokens from the clock in µs ([`clock_us`]).
 fn insert_row(t: &str, holder: &str, at: &str, from: &str) -> String {
     format!(
         "INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
          SELECT $1, {at} + {}, {at}, {holder}, \
-                (extract(epoch from {at}) * 1000000)::bigint {from}",
-        us("$3")
+                {} {from}",
+        us("$3"),
+        clock_us(at)
     )
 }
 
-/// Lock row `$1` taken for `holder` until `$3` µs from `at` (read `from`:
+/// Lock row `$1` taken for `holder` until `$3` from `at` (read `from`:
 /// see [`insert_row`]): made, or taken over when [`FREE`], its end then
 /// set to `until`; its token raised ([`NEXT_FENCE`]). Answers the token
 /// when taken.
@@ -344,6 +369,7 @@ impl Statements {
     pub(crate) fn new(table: &Table, keep_rows: bool) -> Statements {
         let t = table.quoted(Q);
         let w = table.waiting().quoted(Q);
+        let channel = channel_literal(table);
         let left =
             |until: &str| format!("(extract(epoch from ({until} - {NOW})) * 1000000)::bigint");
         let acquire = format!(
@@ -364,10 +390,11 @@ impl Statements {
             insert_row(&t, "$2", FIRST_NOW, "")
         );
         let renew = format!(
-            "UPDATE {t} AS l SET lock_until = {NOW} + $3::bigint * interval '1 microsecond' \
+            "UPDATE {t} AS l SET lock_until = {NOW} + {} \
              FROM unnest($1::text[], $2::text[]) AS h(name, holder) \
              WHERE l.name = h.name AND l.locked_by = h.holder AND l.lock_until > {NOW} \
-             RETURNING l.name::text, l.locked_by::text"
+             RETURNING l.name::text, l.locked_by::text",
+            us("$3")
         );
         let free = if keep_rows {
             format!("UPDATE {t} SET lock_until = {NOW} WHERE name = $1 AND locked_by = $2")
@@ -377,7 +404,7 @@ impl Statements {
         let release = format!(
             "WITH gone AS ({free} RETURNING name) \
              SELECT {} FROM gone",
-            announced(&w, "$3")
+            announced(&w, &channel)
         );
         // Announced from the condition, without `RETURNING` (whose rows
         // the server keeps and sends: about a tenth of an uncontended
@@ -385,11 +412,13 @@ impl Statements {
         // Should the server look at the announcement before the holder
         // (never deleting then), a waiter wakes for nothing and looks
         // again.
-        let give_back = format!("{free} AND (fence = $4 OR pg_notify($3, name) IS NOT NULL)");
+        let give_back =
+            format!("{free} AND (fence = $3 OR pg_notify({channel}, name) IS NOT NULL)");
         let keep = format!(
-            "UPDATE {t} SET lock_until = {NOW} + $3::bigint * interval '1 microsecond', \
+            "UPDATE {t} SET lock_until = {NOW} + {}, \
              locked_by = locked_by || '{KEPT}' \
-             WHERE name = $1 AND locked_by = $2 RETURNING name"
+             WHERE name = $1 AND locked_by = $2 RETURNING name",
+            us("$3")
         );
         let reenter = format!(
             "UPDATE {t} SET fence = fence + 1 \
@@ -397,8 +426,9 @@ impl Statements {
         );
         let extend = format!(
             "UPDATE {t} SET lock_until = \
-               GREATEST(lock_until, {NOW} + $3::bigint * interval '1 microsecond') \
-             WHERE name = $1 AND locked_by = $2 AND lock_until > {NOW} RETURNING name"
+               GREATEST(lock_until, {NOW} + {}) \
+             WHERE name = $1 AND locked_by = $2 AND lock_until > {NOW} RETURNING name",
+            us("$3")
         );
         let force_free = if keep_rows {
             format!(
@@ -415,12 +445,13 @@ impl Statements {
             "WITH gone AS ({force_free}) \
              SELECT gone.locked_by::text, {} \
              FROM gone",
-            announced(&w, "$2")
+            announced(&w, &channel)
         );
         let wait = format!(
             "INSERT INTO {w} (name, waiter, wait_until) \
-             VALUES ($1, $2, {NOW} + $3::bigint * interval '1 microsecond') \
-             ON CONFLICT (name, waiter) DO UPDATE SET wait_until = EXCLUDED.wait_until"
+             VALUES ($1, $2, {NOW} + {}) \
+             ON CONFLICT (name, waiter) DO UPDATE SET wait_until = EXCLUDED.wait_until",
+            us("$3")
         );
         let unwait = format!("DELETE FROM {w} WHERE name = $1 AND waiter = $2");
         let inspect = format!(
@@ -432,7 +463,7 @@ impl Statements {
              ORDER BY name",
             left("lock_until")
         );
-        let old = format!("{NOW} - $1::bigint * interval '1 microsecond'");
+        let old = format!("{NOW} - {}", us("$1"));
         let sweep = if keep_rows {
             // A table shared with ShedLock keeps its rows.
             format!("DELETE FROM {w} WHERE wait_until < {old}")
@@ -469,6 +500,7 @@ impl Line {
         let t = table.quoted(Q);
         let q = table.queue().quoted(Q);
         let w = table.waiting().quoted(Q);
+        let channel = channel_literal(table);
         let held_reader = |name: &str| {
             format!(
                 "EXISTS (SELECT 1 FROM {q} r WHERE r.name = {name} AND r.side = 'r' AND r.held \
@@ -521,7 +553,7 @@ impl Line {
         let drop_ticket = format!(
             "WITH gone AS (DELETE FROM {q} WHERE name = $1 AND holder = $2 RETURNING name) \
              SELECT {} FROM gone",
-            announced(&w, "$3")
+            announced(&w, &channel)
         );
         let readers_left = format!(
             "SELECT fence, {} FROM {t} WHERE name = $1 AND locked_by = '{READERS}' \
@@ -542,7 +574,7 @@ impl Line {
         let free_readers = format!(
             "WITH gone AS ({free}) \
              SELECT {} FROM gone",
-            announced(&w, "$3")
+            announced(&w, &channel)
         );
         let hand_to_readers = format!(
             "UPDATE {t} SET locked_by = '{READERS}' WHERE name = $1 AND locked_by = $2 \

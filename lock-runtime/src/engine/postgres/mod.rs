@@ -705,6 +705,32 @@ impl Pg {
     }
 }
 
+/// A span of time as a statement's `interval` parameter (a lease, how
+/// long a waiter waits): in binary, its microseconds (saturating), no days
+/// and no months, which the server adds to a timestamp as it is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Interval(pub(crate) std::time::Duration);
+
+impl ToSql for Interval {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        use bytes::BufMut;
+        out.put_i64(crate::engine::sql::micros(self.0));
+        out.put_i32(0);
+        out.put_i32(0);
+        Ok(tokio_postgres::types::IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::INTERVAL
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
 /// The `answer` of a statement sent on `conn` within the response
 /// timeout (see [`Pg::query_on`]). Not async: the
 /// statement's future (a kilobyte) stays where it was made.

@@ -67,14 +67,13 @@ pub(crate) async fn locks(pg: &Pg, pattern: &str) -> Result<Vec<LockInfo>, LockE
 /// guard reports the loss. Whether it was held.
 pub(crate) async fn force_unlock(pg: &Pg, name: &str) -> Result<bool, LockError> {
     check_name(name, pg.longest)?;
-    let channel = pg.channel();
     // The held tickets first: a reader let in meanwhile finds the row
     // freed, or is lost with the rest.
     let readers = match pg.lined {
         true => pg.query_line(|l| &l.force_tickets, &[&name]).await?,
         false => Vec::new(),
     };
-    let rows = pg.query(|s| &s.force, &[&name, &channel]).await?;
+    let rows = pg.query(|s| &s.force, &[&name]).await?;
     let mut holders: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     let held = !holders.is_empty();
     holders.extend(readers.iter().map(|r| r.get::<_, String>(0)));

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use super::Pg;
-use crate::engine::sql::{Common, Rows, micros, renewed};
+use super::{Interval, Pg};
+use crate::engine::sql::{Common, Rows, renewed};
 use crate::error::LockError;
 
 impl Rows for Pg {
@@ -17,22 +17,21 @@ impl Rows for Pg {
     async fn renew(&self, holds: &[(&str, &str)], lease: Duration) -> Result<Vec<bool>, LockError> {
         let (names, holders) = columns(holds);
         let rows = self
-            .query(|s| &s.renew, &[&names, &holders, &micros(lease)])
+            .query(|s| &s.renew, &[&names, &holders, &Interval(lease)])
             .await?;
         Ok(renewed(holds, &pairs(&rows)))
     }
 
     async fn release(&self, name: &str, holder: &str, token: i64) -> Result<bool, LockError> {
-        let channel = self.channel();
         let count = self
-            .execute(|s| &s.give_back, &[&name, &holder, &channel, &token])
+            .execute(|s| &s.give_back, &[&name, &holder, &token])
             .await?;
         Ok(count > 0)
     }
 
     async fn keep(&self, name: &str, holder: &str, left: Duration) -> Result<bool, LockError> {
         let rows = self
-            .query(|s| &s.keep, &[&name, &holder, &micros(left)])
+            .query(|s| &s.keep, &[&name, &holder, &Interval(left)])
             .await?;
         Ok(!rows.is_empty())
     }
@@ -46,7 +45,7 @@ impl Rows for Pg {
 
     async fn extend(&self, name: &str, holder: &str, lease: Duration) -> Result<bool, LockError> {
         let rows = self
-            .query(|s| &s.extend, &[&name, &holder, &micros(lease)])
+            .query(|s| &s.extend, &[&name, &holder, &Interval(lease)])
             .await?;
         Ok(!rows.is_empty())
     }
@@ -58,7 +57,7 @@ impl Rows for Pg {
     ) -> Result<Vec<bool>, LockError> {
         let (names, holders) = columns(holds);
         let rows = self
-            .query_line(|l| &l.renew_tickets, &[&names, &holders, &micros(lease)])
+            .query_line(|l| &l.renew_tickets, &[&names, &holders, &Interval(lease)])
             .await?;
         Ok(renewed(holds, &pairs(&rows)))
     }
@@ -73,9 +72,9 @@ impl Rows for Pg {
     }
 
     async fn sweep(&self, old: Duration) -> Result<(), LockError> {
-        self.query(|s| &s.sweep, &[&micros(old)]).await?;
+        self.query(|s| &s.sweep, &[&Interval(old)]).await?;
         if self.lined {
-            self.query_line(|l| &l.sweep_tickets, &[&micros(old)])
+            self.query_line(|l| &l.sweep_tickets, &[&Interval(old)])
                 .await?;
         }
         Ok(())

@@ -6,8 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Conn, ENGINE, Pg, Prepared, layout};
-use crate::engine::sql::micros;
+use super::{Conn, ENGINE, Interval, Pg, Prepared, layout};
 use crate::engine::sql::queue::{Line, Side, leave};
 use crate::engine::sql::take::{SqlTaking, Taken};
 use crate::error::LockError;
@@ -67,7 +66,7 @@ impl SqlTaking for Pg {
             .is_some_and(|until| until.saturating_duration_since(Instant::now()) > ttl / 2);
         let Some(mut wake) = heed.filter(|_| registered) else {
             made.registered = Some(Instant::now() + ttl);
-            made.on(|s| &s.wait, &[&name, &holder, &micros(ttl)])
+            made.on(|s| &s.wait, &[&name, &holder, &Interval(ttl)])
                 .await?;
             return Ok(());
         };
@@ -107,7 +106,7 @@ impl SqlTaking for Pg {
         let rows = made
             .on_line(
                 |l| &l.enqueue,
-                &[&name, &holder, &side.code(), &micros(ttl)],
+                &[&name, &holder, &side.code(), &Interval(ttl)],
             )
             .await?;
         rows.first()
@@ -125,7 +124,7 @@ impl SqlTaking for Pg {
     ) -> Result<Option<bool>, LockError> {
         let reader = side == Side::Read;
         let rows = made
-            .on_line(|l| &l.look, &[&name, &seq, &reader, &micros(ttl)])
+            .on_line(|l| &l.look, &[&name, &seq, &reader, &Interval(ttl)])
             .await?;
         Ok(rows.first().map(|r| r.get(0)))
     }
@@ -139,7 +138,7 @@ impl SqlTaking for Pg {
         lease: Duration,
     ) -> Result<Option<u64>, LockError> {
         let rows = made
-            .on_line(|l| &l.take_turn, &[&name, &holder, &micros(lease), &seq])
+            .on_line(|l| &l.take_turn, &[&name, &holder, &Interval(lease), &seq])
             .await?;
         Ok(rows.first().map(token))
     }
@@ -152,13 +151,13 @@ impl SqlTaking for Pg {
         lease: Duration,
     ) -> Result<Option<u64>, LockError> {
         let rows = made
-            .on_line(|l| &l.join, &[&name, &seq, &micros(lease)])
+            .on_line(|l| &l.join, &[&name, &seq, &Interval(lease)])
             .await?;
         Ok(rows.first().map(token))
     }
 
     async fn mark(&self, made: &mut Made, seq: i64, lease: Duration) -> Result<(), LockError> {
-        made.on_line(|l| &l.mark, &[&seq, &micros(lease)]).await?;
+        made.on_line(|l| &l.mark, &[&seq, &Interval(lease)]).await?;
         Ok(())
     }
 
@@ -168,10 +167,7 @@ impl SqlTaking for Pg {
         name: &str,
         holder: &str,
     ) -> Result<bool, LockError> {
-        let channel = self.channel().to_owned();
-        let rows = made
-            .on_line(|l| &l.drop_ticket, &[&name, &holder, &channel])
-            .await?;
+        let rows = made.on_line(|l| &l.drop_ticket, &[&name, &holder]).await?;
         Ok(!rows.is_empty())
     }
 
@@ -190,10 +186,7 @@ impl SqlTaking for Pg {
         name: &str,
         fence: i64,
     ) -> Result<bool, LockError> {
-        let channel = self.channel().to_owned();
-        let rows = made
-            .on_line(|l| &l.free_readers, &[&name, &fence, &channel])
-            .await?;
+        let rows = made.on_line(|l| &l.free_readers, &[&name, &fence]).await?;
         Ok(!rows.is_empty())
     }
 
@@ -215,8 +208,7 @@ impl SqlTaking for Pg {
         name: &str,
         holder: &str,
     ) -> Result<bool, LockError> {
-        let channel = self.channel().to_owned();
-        let rows = made.on(|s| &s.release, &[&name, &holder, &channel]).await?;
+        let rows = made.on(|s| &s.release, &[&name, &holder]).await?;
         Ok(!rows.is_empty())
     }
 
@@ -347,7 +339,6 @@ impl Undo for Made {
 
     async fn clear(&mut self) -> Result<(), LockError> {
         let pg = self.pg.clone();
-        let channel = pg.channel();
         let conn = self.conn().await?;
         if self.registered.is_some() {
             self.pg
@@ -357,7 +348,7 @@ impl Undo for Made {
         }
         if self.until.is_some() {
             self.pg
-                .query_on(&conn, |s| &s.release, &[&self.name, &self.holder, &channel])
+                .query_on(&conn, |s| &s.release, &[&self.name, &self.holder])
                 .await?;
             self.until = None;
         }
@@ -413,7 +404,7 @@ async fn take(
     let name = target.name();
     layout::check_name(name, pg.longest)?;
     let lease = options.lease.unwrap_or(pg.config.watchdog_timeout);
-    let lease_us = micros(lease);
+    let lease_param = Interval(lease);
     made.name = name.to_owned();
     // An acquisition not registered as a waiter tries first with a
     // statement that only takes: `claim` (a row made where none is) when
@@ -444,7 +435,7 @@ async fn take(
         };
         let tried = std::mem::replace(&mut step, Step::Look);
         let rows = pg
-            .query_on(&conn, statement, &[&name, &how.holder, &lease_us])
+            .query_on(&conn, statement, &[&name, &how.holder, &lease_param])
             .await?;
         let (token, left, holder) = match rows.first() {
             // A first try's or a claim's answer: the token alone.
@@ -500,7 +491,7 @@ async fn take(
             let ttl = pg.config.watchdog_timeout;
             let sent = Instant::now();
             made.registered = Some(sent + ttl);
-            pg.query_on(&conn, |s| &s.wait, &[&name, &how.holder, &micros(ttl)])
+            pg.query_on(&conn, |s| &s.wait, &[&name, &how.holder, &Interval(ttl)])
                 .await?;
             continue;
         };
