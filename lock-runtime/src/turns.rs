@@ -5,7 +5,7 @@
 //! lock's and a read-write lock's waiters each have a record of their own.) [`acquire`] is those
 //! engines' acquisition up to the point where it has its turn.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 

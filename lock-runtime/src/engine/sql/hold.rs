@@ -386,7 +386,7 @@ async fn give_back_once<S: SqlTaking>(
 pub(crate) struct Keeper<S: Rows> {
     /// By the record's address: kept and forgotten without a scan (an
     /// acquisition and a release each touch one entry).
-    kept: Mutex<std::collections::HashMap<usize, Weak<Record<S>>>>,
+    kept: Mutex<foldhash::HashMap<usize, Weak<Record<S>>>>,
     /// Rounds so far: every [`SWEEP_EVERY`]th also sweeps the table.
     rounds: AtomicUsize,
 }
