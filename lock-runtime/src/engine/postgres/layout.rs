@@ -1,7 +1,9 @@
 //! The lock table on PostgreSQL and the statements that work on it
 //! (DESIGN §10): ShedLock's four columns and our `fence`, every time the
-//! database's clock in UTC, every value a bound parameter, the table's
-//! name validated and quoted.
+//! database's clock in UTC, every caller's value a bound parameter, the
+//! table's name validated and quoted. The table's announcement channel,
+//! made from that validated name, is written in as a string literal (see
+//! `channel_literal`), as the readers' and kept holders' marks are.
 
 use crate::engine::sql::queue::READERS;
 use crate::engine::sql::table::fnv;
@@ -201,8 +203,9 @@ pub(crate) struct Statements {
     pub(crate) wait: String,
     /// `$1` name, `$2` waiter: its registration gone.
     pub(crate) unwait: String,
-    /// Rows free for over a minute deleted (none with `keep_rows`): names
-    /// locked once, whose holder died before deleting its row.
+    /// `$1` how long (an interval): rows free that long deleted (none with
+    /// `keep_rows`), names locked once whose holder died before deleting
+    /// its row, and waiters' registrations run out that long ago.
     pub(crate) sweep: String,
     /// The line's statements (fair and read-write locks).
     pub(crate) line: Line,
@@ -283,7 +286,8 @@ const FREE: &str = "(l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDE
 /// each while the seconds stay below 2^32 (until 2106), so the cast
 /// rounds to the exact µs. `extract`'s exact numeric costs the server
 /// about a hundredth of an uncontended acquire and release more.
-/// `tests::sql_server` checks the two agree.
+/// `tests/tests/postgres.rs` checks the two agree, and that a new row's
+/// token is its `locked_at` in exact µs.
 pub(crate) fn clock_us(at: &str) -> String {
     format!("(date_part('epoch', {at}) * 1000000)::bigint")
 }
