@@ -92,6 +92,15 @@ async fn tokens_keep_rising_across_deletes_and_keep_rows_keeps_rows() {
     again.release().await.unwrap();
 }
 
+/// Timestamp `t` in exact µs since 1970, in integers: whole days, plus the
+/// µs into the day (a float of at most 86,400 s, exact to the µs).
+fn exact_us(t: &str) -> String {
+    format!(
+        "(({t})::date - date '1970-01-01')::bigint * 86400000000 \
+         + round(extract(epoch from ({t} - date_trunc('day', {t}))) * 1000000)::bigint"
+    )
+}
+
 /// A new row's first token is the database's clock in whole µs: its
 /// `locked_at` exactly. The engine reads it as a float (`date_part`, which
 /// costs the server less than `extract`'s numeric); the float rounds back
@@ -103,21 +112,19 @@ async fn a_new_rows_token_is_its_time_in_exact_microseconds_until_2106() {
     let pg = Postgres::start();
     let c = client(&pg.url()).await;
     let g = c.lock("fresh").acquire().await.unwrap();
-    let at = pg.sql(
-        "SELECT (locked_at::date - date '1970-01-01')::bigint * 86400000000 \
-           + round(extract(epoch from (locked_at - date_trunc('day', locked_at))) * 1000000)::bigint \
-         FROM distributed_locks WHERE name = 'fresh'",
-    );
+    let at = pg.sql(&format!(
+        "SELECT {} FROM distributed_locks WHERE name = 'fresh'",
+        exact_us("locked_at")
+    ));
     assert_eq!(at, g.token().to_string());
     g.release().await.unwrap();
-    let apart = pg.sql(
+    let apart = pg.sql(&format!(
         "SELECT count(*), max(t) FROM (SELECT timestamp '2026-01-01' \
            + n * interval '1263 seconds' + (n * 7919 % 1000000) * interval '1 microsecond' AS t \
            FROM generate_series(0::bigint, 1999999) AS n) times \
-         WHERE (date_part('epoch', t) * 1000000)::bigint \
-           <> (t::date - date '1970-01-01')::bigint * 86400000000 \
-              + round(extract(epoch from (t - date_trunc('day', t))) * 1000000)::bigint",
-    );
+         WHERE (date_part('epoch', t) * 1000000)::bigint <> {}",
+        exact_us("t")
+    ));
     assert_eq!(apart, "0|", "times whose float µs are not exact");
     let last =
         pg.sql("SELECT timestamp '2026-01-01' + 1999999 * interval '1263 seconds' > '2106-01-01'");

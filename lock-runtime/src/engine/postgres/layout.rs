@@ -288,7 +288,7 @@ const FREE: &str = "(l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDE
 /// about a hundredth of an uncontended acquire and release more.
 /// `tests/tests/postgres.rs` checks the two agree, and that a new row's
 /// token is its `locked_at` in exact µs.
-pub(crate) fn clock_us(at: &str) -> String {
+fn clock_us(at: &str) -> String {
     format!("(date_part('epoch', {at}) * 1000000)::bigint")
 }
 
