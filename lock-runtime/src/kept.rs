@@ -14,7 +14,7 @@
 //! tried again ([`try_again`]), and the undo of what a failed or dropped
 //! acquisition made in the store ([`Pending`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -78,17 +78,48 @@ impl<R: Record> Held for R {
     }
 }
 
+/// Whether a record is known gone from the store (deleted by someone
+/// else, taken over, or given back), and the wake-up of those who wait to
+/// learn it ([`gone_or_ended`]). A flag and a `Notify` kept in the record:
+/// a `watch` channel cost an allocation per hold and woke eight lists of
+/// waiters at every release (as it was set, and again as it was dropped).
+#[derive(Debug, Default)]
+pub(crate) struct Deleted {
+    known: AtomicBool,
+    told: tokio::sync::Notify,
+}
+
+impl Deleted {
+    /// The record is known gone: whoever waits in [`gone_or_ended`] learns
+    /// it.
+    pub(crate) fn set(&self) {
+        if !self.known.swap(true, Ordering::AcqRel) {
+            self.told.notify_waiters();
+        }
+    }
+
+    /// Whether the record is known gone.
+    pub(crate) fn is_set(&self) -> bool {
+        self.known.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the record is known gone.
+    async fn known(&self) {
+        // Made before the look: a `set` after the look wakes it (a
+        // `Notified` counts `notify_waiters` calls from when it is made).
+        let told = self.told.notified();
+        if self.is_set() {
+            return;
+        }
+        told.await;
+    }
+}
+
 /// Resolves once `deleted` says the record is gone from the store, or once
 /// the end `until` gives has passed (read again after each sleep, as an
 /// `extend` moves it; `None`: no end of its own).
-pub(crate) async fn gone_or_ended(
-    deleted: &tokio::sync::watch::Sender<bool>,
-    until: impl Fn() -> Option<Instant>,
-) {
-    let mut deleted = deleted.subscribe();
-    let gone = async move {
-        let _ = deleted.wait_for(|d| *d).await;
-    };
+pub(crate) async fn gone_or_ended(deleted: &Deleted, until: impl Fn() -> Option<Instant>) {
+    let gone = deleted.known();
     let ended = async {
         loop {
             match until() {

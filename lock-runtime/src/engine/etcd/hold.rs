@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
-use tokio::sync::{OwnedMutexGuard, watch};
+use tokio::sync::OwnedMutexGuard;
 
 use super::Etcd;
 use super::layout::Side;
@@ -18,7 +18,7 @@ use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
 pub(super) use crate::kept::lost;
-use crate::kept::{Counted, Hold, give_back_retried};
+use crate::kept::{Counted, Deleted, Hold, give_back_retried};
 use crate::own::OwnHolds;
 use crate::request::{Options, backoff};
 use crate::turns::{Downgrade, Kind};
@@ -67,7 +67,7 @@ pub(crate) struct Record {
     pub(super) holds: AtomicUsize,
     /// The key is gone (deleted by someone else: `force_unlock`, `etcdctl
     /// del`; or its lease lost).
-    pub(super) deleted: watch::Sender<bool>,
+    pub(super) deleted: Deleted,
     /// The task watching the key's deletion.
     pub(super) watcher: OnceLock<tokio::task::AbortHandle>,
     /// A mutex key's turn in the process queue: passed on when the record
@@ -88,7 +88,7 @@ impl Drop for Record {
 
 impl Gone for Record {
     fn gone(&self) {
-        self.deleted.send_replace(true);
+        self.deleted.set();
         // Every later call on this record names the key's create revision:
         // this client's next acquisition of the name may go ahead.
         drop(self.turn.lock().unwrap_or_else(|p| p.into_inner()).take());
@@ -113,7 +113,7 @@ impl Record {
     }
 
     pub(super) fn is_lost(&self) -> bool {
-        if *self.deleted.borrow() {
+        if self.deleted.is_set() {
             return true;
         }
         match &self.lease {
@@ -125,7 +125,7 @@ impl Record {
     }
 
     fn remaining(&self) -> Duration {
-        if *self.deleted.borrow() {
+        if self.deleted.is_set() {
             return Duration::ZERO;
         }
         match &self.lease {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, SortOrder, Txn, TxnOp, TxnOpResponse};
-use tokio::sync::{OwnedMutexGuard, oneshot, watch};
+use tokio::sync::{OwnedMutexGuard, oneshot};
 
 use super::hold::{EtcdHold, Lease, Record, lost, reenter, revision};
 use super::layout::{Side, one_of};
@@ -19,7 +19,7 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
-use crate::kept::{Taking, Undo, list};
+use crate::kept::{Deleted, Taking, Undo, list};
 use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
 use crate::turns::{Downgrade, Kind};
 
@@ -121,7 +121,7 @@ impl Taking for Etcd {
             create_revision: taken.more,
             lease,
             holds: AtomicUsize::new(1),
-            deleted: watch::channel(false).0,
+            deleted: Deleted::default(),
             watcher: OnceLock::new(),
             turn: Mutex::new(turn),
             downgrade: Downgrade::new(how.under.cloned()),

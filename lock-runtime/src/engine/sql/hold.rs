@@ -4,11 +4,12 @@
 //! one is in each engine's `take`; the statements are the engine's
 //! [`Rows`].
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedMutexGuard, watch};
+use tokio::sync::OwnedMutexGuard;
 
 use super::queue::{Side, leave};
 use super::take::{How, SqlTaking};
@@ -17,7 +18,7 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
-use crate::kept::{Counted, Hold, give_back_retried, list, lost};
+use crate::kept::{Counted, Deleted, Hold, give_back_retried, list, lost};
 use crate::own::OwnHolds;
 use crate::request::Options;
 use crate::turns::{Downgrade, Kind};
@@ -50,7 +51,7 @@ pub(crate) struct Record<S: Rows> {
     token: AtomicI64,
     /// The row is known gone (freed by someone else: `force_unlock`; or
     /// taken over after its lease ran out).
-    deleted: watch::Sender<bool>,
+    deleted: Deleted,
     /// The process queue's turn: passed on when the record goes, or as
     /// soon as its row is known gone.
     turn: Mutex<Option<OwnedMutexGuard<()>>>,
@@ -101,7 +102,7 @@ impl<S: SqlTaking> Record<S> {
             kept: AtomicBool::new(false),
             holds: AtomicUsize::new(1),
             token: AtomicI64::new(i64::try_from(token).unwrap_or(UNKNOWN_TOKEN)),
-            deleted: watch::channel(false).0,
+            deleted: Deleted::default(),
             turn: Mutex::new(turn),
             downgrade: Downgrade::new(under.cloned()),
         });
@@ -117,7 +118,7 @@ impl<S: Rows> Record<S> {
     /// The row is known gone: the hold is lost, and this client's next
     /// acquisition of the name may go ahead.
     pub(crate) fn gone(&self) {
-        self.deleted.send_replace(true);
+        self.deleted.set();
         drop(self.turn.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 
@@ -152,11 +153,11 @@ impl<S: Rows> Record<S> {
     }
 
     fn is_lost(&self) -> bool {
-        *self.deleted.borrow() || Instant::now() >= self.until()
+        self.deleted.is_set() || Instant::now() >= self.until()
     }
 
     fn remaining(&self) -> Duration {
-        if *self.deleted.borrow() {
+        if self.deleted.is_set() {
             return Duration::ZERO;
         }
         self.until().saturating_duration_since(Instant::now())
@@ -357,12 +358,11 @@ async fn give_back_once<S: SqlTaking>(
         if there && record.side != Side::Read {
             record.kept.store(true, Ordering::Release);
         }
-        return Ok(there && !*record.deleted.borrow());
+        return Ok(there && !record.deleted.is_set());
     }
-    let holder = if record.kept.load(Ordering::Acquire) {
-        [record.holder.as_str(), super::KEPT].concat()
-    } else {
-        record.holder.clone()
+    let holder = match record.kept.load(Ordering::Acquire) {
+        true => Cow::Owned([record.holder.as_str(), super::KEPT].concat()),
+        false => Cow::Borrowed(record.holder.as_str()),
     };
     let freed = match record.side {
         Side::Mutex => {
@@ -455,7 +455,7 @@ impl<S: Rows> Keeper<S> {
         kept.retain(|_, r| r.strong_count() > 0);
         kept.values()
             .filter_map(Weak::upgrade)
-            .filter(|r| !*r.deleted.borrow())
+            .filter(|r| !r.deleted.is_set())
             .collect()
     }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::{OwnedMutexGuard, watch};
+use tokio::sync::OwnedMutexGuard;
 use zookeeper_client as zk;
 
 use super::layout::{self, Contender, Side, Term, contenders};
@@ -17,7 +17,7 @@ use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
 pub(super) use crate::kept::lost;
-use crate::kept::{Counted, Hold, give_back_retried};
+use crate::kept::{Counted, Deleted, Hold, give_back_retried};
 use crate::own::OwnHolds;
 use crate::request::Options;
 use crate::turns::{Downgrade, Kind};
@@ -43,7 +43,7 @@ pub(crate) struct Record {
     pub(super) holds: AtomicUsize,
     /// The node is gone (deleted by someone else, `force_unlock`; or given
     /// back at the fixed lease's end).
-    pub(super) deleted: watch::Sender<bool>,
+    pub(super) deleted: Deleted,
     /// The task that ends a fixed lease.
     pub(super) timer: OnceLock<tokio::task::AbortHandle>,
     /// A mutex node's turn in the process queue: passed on when the record
@@ -61,7 +61,7 @@ impl Drop for Record {
         // A backstop: a record that goes with its node still there (a
         // give-back that failed, a re-entry dropped mid-way) deletes it.
         // The request is sent as it is made; its answer is not awaited.
-        if !*self.deleted.borrow() && !self.session.client.state().is_terminated() {
+        if !self.deleted.is_set() && !self.session.client.state().is_terminated() {
             drop(self.session.client.delete(&self.path, None));
         }
         crate::kept::unlist(&self.zk.records, &mut self.name, &mut self.holder);
@@ -72,7 +72,7 @@ impl Gone for Record {
     /// The node is known gone: the hold is lost, and this client's next
     /// acquisition of the name may go ahead.
     fn gone(&self) {
-        self.deleted.send_replace(true);
+        self.deleted.set();
         drop(self.turn.lock().unwrap_or_else(|p| p.into_inner()).take());
     }
 }
@@ -94,7 +94,7 @@ impl Record {
     }
 
     pub(super) fn is_lost(&self) -> bool {
-        *self.deleted.borrow()
+        self.deleted.is_set()
             || self.session.is_lost()
             || self
                 .fixed_until()
@@ -102,7 +102,7 @@ impl Record {
     }
 
     fn remaining(&self) -> Duration {
-        if *self.deleted.borrow() {
+        if self.deleted.is_set() {
             return Duration::ZERO;
         }
         let session = self.session.remaining();
@@ -379,7 +379,7 @@ async fn give_back_node(record: Arc<Record>, keep: Option<Instant>) -> Result<bo
             .await
         {
             Err(zk::Error::NoNode) => false,
-            _ => !*record.deleted.borrow(),
+            _ => !record.deleted.is_set(),
         };
         let runtime = record.zk.runtime.clone();
         runtime.spawn(async move {

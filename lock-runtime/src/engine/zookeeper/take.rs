@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::{OwnedMutexGuard, watch};
+use tokio::sync::OwnedMutexGuard;
 use zookeeper_client as zk;
 
 use super::hold::{Record, ZkHold, lost, reenter};
@@ -18,7 +18,7 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
-use crate::kept::{Taking, Undo, list};
+use crate::kept::{Deleted, Taking, Undo, list};
 use crate::request::{Options, Target, timed_out, within};
 use crate::turns::{Downgrade, Kind};
 
@@ -114,7 +114,7 @@ impl Taking for Zk {
             bound: OnceLock::new(),
             fixed,
             holds: AtomicUsize::new(1),
-            deleted: watch::channel(false).0,
+            deleted: Deleted::default(),
             timer: OnceLock::new(),
             turn: Mutex::new(turn),
             downgrade: Downgrade::new(how.under.cloned()),
