@@ -131,6 +131,36 @@ async fn a_new_rows_token_is_its_time_in_exact_microseconds_until_2106() {
     assert_eq!(last, "t", "the times reach 2106");
 }
 
+/// A row's lease is the one the hold asked for, to the µs, by the
+/// database's clock: the client's watchdog lease (written into the
+/// statement of an uncontended first try; up to the longest a
+/// configuration takes) and a fixed `lease` (sent with it).
+#[tokio::test]
+async fn a_rows_lease_is_the_one_asked_for_to_the_microsecond() {
+    let pg = Postgres::start();
+    let lease_of = |name: &str| {
+        pg.sql(&format!(
+            "SELECT ({}) - ({}) FROM distributed_locks WHERE name = '{name}'",
+            exact_us("lock_until"),
+            exact_us("locked_at")
+        ))
+    };
+    // The first renewal comes a third of the watchdog's lease later.
+    for watchdog in [Duration::new(76, 543_210_000), lock_runtime::MAX_DURATION] {
+        let c = LockClient::connect(Config::new(pg.url()).watchdog_timeout(watchdog))
+            .await
+            .unwrap();
+        let g = c.lock("renewed").acquire().await.unwrap();
+        assert_eq!(lease_of("renewed"), watchdog.as_micros().to_string());
+        g.release().await.unwrap();
+    }
+    let c = client(&pg.url()).await;
+    let fixed = Duration::new(3, 141_593_000);
+    let g = c.lock("fixed").lease(fixed).acquire().await.unwrap();
+    assert_eq!(lease_of("fixed"), fixed.as_micros().to_string());
+    g.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_one_attempt_acquisition_takes_a_row_whose_lease_ran_out_and_marks_no_held_row() {
     let pg = Postgres::start();

@@ -156,11 +156,13 @@ pub(crate) struct Statements {
     /// write without its two looks, the clock read as the statement came
     /// in.
     pub(crate) first_try: String,
-    /// `$1` name, `$2` holder id, `$3` lease (an interval): the lock taken when no
-    /// row of the name is there (`ON CONFLICT DO NOTHING`), with its
-    /// token; no row when one is. For the first try of a client whose
-    /// releases delete rows (without `keep_rows`): an uncontended name has
-    /// no row, and making one is about a tenth cheaper for the server than
+    /// `$1` name, `$2` holder id: the lock taken for the client's
+    /// watchdog lease (written in: see [`interval_literal`]) when no row of
+    /// the name is there (`ON CONFLICT DO NOTHING`), with its token; no
+    /// row when one is. For the first try of a client whose releases
+    /// delete rows (without `keep_rows`), of a hold the watchdog renews
+    /// (a fixed lease tries `first_try` first): an uncontended name has no
+    /// row, and making one is about a tenth cheaper for the server than
     /// `first_try`'s upsert (which a row that is there gets next: free by
     /// its lease, or an earlier try's of the same holder).
     pub(crate) claim: String,
@@ -266,6 +268,22 @@ fn us(p: &str) -> String {
     format!("{p}::interval")
 }
 
+/// `d` as an `interval` literal, exact to the µs: `interval '<h> hours <s>
+/// seconds <µs> microseconds'`, each field far within the 32-bit integer
+/// the server reads it as, up to [`MAX_DURATION`](crate::MAX_DURATION)
+/// (876,000 hours). Written into the statement rather than sent, as the
+/// channel is (see [`channel_literal`]): the client's watchdog lease, the
+/// same for every hold it renews.
+fn interval_literal(d: std::time::Duration) -> String {
+    let us = crate::engine::sql::micros(d);
+    format!(
+        "interval '{} hours {} seconds {} microseconds'",
+        us / 3_600_000_000,
+        us / 1_000_000 % 3600,
+        us % 1_000_000
+    )
+}
+
 /// The channel of `table` ([`PgTable::channel`]) as a string literal:
 /// nothing to escape (a table's name is letters, digits and `_`, see
 /// [`Table::parse`], and its channel those and `.`). Written into the
@@ -303,20 +321,19 @@ const NEXT_FENCE: &str = "GREATEST(l.fence + 1, EXCLUDED.fence)";
 fn upsert_row(t: &str, holder: &str, at: &str, from: &str) -> String {
     format!(
         "{} ON CONFLICT (name) DO UPDATE SET ",
-        insert_row(t, holder, at, from)
+        insert_row(t, holder, at, &us("$3"), from)
     )
 }
 
-/// An insert of lock row `$1` for `holder` until `$3` (a lease) from the
-/// time `at`, with what `from` says (`FROM now` for `now.t`, the CTE
-/// `now`'s time, and a condition; nothing for [`FIRST_NOW`]); a row made
-/// anew starts its tokens from the clock in µs ([`clock_us`]).
-fn insert_row(t: &str, holder: &str, at: &str, from: &str) -> String {
+/// An insert of lock row `$1` for `holder` until `lease` (an interval)
+/// from the time `at`, with what `from` says (`FROM now` for `now.t`, the
+/// CTE `now`'s time, and a condition; nothing for [`FIRST_NOW`]); a row
+/// made anew starts its tokens from the clock in µs ([`clock_us`]).
+fn insert_row(t: &str, holder: &str, at: &str, lease: &str, from: &str) -> String {
     format!(
         "INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
-         SELECT $1, {at} + {}, {at}, {holder}, \
+         SELECT $1, {at} + {lease}, {at}, {holder}, \
                 {} {from}",
-        us("$3"),
         clock_us(at)
     )
 }
@@ -369,8 +386,9 @@ fn announced(w: &str, channel: &str) -> String {
 impl Statements {
     /// The statements on `table`; with `keep_rows`, a release frees a row
     /// instead of deleting it (ShedLock only ever updates a row it
-    /// inserted once).
-    pub(crate) fn new(table: &Table, keep_rows: bool) -> Statements {
+    /// inserted once). `lease`, the client's watchdog lease, is written
+    /// into `claim`.
+    pub(crate) fn new(table: &Table, keep_rows: bool, lease: std::time::Duration) -> Statements {
         let t = table.quoted(Q);
         let w = table.waiting().quoted(Q);
         let channel = channel_literal(table);
@@ -391,7 +409,7 @@ impl Statements {
         let first_try = take_row(&t, "$2", FIRST_NOW, "", "EXCLUDED.lock_until");
         let claim = format!(
             "{} ON CONFLICT (name) DO NOTHING RETURNING fence",
-            insert_row(&t, "$2", FIRST_NOW, "")
+            insert_row(&t, "$2", FIRST_NOW, &interval_literal(lease), "")
         );
         let renew = format!(
             "UPDATE {t} AS l SET lock_until = {NOW} + {} \
@@ -666,6 +684,23 @@ mod tests {
         assert_eq!(
             Table::parse("locks", 63).unwrap().waiting().name,
             "locks_waiting"
+        );
+    }
+
+    #[test]
+    fn interval_literals_are_exact_and_their_fields_fit_32_bits() {
+        use std::time::Duration;
+        assert_eq!(
+            interval_literal(Duration::new(30, 0)),
+            "interval '0 hours 30 seconds 0 microseconds'"
+        );
+        assert_eq!(
+            interval_literal(Duration::new(7_265, 123_456_789)),
+            "interval '2 hours 65 seconds 123456 microseconds'"
+        );
+        assert_eq!(
+            interval_literal(crate::MAX_DURATION),
+            "interval '876000 hours 0 seconds 0 microseconds'"
         );
     }
 

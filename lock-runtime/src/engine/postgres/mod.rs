@@ -37,8 +37,8 @@
 //! - **Waiting.** A client's acquisitions of one name queue in the
 //!   process (FIFO); the head first tries to take the row with a
 //!   statement that only takes (all an uncontended acquisition sends):
-//!   without `keep_rows`, an insert of the row where none is (`ON
-//!   CONFLICT DO NOTHING`), and where one is, the row-taking upsert (a
+//!   without `keep_rows` or a fixed `lease`, an insert of the row where
+//!   none is (`ON CONFLICT DO NOTHING`), and where one is, the row-taking upsert (a
 //!   row free by its lease, or the holder's own from a try whose answer
 //!   was lost, is taken over); these two read the database's clock once,
 //!   as the statement came in (`statement_timestamp()`). Then, if it waits,
@@ -408,7 +408,8 @@ impl Pg {
             let Connected { client, connection } = first;
             tokio::spawn(connection);
             let (longest, lined) = prepare_table(&client, &target).await?;
-            let statements = layout::Statements::new(&target.table, target.keep_rows);
+            let statements =
+                layout::Statements::new(&target.table, target.keep_rows, config.watchdog_timeout);
             let listen_at = target.connect.clone();
             let listener = listen::Listener::start(target.table.channel(), move || {
                 let at = listen_at.clone();

@@ -407,16 +407,17 @@ async fn take(
     let lease_param = Interval(lease);
     made.name = name.to_owned();
     // An acquisition not registered as a waiter tries first with a
-    // statement that only takes: `claim` (a row made where none is) when
-    // releases delete rows, else `first_try` (a free row also taken
-    // over). Uncontended, that is all it needs. Busy, a waiting one looks
+    // statement that only takes: `claim` (a row made where none is, for
+    // the watchdog's lease, written into it) when releases delete rows and
+    // the watchdog renews the hold, else `first_try` (a free row also
+    // taken over; for any lease). Uncontended, that is all it needs. Busy, a waiting one looks
     // again with `acquire`, which also takes a row that is free (or its
     // own) and reads the holder's lease to sleep on; a one-attempt call
     // after a `claim` that found a row tries `first_try` once (the row may
     // be free by its lease, or its own), then is done.
     let mut step = match made.registered {
         Some(_) => Step::Look,
-        None if pg.target.keep_rows => Step::First,
+        None if pg.target.keep_rows || options.lease.is_some() => Step::First,
         None => Step::Claim,
     };
     loop {
@@ -428,15 +429,16 @@ async fn take(
         let conn = made.conn().await?;
         let sent = Instant::now();
         made.until = Some(sent + lease);
-        let statement: fn(&Prepared) -> &tokio_postgres::Statement = match step {
-            Step::Claim => |s| &s.claim,
-            Step::First => |s| &s.first_try,
-            Step::Look => |s| &s.acquire,
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&name, &how.holder, &lease_param];
+        let (statement, params): (fn(&Prepared) -> &tokio_postgres::Statement, _) = match step {
+            // The claim's lease is the watchdog's, written in.
+            Step::Claim => (|s| &s.claim, &params[..2]),
+            Step::First => (|s| &s.first_try, &params[..]),
+            Step::Look => (|s| &s.acquire, &params[..]),
         };
         let tried = std::mem::replace(&mut step, Step::Look);
-        let rows = pg
-            .query_on(&conn, statement, &[&name, &how.holder, &lease_param])
-            .await?;
+        let rows = pg.query_on(&conn, statement, params).await?;
         let (token, left, holder) = match rows.first() {
             // A first try's or a claim's answer: the token alone.
             Some(row) if row.len() == 1 => (row.get::<_, Option<i64>>(0), None, None),
