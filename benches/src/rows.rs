@@ -180,7 +180,9 @@ pub struct Args {
 impl Default for Args {
     fn default() -> Args {
         Args {
-            rounds: 5,
+            // Enough rounds for a steady median on a busy two-core machine:
+            // at five, one run's ratio moved by a tenth from run to run.
+            rounds: 25,
             ops: 300,
             handoffs: 300,
             waiters: 10_000,
@@ -213,7 +215,7 @@ impl Args {
 fn usage(program: &str) -> String {
     format!(
         "usage: {program} [--rounds N] [--ops N] [--handoffs N] [--waiters N] [--names N]
-  --rounds N    measured rounds, each running both variants (default 5)
+  --rounds N    measured rounds, each running both variants (default 25)
   --ops N       pairs per round of row 1 (default 300; row 2: N/4 per task)
   --handoffs N  handoffs measured in row 3 (default 300)
   --waiters N   waiters of row 4 (default 10000)
