@@ -16,15 +16,43 @@ pub(crate) const Q: char = '"';
 /// The database's clock, in UTC, as a `timestamp` (ShedLock's
 /// `usingDbTime()` convention; `clock_timestamp()`, not the transaction's
 /// start, so that two times of one statement are read when they are
-/// used).
-const NOW: &str = "timezone('utc', clock_timestamp())";
+/// used). UTC by a zero offset (`timezone(interval '0', ..)`): the same
+/// `timestamp` as `timezone('utc', ..)`, whatever the session's time zone,
+/// but by a subtraction, where the zone's name is looked up and the time
+/// converted through the calendar on every call.
+const NOW: &str = "timezone(interval '0', clock_timestamp())";
 
 /// The database's clock when the statement came in, in UTC (one value in
 /// the whole statement, without a CTE): for the first try (`claim`,
 /// `first_try`), which reads the clock once; a statement waiting behind
 /// another's write of the row keeps the earlier time, which only shortens
 /// the lease it writes.
-const FIRST_NOW: &str = "timezone('utc', statement_timestamp())";
+const FIRST_NOW: &str = "timezone(interval '0', statement_timestamp())";
+
+/// A time a statement writes into a row it makes: `utc`, as a `timestamp`
+/// in UTC; `instant`, the same time as a new row's first token reads it
+/// ([`clock_us`]: the `timestamptz` itself where there is one, which
+/// spares a conversion); `from`, what the statement reads it from.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    utc: &'a str,
+    instant: &'a str,
+    from: &'a str,
+}
+
+/// [`FIRST_NOW`]: the clock as the statement came in.
+const FIRST: At<'static> = At {
+    utc: FIRST_NOW,
+    instant: "statement_timestamp()",
+    from: "",
+};
+
+/// The time of the statement's CTE `now` ([`NOW`], read once).
+const CTE_NOW: At<'static> = At {
+    utc: "now.t",
+    instant: "now.t",
+    from: "FROM now",
+};
 
 /// What PostgreSQL adds to a lock table: its announcement channel, its
 /// waiters' table, and the statements that make both.
@@ -299,7 +327,7 @@ fn channel_literal(table: &Table) -> String {
 const FREE: &str = "(l.lock_until <= EXCLUDED.locked_at OR l.locked_by = EXCLUDED.locked_by)";
 
 /// The time `at` in whole µs since 1970 (a new row's first token), read
-/// as a float: `date_part` divides the timestamp's exact µs by 10^6, the
+/// as a float: `date_part` divides the time's exact µs by 10^6, the
 /// product multiplies back, each rounding once, by at most a quarter µs
 /// each while the seconds stay below 2^32 (until 2106), so the cast
 /// rounds to the exact µs. `extract`'s exact numeric costs the server
@@ -318,36 +346,36 @@ const NEXT_FENCE: &str = "GREATEST(l.fence + 1, EXCLUDED.fence)";
 
 /// The head of an upsert of lock row `$1` for `holder` until `$3` from
 /// the time `at` (see [`insert_row`]), up to its `DO UPDATE SET`.
-fn upsert_row(t: &str, holder: &str, at: &str, from: &str) -> String {
+fn upsert_row(t: &str, holder: &str, at: At<'_>) -> String {
     format!(
         "{} ON CONFLICT (name) DO UPDATE SET ",
-        insert_row(t, holder, at, &us("$3"), from)
+        insert_row(t, holder, at, &us("$3"))
     )
 }
 
 /// An insert of lock row `$1` for `holder` until `lease` (an interval)
-/// from the time `at`, with what `from` says (`FROM now` for `now.t`, the
-/// CTE `now`'s time, and a condition; nothing for [`FIRST_NOW`]); a row
-/// made anew starts its tokens from the clock in µs ([`clock_us`]).
-fn insert_row(t: &str, holder: &str, at: &str, lease: &str, from: &str) -> String {
+/// from the time `at`; a row made anew starts its tokens from the clock
+/// in µs ([`clock_us`]).
+fn insert_row(t: &str, holder: &str, at: At<'_>, lease: &str) -> String {
+    let At { utc, instant, from } = at;
     format!(
         "INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
-         SELECT $1, {at} + {lease}, {at}, {holder}, \
+         SELECT $1, {utc} + {lease}, {utc}, {holder}, \
                 {} {from}",
-        clock_us(at)
+        clock_us(instant)
     )
 }
 
-/// Lock row `$1` taken for `holder` until `$3` from `at` (read `from`:
-/// see [`insert_row`]): made, or taken over when [`FREE`], its end then
+/// Lock row `$1` taken for `holder` until `$3` from `at` (see
+/// [`insert_row`]): made, or taken over when [`FREE`], its end then
 /// set to `until`; its token raised ([`NEXT_FENCE`]). Answers the token
 /// when taken.
-fn take_row(t: &str, holder: &str, at: &str, from: &str, until: &str) -> String {
+fn take_row(t: &str, holder: &str, at: At<'_>, until: &str) -> String {
     format!(
         "{}lock_until = {until}, locked_at = EXCLUDED.locked_at, \
            locked_by = EXCLUDED.locked_by, fence = {NEXT_FENCE} \
          WHERE {FREE} RETURNING fence",
-        upsert_row(t, holder, at, from)
+        upsert_row(t, holder, at)
     )
 }
 
@@ -364,7 +392,7 @@ fn take_or_mark_row(t: &str) -> String {
         "{}{}, {}, {}, fence = CASE WHEN {FREE} THEN {NEXT_FENCE} ELSE l.fence + 1 END \
          WHERE {FREE} OR l.locked_by <> '{READERS}' \
          RETURNING fence, locked_by = $2 AS mine",
-        upsert_row(t, "$2", "now.t", "FROM now"),
+        upsert_row(t, "$2", CTE_NOW),
         taken("lock_until"),
         taken("locked_at"),
         taken("locked_by"),
@@ -406,10 +434,10 @@ impl Statements {
             take_or_mark_row(&t)
         );
         // The clock read once, as the statement came in (see FIRST_NOW).
-        let first_try = take_row(&t, "$2", FIRST_NOW, "", "EXCLUDED.lock_until");
+        let first_try = take_row(&t, "$2", FIRST, "EXCLUDED.lock_until");
         let claim = format!(
             "{} ON CONFLICT (name) DO NOTHING RETURNING fence",
-            insert_row(&t, "$2", FIRST_NOW, &interval_literal(lease), "")
+            insert_row(&t, "$2", FIRST, &interval_literal(lease))
         );
         let renew = format!(
             "UPDATE {t} AS l SET lock_until = {NOW} + {} \
@@ -552,17 +580,16 @@ impl Line {
                 us("$3")
             )
         };
-        let take_turn = turn(
-            "$4",
-            take_row(&t, "$2", "now.t", "FROM now", "EXCLUDED.lock_until"),
-        );
+        let take_turn = turn("$4", take_row(&t, "$2", CTE_NOW, "EXCLUDED.lock_until"));
         let join = turn(
             "$2",
             take_row(
                 &t,
                 &format!("'{READERS}'"),
-                "now.t",
-                &format!("FROM now WHERE EXISTS (SELECT 1 FROM {q} WHERE seq = $2)"),
+                At {
+                    from: &format!("FROM now WHERE EXISTS (SELECT 1 FROM {q} WHERE seq = $2)"),
+                    ..CTE_NOW
+                },
                 "GREATEST(l.lock_until, EXCLUDED.lock_until)",
             ),
         );
