@@ -408,13 +408,15 @@ const FREE_FOR: Duration = Duration::from_secs(60);
 
 impl<S: Rows> Keeper<S> {
     /// Starts the rounds on the client's runtime, for as long as the
-    /// client lives.
+    /// client lives: the first a third of the lease after the start (no
+    /// hold is older), the table's first sweep with it.
     pub(crate) fn start(store: &Arc<S>) {
         let weak = Arc::downgrade(store);
         let common = store.common();
         let every = common.config.watchdog_timeout / 3;
         common.runtime.spawn(async move {
-            let mut ticks = tokio::time::interval(every);
+            let first = tokio::time::Instant::now() + every;
+            let mut ticks = tokio::time::interval_at(first, every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
