@@ -3,7 +3,7 @@
 //! the Redis rows (rows 7-10).
 //!
 //! - **floor**: on one `etcd-client` connection with one lease granted up
-//!   front, a txn "put the key with the lease if it does not exist" plus a
+//!   front (kept alive), a txn "put the key with the lease if it does not exist" plus a
 //!   delete (2 round trips, 2 writes). The least an etcd lock can do.
 //! - row 3's round trip: a plain put;
 //! - row 4 also counts the watch streams the waiting client opened (etcd's
@@ -15,6 +15,9 @@ use etcd_client::{Compare, CompareOp, GetOptions, KvClient, PutOptions, Txn, Txn
 
 use crate::rows::{BenchError, DRAIN, Floor, Streams};
 use examples::Etcd;
+
+/// The floor's lease's time to live, in seconds (kept alive).
+const LEASE_TTL: i64 = 30;
 
 /// The etcd floor: a raw client of the same etcd, and its lease.
 pub struct EtcdFloor {
@@ -55,7 +58,19 @@ impl Floor for EtcdFloor {
     async fn connect(etcd: &Etcd) -> Result<EtcdFloor, BenchError> {
         let endpoint = etcd.endpoint();
         let client = etcd_client::Client::connect([endpoint.as_str()], None).await?;
-        let lease = client.lease_client().grant(30, None).await?.id();
+        let mut leases = client.lease_client();
+        let lease = leases.grant(LEASE_TTL, None).await?.id();
+        // Kept alive as a lock's lease is, for runs longer than its TTL.
+        let (mut keeper, mut answers) = leases.keep_alive(lease).await?;
+        tokio::spawn(async move {
+            let every = Duration::from_secs(LEASE_TTL.unsigned_abs() / 3);
+            loop {
+                tokio::time::sleep(every).await;
+                if keeper.keep_alive().await.is_err() || answers.message().await.is_err() {
+                    return;
+                }
+            }
+        });
         Ok(EtcdFloor {
             kv: client.kv_client(),
             lease,
