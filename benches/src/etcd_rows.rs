@@ -3,8 +3,8 @@
 //! the Redis rows (rows 7-10).
 //!
 //! - **floor**: on one `etcd-client` connection with one lease granted up
-//!   front (kept alive), a txn "put the key with the lease if it does not exist" plus a
-//!   delete (2 round trips, 2 writes). The least an etcd lock can do.
+//!   front (kept alive), a txn "put the key with the lease if it does not
+//!   exist" plus a delete (2 round trips, 2 writes). The least an etcd lock can do.
 //! - row 3's round trip: a plain put;
 //! - row 4 also counts the watch streams the waiting client opened (etcd's
 //!   own `etcd_debugging_mvcc_watch_stream_total`).

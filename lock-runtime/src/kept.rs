@@ -1,13 +1,14 @@
 //! A hold on an engine whose store keeps one record per client and name
-//! (etcd, ZooKeeper): what does not depend on the store, written once
-//! below the engines. A client's [`Record`] of its hold is shared by the
+//! (etcd, ZooKeeper, the SQL engines): what does not depend on the
+//! store, written once below the engines. A client's [`Record`] of its hold is shared by the
 //! hold and its re-entries; a [`Hold`] is one guard's share of it (its
 //! token, its entry in the client's list of holds, its chain's
 //! `hold_at_least` minimum). Re-entries are counted on the record
 //! ([`Counted`]); only the chain's last release gives the record back,
 //! finished on the client's runtime when its caller leaves, and retried
-//! on faults ([`give_back_retried`]). What the store does is the engine's
-//! side of [`Record`].
+//! on faults ([`give_back_retried`]); a record learns that the store lost
+//! it through [`Deleted`]. What the store does is the engine's side of
+//! [`Record`].
 //!
 //! An acquisition's side of the same engines is here too: how a caller in
 //! the scope of its own hold goes on ([`in_scope`]), when a failed try is

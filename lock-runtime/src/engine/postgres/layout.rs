@@ -179,10 +179,10 @@ pub(crate) struct Statements {
     /// `$1` name, `$2` holder id, `$3` lease (an interval): the lock taken as by
     /// `acquire`, with its token; no row when it is not. For an
     /// acquisition's first try with `keep_rows` or a fixed lease (else
-    /// after a `claim` that found a row, in a one-attempt call), which has no registration to
-    /// drop and, when the lock is free, no holder to read: `acquire`'s one
-    /// write without its two looks, the clock read as the statement came
-    /// in.
+    /// after a `claim` that found a row, in a one-attempt call), which has
+    /// no registration to drop and, when the lock is free, no holder to
+    /// read: `acquire`'s one write without its two looks, the clock read as
+    /// the statement came in.
     pub(crate) first_try: String,
     /// `$1` name, `$2` holder id: the lock taken for the client's
     /// watchdog lease (written in: see [`interval_literal`]) when no row of

@@ -38,13 +38,13 @@
 //!   process (FIFO); the head first tries to take the row with a
 //!   statement that only takes (all an uncontended acquisition sends):
 //!   without `keep_rows` or a fixed `lease`, an insert of the row where
-//!   none is (`ON CONFLICT DO NOTHING`), and where one is, the row-taking upsert (a
-//!   row free by its lease, or the holder's own from a try whose answer
-//!   was lost, is taken over); these two read the database's clock once,
-//!   as the statement came in (`statement_timestamp()`). Then, if it waits,
-//!   it looks at the row and, while it is held,
-//!   registers as a waiter in the table beside the lock table
-//!   (`<table>_waiting`: name, waiter, `wait_until`), looks again, and
+//!   none is (`ON CONFLICT DO NOTHING`), and where one is, the row-taking
+//!   upsert (a row free by its lease, or the holder's own from a try whose
+//!   answer was lost, is taken over); these two read the database's clock
+//!   once, as the statement came in (`statement_timestamp()`). Then, if it
+//!   waits, it looks at the row and, while it is held, registers as a
+//!   waiter in the table beside the lock table (`<table>_waiting`: name,
+//!   waiter, `wait_until`), looks again, and
 //!   sleeps until the table's channel announces the name, until the
 //!   holder's `lock_until` (a crashed holder announces nothing; a holder
 //!   that is not ours, ShedLock's, is looked at again every 500 ms), or

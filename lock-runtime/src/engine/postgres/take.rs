@@ -410,11 +410,11 @@ async fn take(
     // statement that only takes: `claim` (a row made where none is, for
     // the watchdog's lease, written into it) when releases delete rows and
     // the watchdog renews the hold, else `first_try` (a free row also
-    // taken over; for any lease). Uncontended, that is all it needs. Busy, a waiting one looks
-    // again with `acquire`, which also takes a row that is free (or its
-    // own) and reads the holder's lease to sleep on; a one-attempt call
-    // after a `claim` that found a row tries `first_try` once (the row may
-    // be free by its lease, or its own), then is done.
+    // taken over; for any lease). Uncontended, that is all it needs. Busy,
+    // a waiting one looks again with `acquire`, which also takes a row that
+    // is free (or its own) and reads the holder's lease to sleep on; a
+    // one-attempt call after a `claim` that found a row tries `first_try`
+    // once (the row may be free by its lease, or its own), then is done.
     let mut step = match made.registered {
         Some(_) => Step::Look,
         None if pg.target.keep_rows || options.lease.is_some() => Step::First,
