@@ -615,3 +615,13 @@ async fn tables_and_databases_of_mysqls_longest_names_are_tables() {
         assert_eq!(made[1], table);
     }
 }
+
+/// Tokens rise from holder to holder under contention, rows deleted on
+/// release: a statement that read the clock and was then overtaken by
+/// another holder's whole hold must not make the row anew with that older
+/// time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_rise_from_holder_to_holder_under_contention() {
+    let db = MariaDb::start();
+    tests::sql_server::tokens_rise_under_contention(&db.url(), 200_000).await;
+}

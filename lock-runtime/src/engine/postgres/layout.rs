@@ -22,13 +22,6 @@ pub(crate) const Q: char = '"';
 /// converted through the calendar on every call.
 const NOW: &str = "timezone(interval '0', clock_timestamp())";
 
-/// The database's clock when the statement came in, in UTC (one value in
-/// the whole statement, without a CTE): for the first try (`claim`,
-/// `first_try`), which reads the clock once; a statement waiting behind
-/// another's write of the row keeps the earlier time, which only shortens
-/// the lease it writes.
-const FIRST_NOW: &str = "timezone(interval '0', statement_timestamp())";
-
 /// A time a statement writes into a row it makes: `utc`, as a `timestamp`
 /// in UTC; `instant`, the same time as a new row's first token reads it
 /// ([`clock_us`]: the `timestamptz` itself where there is one, which
@@ -40,14 +33,49 @@ struct At<'a> {
     from: &'a str,
 }
 
-/// [`FIRST_NOW`]: the clock as the statement came in.
+/// The name `$1`'s lock on `table` for the statement's transaction
+/// (`pg_advisory_xact_lock`, its two-`int4` key: the table's hash and the
+/// name's), taken by every statement that may make the name's row before
+/// it reads the clock. A row made anew takes its first token from that
+/// clock ([`clock_us`]); with the lock, no other acquisition of the name
+/// can take it and give it back between the clock's read and the row's
+/// write, so the time is later than every earlier holder's token was
+/// fixed (DECISIONS, "A new row's token"). Releases take no such lock: a
+/// row's delete only ever lets a later statement in.
+fn name_lock(table: &Table) -> String {
+    // The low 32 bits of the hash, as the signed key the server takes.
+    let key = fnv(&table.qualified()) as u32 as i32;
+    format!("pg_advisory_xact_lock({key}, hashtext($1))")
+}
+
+/// The statement's time, read once, after [`name_lock`]: a sub-select
+/// `now` with the time in UTC (`t`) and as the clock gave it (`i`). Each
+/// level is kept from being merged into the one above (`OFFSET 0`), so
+/// the lock is taken before the clock is read, and the clock is read once.
+fn first_from(table: &Table) -> String {
+    format!(
+        "FROM (SELECT timezone(interval '0', c.i) AS t, c.i FROM \
+           (SELECT clock_timestamp() AS i FROM (SELECT {} OFFSET 0) g OFFSET 0) c) now",
+        name_lock(table)
+    )
+}
+
+/// The statement's time in [`first_from`]'s sub-select `now`.
 const FIRST: At<'static> = At {
-    utc: FIRST_NOW,
-    instant: "statement_timestamp()",
+    utc: "now.t",
+    instant: "now.i",
     from: "",
 };
 
-/// The time of the statement's CTE `now` ([`NOW`], read once).
+/// The CTE `now` of a statement: [`NOW`] read once, after [`name_lock`].
+fn cte_now(table: &Table) -> String {
+    format!(
+        "now AS (SELECT {NOW} AS t FROM (SELECT {} OFFSET 0) g)",
+        name_lock(table)
+    )
+}
+
+/// The time of the statement's CTE `now` ([`cte_now`]).
 const CTE_NOW: At<'static> = At {
     utc: "now.t",
     instant: "now.t",
@@ -423,7 +451,7 @@ impl Statements {
         let left =
             |until: &str| format!("(extract(epoch from ({until} - {NOW})) * 1000000)::bigint");
         let acquire = format!(
-            "WITH now AS (SELECT {NOW} AS t), taken AS ({}), \
+            "WITH {}, taken AS ({}), \
              unwait AS (DELETE FROM {w} v USING taken \
                WHERE taken.mine AND v.name = $1 AND v.waiter = $2) \
              SELECT (SELECT fence FROM taken WHERE mine), h.left, h.locked_by \
@@ -431,13 +459,19 @@ impl Statements {
                SELECT (extract(epoch from (h.lock_until - now.t)) * 1000000)::bigint AS left, \
                       h.locked_by::text AS locked_by \
                FROM {t} h, now WHERE h.name = $1) h ON true",
+            cte_now(table),
             take_or_mark_row(&t)
         );
-        // The clock read once, as the statement came in (see FIRST_NOW).
-        let first_try = take_row(&t, "$2", FIRST, "EXCLUDED.lock_until");
+        // The clock read once, after the name's lock (see `first_from`).
+        let first = first_from(table);
+        let first = At {
+            from: &first,
+            ..FIRST
+        };
+        let first_try = take_row(&t, "$2", first, "EXCLUDED.lock_until");
         let claim = format!(
             "{} ON CONFLICT (name) DO NOTHING RETURNING fence",
-            insert_row(&t, "$2", FIRST, &interval_literal(lease))
+            insert_row(&t, "$2", first, &interval_literal(lease))
         );
         let renew = format!(
             "UPDATE {t} AS l SET lock_until = {NOW} + {} \
@@ -571,9 +605,10 @@ impl Line {
         // The row taken as the plain acquisition takes it, for a fair
         // lock's or writer's holder or for the readers (their end the latest
         // of theirs), and ticket `seq` marked held in the same statement.
+        let now = cte_now(table);
         let turn = |seq: &str, taken: String| {
             format!(
-                "WITH now AS (SELECT {NOW} AS t), taken AS ({taken}), \
+                "WITH {now}, taken AS ({taken}), \
                  mine AS (UPDATE {q} SET held = true, ticket_until = {NOW} + {} \
                    WHERE seq = {seq} AND EXISTS (SELECT 1 FROM taken)) \
                  SELECT fence FROM taken",
