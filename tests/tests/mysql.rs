@@ -43,6 +43,16 @@ const QUEUE_DDL: &str = "CREATE TABLE IF NOT EXISTS `distributed_locks_queue` (
     KEY by_name (name, seq)
 ) ENGINE=InnoDB;";
 
+/// The slots beside it, one row per slot (the engine's documented DDL):
+/// an acquisition locks its name's slot before it reads the clock for a
+/// new row's token.
+const SLOTS_DDL: &str = "CREATE TABLE IF NOT EXISTS `distributed_locks_slots` (
+    slot SMALLINT NOT NULL PRIMARY KEY
+) ENGINE=InnoDB;
+INSERT IGNORE INTO `distributed_locks_slots` (slot)
+WITH RECURSIVE n (i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 31)
+SELECT a.i * 32 + b.i FROM n a, n b;";
+
 async fn client(url: &str) -> LockClient {
     LockClient::connect(Config::new(url))
         .await
@@ -53,6 +63,14 @@ async fn client(url: &str) -> LockClient {
 /// whatever its layout.
 fn squeezed(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The message of a configuration error.
+fn message_of(connected: Result<LockClient, LockError>) -> String {
+    match connected {
+        Err(LockError::Config(message)) => message,
+        other => panic!("{other:?}"),
+    }
 }
 
 /// The tables of database `schema`, by name.
@@ -77,7 +95,7 @@ async fn the_table_is_made_with_shedlocks_columns_and_rows_are_utc_by_the_databa
     // lock's waiters poll, they register nowhere.
     assert_eq!(
         tables(&my, "locks"),
-        "distributed_locks\ndistributed_locks_queue"
+        "distributed_locks\ndistributed_locks_queue\ndistributed_locks_slots"
     );
     let columns = my.sql(
         "SELECT column_name, data_type, IFNULL(character_maximum_length, '-'), \
@@ -376,8 +394,14 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         other => panic!("{other:?}"),
     }
     assert_eq!(tables(&my, "locks"), "", "nothing was made");
+    assert!(
+        squeezed(&message_of(LockClient::connect(Config::new(&reader)).await))
+            .contains(&squeezed(SLOTS_DDL)),
+        "and its slots'"
+    );
     // Once made, it may use it.
-    my.sql_as("app", "secret", DDL).expect("app runs the DDL");
+    my.sql_as("app", "secret", &format!("{DDL}\n{SLOTS_DDL}"))
+        .expect("app runs the DDL");
     let r = client(&reader).await;
     tests::take_and_release(r.lock("x")).await;
     // Plain locks need no line; fair and read-write locks say how to make
@@ -389,7 +413,10 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
         ),
         other => panic!("{other:?}"),
     }
-    assert_eq!(tables(&my, "locks"), "distributed_locks");
+    assert_eq!(
+        tables(&my, "locks"),
+        "distributed_locks\ndistributed_locks_slots"
+    );
     my.sql_as("app", "secret", QUEUE_DDL)
         .expect("app runs the DDL");
     let r = client(&reader).await;
@@ -507,7 +534,9 @@ async fn lockctl_schema_prints_the_table_a_role_without_create_then_uses() {
     );
     assert_eq!(
         squeezed(&ddl),
-        squeezed(&format!("{DDL}\n{QUEUE_DDL}").replace("`distributed_locks", "`job_locks")),
+        squeezed(
+            &format!("{DDL}\n{SLOTS_DDL}\n{QUEUE_DDL}").replace("`distributed_locks", "`job_locks")
+        ),
     );
     assert!(!ddl.contains("secret"), "{ddl}");
     assert_eq!(tables(&my, "locks"), "", "schema makes nothing");
@@ -575,7 +604,10 @@ async fn a_schema_qualified_table_is_made_there_and_clients_may_make_it_at_once(
     for c in connects {
         clients.push(c.await.unwrap().expect("every client connects"));
     }
-    assert_eq!(tables(&my, schema), format!("{table}\n{table}_queue"));
+    assert_eq!(
+        tables(&my, schema),
+        format!("{table}\n{table}_queue\n{table}_slots")
+    );
     assert_eq!(tables(&my, "locks"), "");
     let (a, b) = (clients[0].clone(), clients[1].clone());
     let held = a.lock("long").acquire().await.unwrap();
@@ -606,13 +638,15 @@ async fn tables_and_databases_of_mysqls_longest_names_are_tables() {
         let c = client(&format!("{}?table={table}", my.url())).await;
         tests::take_and_release(c.lock("long")).await;
     }
-    // Its line's name would be longer than 64: a hash of the table's.
+    // Its line's and its slots' names would be longer than 64: a hash of
+    // the table's.
     for schema in [schema.as_str(), "locks"] {
         let made = tables(&my, schema);
         let made: Vec<&str> = made.lines().collect();
-        assert_eq!(made.len(), 2, "{made:?}");
+        assert_eq!(made.len(), 3, "{made:?}");
         assert!(made[0].starts_with("locks_queue_"), "{made:?}");
-        assert_eq!(made[1], table);
+        assert!(made[1].starts_with("locks_slots_"), "{made:?}");
+        assert_eq!(made[2], table);
     }
 }
 

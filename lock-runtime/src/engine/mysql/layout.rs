@@ -31,10 +31,53 @@ pub(crate) fn ddl(table: &Table) -> String {
     )
 }
 
-/// The statements that make the lock table and its line (`lockctl
-/// schema`).
+/// The statements that make the lock table, its slots and its line
+/// (`lockctl schema`).
 pub(crate) fn all_ddl(table: &Table) -> String {
-    format!("{}\n{}", ddl(table), queue_ddl(table))
+    format!(
+        "{}\n{}\n{}\n{}",
+        ddl(table),
+        slots_ddl(table),
+        slots_rows(table),
+        queue_ddl(table)
+    )
+}
+
+/// How many slots a lock table has: the names of the table are spread
+/// over them by `CRC32(name) % SLOTS`.
+pub(crate) const SLOTS: u32 = 32 * 32;
+
+/// The slots beside the lock table: `<name>_slots` (a hash of the name when
+/// that is longer than an identifier), one row per slot, never written
+/// after they are made. Every statement that may make a name's row first
+/// locks the name's slot (`FOR UPDATE`, until its end) and only then reads
+/// the clock for a new row's token: no other acquisition of the name can
+/// take the row and give it back in between, so the time is later than
+/// every earlier holder's token was fixed (DECISIONS, "A new row's
+/// token"). Two names of one slot take their rows one after the other.
+pub(crate) fn slots(table: &Table) -> Table {
+    table.beside("slots", 64)
+}
+
+/// The statement that makes the slots' table.
+pub(crate) fn slots_ddl(table: &Table) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\n    \
+         slot SMALLINT NOT NULL PRIMARY KEY\n) ENGINE=InnoDB;",
+        slots(table).quoted(Q)
+    )
+}
+
+/// The statement that makes the slots' rows that are missing: the pairs
+/// of 0 to 31 (a recursion 32 deep, far within the servers' limit on
+/// one, 1,000 by default).
+pub(crate) fn slots_rows(table: &Table) -> String {
+    format!(
+        "INSERT IGNORE INTO {} (slot) \
+         WITH RECURSIVE n (i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 31) \
+         SELECT a.i * 32 + b.i FROM n a, n b;",
+        slots(table).quoted(Q),
+    )
 }
 
 /// The line of fair and read-write locks beside the lock table:
@@ -73,13 +116,13 @@ pub(crate) const COLUMNS: [(&str, &[&str]); 5] = [
 /// in the order each one's doc gives.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
-    /// Name, lease in µs, holder id: the row made where none is (its token
+    /// Name, lease in µs, holder id, name: the row made where none is (its token
     /// as the last insert id, affected rows 1), else nothing (0). `None`
     /// with `keep_rows`, where rows stay: [`acquire`](Self::acquire) is
     /// the first try there.
     pub(crate) claim: Option<Sql>,
-    /// Name, lease in µs, holder id: the row made, or taken over when free
-    /// (or already the holder's), its token raised; affected rows 1 or 2
+    /// Name, lease in µs, holder id, name: the row made, or taken over when
+    /// free (or already the holder's), its token raised; affected rows 1 or 2
     /// and the token as the last insert id when taken, 0 when held.
     pub(crate) acquire: Sql,
     /// Name: a row's time left in µs and holder.
@@ -135,7 +178,7 @@ pub(crate) struct Line {
     pub(crate) mark: Sql,
     /// Seq: the ticket's mark taken back.
     pub(crate) unmark: Sql,
-    /// Name, lease in µs: the readers' row joined (made, taken over when
+    /// Name, lease in µs, name: the readers' row joined (made, taken over when
     /// free, or shared), its token raised (the last insert id).
     pub(crate) join: Sql,
     /// Name, holder id: its ticket dropped.
@@ -171,13 +214,14 @@ impl Statements {
     /// inserted once).
     pub(crate) fn new(table: &Table, keep_rows: bool) -> Statements {
         let t = table.quoted(Q);
+        let slots = slots(table).quoted(Q);
         let left = |until: &str| format!("TIMESTAMPDIFF(MICROSECOND, {NOW}, {until})");
-        let acquire = take_row(&t, "?", "VALUES(lock_until)");
+        let acquire = take_row(&t, &slots, "?", "VALUES(lock_until)");
         // IGNORE turns a value MySQL would refuse into a warning: the
         // engine reads a claim that made its row with warnings as not
         // taken (see `engine::mysql::take`), and tries the upsert, which
         // refuses the value.
-        let claim = insert_row("INSERT IGNORE", &t, "?");
+        let claim = insert_row("INSERT IGNORE", &t, &slots, "?");
         let look = format!(
             "SELECT {}, locked_by FROM {t} WHERE name = ?",
             left("lock_until")
@@ -270,6 +314,7 @@ impl Line {
     fn new(table: &Table, keep_rows: bool, n: &mut Numbering) -> Line {
         let t = table.quoted(Q);
         let q = queue(table).quoted(Q);
+        let slots = slots(table).quoted(Q);
         let held_reader = format!(
             "EXISTS (SELECT 1 FROM {q} r WHERE r.name = ? AND r.side = 'r' AND r.held = 1 \
              AND r.ticket_until > {NOW})"
@@ -294,6 +339,7 @@ impl Line {
         // For the readers: their end the latest of theirs.
         let join = take_row(
             &t,
+            &slots,
             &format!("'{READERS}'"),
             "GREATEST(lock_until, VALUES(lock_until))",
         );
@@ -379,16 +425,17 @@ impl Line {
     }
 }
 
-/// Name, lease in µs (then holder id, when `holder` is `?`): lock row
-/// `name` taken for `holder`, made or taken over when free (or already
-/// `holder`'s), its end then set to `until`, its token raised and sent back
-/// as the last insert id; affected rows 1 or 2 when taken, 0 when held.
+/// Name, lease in µs (then holder id, when `holder` is `?`), name again:
+/// lock row `name` taken for `holder`, made or taken over when free (or
+/// already `holder`'s), its end then set to `until`, its token raised and
+/// sent back as the last insert id; affected rows 1 or 2 when taken, 0
+/// when held.
 ///
 /// Assignments of ON DUPLICATE KEY UPDATE run left to right, each seeing
 /// the ones before: `fence` and `locked_at` first (the row as it was), then
 /// `locked_by` (after which the condition holds exactly when it held
 /// before), then `lock_until`. A row made anew is [`insert_row`]'s.
-fn take_row(t: &str, holder: &str, until: &str) -> String {
+fn take_row(t: &str, slots: &str, holder: &str, until: &str) -> String {
     let free = "(lock_until <= VALUES(locked_at) OR locked_by = VALUES(locked_by))";
     format!(
         "{} ON DUPLICATE KEY UPDATE \
@@ -396,20 +443,32 @@ fn take_row(t: &str, holder: &str, until: &str) -> String {
            locked_at = IF({free}, VALUES(locked_at), locked_at), \
            locked_by = IF({free}, VALUES(locked_by), locked_by), \
            lock_until = IF({free}, {until}, lock_until)",
-        insert_row("INSERT", t, holder)
+        insert_row("INSERT", t, slots, holder)
     )
 }
 
-/// Name, lease in µs (then holder id, when `holder` is `?`): lock row
-/// `name` made for `holder` by `insert` (`INSERT`, or `INSERT IGNORE`),
-/// its token the clock in µs (sent back as the last insert id), so that a
-/// name's tokens keep rising across deletes (and past a ShedLock holder,
-/// which writes none).
-fn insert_row(insert: &str, t: &str, holder: &str) -> String {
+/// The database's clock in µs since 1970, UTC, read when the expression is
+/// evaluated (`SYSDATE(6)`), not as the statement came in: the
+/// statement's start in UTC, plus the time since by the session's clock
+/// (never less than the start, should the session's zone step back
+/// meanwhile). `SYSDATE` is unsafe for statement-based replication
+/// (`binlog_format=STATEMENT`): a replica would write another token.
+const LATE_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) \
+     + GREATEST(0, TIMESTAMPDIFF(MICROSECOND, NOW(6), SYSDATE(6)))";
+
+/// Name, lease in µs (then holder id, when `holder` is `?`), name again:
+/// lock row `name` made for `holder` by `insert` (`INSERT`, or `INSERT
+/// IGNORE`) once the name's slot is locked (see [`slots`]), its token the
+/// clock in µs read after that ([`LATE_US`], sent back as the last insert
+/// id), so that a name's tokens keep rising across deletes (and past a
+/// ShedLock holder, which writes none). Without its slot's row, nothing
+/// is made: the client checks the slots when it connects.
+fn insert_row(insert: &str, t: &str, slots: &str, holder: &str) -> String {
     format!(
         "{insert} INTO {t} (name, lock_until, locked_at, locked_by, fence) \
-         VALUES (?, TIMESTAMPADD(MICROSECOND, ?, {NOW}), {NOW}, {holder}, \
-                 LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {NOW})))"
+         SELECT ?, TIMESTAMPADD(MICROSECOND, ?, {NOW}), {NOW}, {holder}, \
+                LAST_INSERT_ID({LATE_US}) \
+         FROM {slots} WHERE slot = CRC32(?) % {SLOTS} FOR UPDATE"
     )
 }
 

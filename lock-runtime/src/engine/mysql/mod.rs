@@ -613,6 +613,7 @@ async fn prepare_table(
     let quoted = table.quoted(Q);
     let schema = table.schema.clone();
     make(conn, table, table, &layout::ddl(table)).await?;
+    prepare_slots(conn, table).await?;
     // Plain locks need no line: a role that may not make it still locks.
     let queue = layout::queue(table);
     let lined = match make(conn, table, &queue, &layout::queue_ddl(table)).await {
@@ -679,7 +680,48 @@ async fn prepare_table(
     Ok((longest, charset, lined))
 }
 
-/// Makes `which` (the lock table `table` or its line) with `ddl` when it
+/// Makes the slots beside lock table `table` (see [`layout::slots`]) when
+/// they are missing, and their rows: an acquisition whose name's slot has
+/// no row could never take it.
+async fn prepare_slots(
+    conn: &mut Conn,
+    table: &crate::engine::sql::Table,
+) -> Result<(), LockError> {
+    let slots = layout::slots(table);
+    make(conn, table, &slots, &layout::slots_ddl(table)).await?;
+    let count = format!("SELECT COUNT(*) FROM {}", slots.quoted(Q));
+    let counted = conn.query_first::<u64, _>(&count).await;
+    if counted.map_err(|e| store_error(&e))? == Some(u64::from(layout::SLOTS)) {
+        return Ok(());
+    }
+    if let Err(e) = conn.query_drop(layout::slots_rows(table)).await {
+        return Err(match server_code(&e) {
+            // Denied: INSERT (1142).
+            Some(1142) => LockError::Config(format!(
+                "the table {} lacks rows and this role may not insert them; run:\n{}",
+                slots.quoted(Q),
+                layout::slots_rows(table)
+            )),
+            _ => store_error(&e),
+        });
+    }
+    match conn
+        .query_first::<u64, _>(&count)
+        .await
+        .map_err(|e| store_error(&e))?
+    {
+        Some(n) if n == u64::from(layout::SLOTS) => Ok(()),
+        n => Err(LockError::Config(format!(
+            "the table {} is not a slots table: it has {} rows, not the {} slots 0 to {}",
+            slots.quoted(Q),
+            n.unwrap_or(0),
+            layout::SLOTS,
+            layout::SLOTS - 1
+        ))),
+    }
+}
+
+/// Makes `which` (the lock table `table`, its slots or its line) with `ddl` when it
 /// is missing. A role that may not gets [`LockError::Config`] with the
 /// statements to run.
 async fn make(

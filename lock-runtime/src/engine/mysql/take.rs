@@ -126,7 +126,7 @@ impl SqlTaking for My {
     ) -> Result<Option<u64>, LockError> {
         let lease_us = micros(lease);
         let taken = made
-            .on(&self.st.acquire, (name, lease_us, holder).into())
+            .on(&self.st.acquire, (name, lease_us, holder, name).into())
             .await?;
         if taken.affected == 0 {
             return Ok(None);
@@ -150,7 +150,7 @@ impl SqlTaking for My {
         if marked.affected == 0 {
             return Ok(None);
         }
-        let joined = made.on(&line.join, (name, lease_us).into()).await?;
+        let joined = made.on(&line.join, (name, lease_us, name).into()).await?;
         if joined.affected > 0 {
             return Ok(Some(joined.last_id.unwrap_or(0)));
         }
@@ -382,7 +382,7 @@ async fn take(
             .on::<Row>(
                 &mut conn,
                 claimed.unwrap_or(&my.st.acquire),
-                (name, lease_us, how.holder).into(),
+                (name, lease_us, how.holder, name).into(),
             )
             .await?;
         // A claim that made its row with warnings made it with a value
