@@ -659,3 +659,23 @@ async fn tokens_rise_from_holder_to_holder_under_contention() {
     let db = MariaDb::start();
     tests::sql_server::tokens_rise_under_contention(&db.url(), 200_000).await;
 }
+
+/// Issue 49: `client_found_rows=true` in the URL (which the driver takes)
+/// would count a held row's untouched upsert as a change; the engine's
+/// connections keep it off, so a second client still finds the name
+/// held.
+#[tokio::test]
+async fn client_found_rows_in_the_url_lets_no_second_holder_in() {
+    let my = MariaDb::start();
+    let url = format!("{}?client_found_rows=true", my.url());
+    let (a, b) = (client(&url).await, client(&url).await);
+    let held = a.lock("job").acquire().await.unwrap();
+    for _ in 0..3 {
+        let tried = b.lock("job").try_acquire().await.unwrap();
+        assert!(tried.is_none(), "a second holder got in");
+    }
+    let fair = b.fair_lock("job").try_acquire().await.unwrap();
+    assert!(fair.is_none(), "a second holder got in by the line");
+    held.release().await.unwrap();
+    tests::take_and_release(b.lock("job")).await;
+}

@@ -479,3 +479,40 @@ async fn tokens_rise_from_holder_to_holder_under_contention() {
     let pg = Postgres::start();
     tests::sql_server::tokens_rise_under_contention(&pg.url(), 200_000).await;
 }
+
+/// Issue 49: the URL's `options=` are kept (the engine adds its own after
+/// them): with `search_path=ops`, the unqualified `table=shedlock` is
+/// `ops.shedlock`, the table a ShedLock job holds `job` in, so the two
+/// exclude each other.
+#[tokio::test]
+async fn the_urls_options_are_kept_and_name_the_table_shedlock_uses() {
+    let pg = Postgres::start();
+    pg.sql(
+        "CREATE SCHEMA ops AUTHORIZATION app; \
+         CREATE TABLE ops.shedlock (name VARCHAR(64) NOT NULL PRIMARY KEY, \
+           lock_until TIMESTAMP NOT NULL, locked_at TIMESTAMP NOT NULL, \
+           locked_by VARCHAR(255) NOT NULL, fence BIGINT NOT NULL DEFAULT 0); \
+         ALTER TABLE ops.shedlock OWNER TO app; \
+         INSERT INTO ops.shedlock (name, lock_until, locked_at, locked_by) \
+           VALUES ('job', timezone('utc', now()) + interval '1 hour', \
+                   timezone('utc', now()), 'batch-host-7')",
+    );
+    let url = format!(
+        "{}?options=-c%20search_path%3Dops&table=shedlock&keep_rows=true",
+        pg.url()
+    );
+    let c = client(&url).await;
+    let tried = c.lock("job").try_acquire().await.unwrap();
+    assert!(tried.is_none(), "ShedLock's job holds `job` in ops.shedlock");
+    let other = c.lock("other").acquire().await.unwrap();
+    assert_eq!(
+        pg.sql("SELECT locked_by FROM ops.shedlock WHERE name = 'other'"),
+        other.holder_id()
+    );
+    other.release().await.unwrap();
+    assert_eq!(
+        pg.sql("SELECT count(*) FROM pg_tables WHERE tablename = 'shedlock'"),
+        "1",
+        "no other shedlock table was made"
+    );
+}

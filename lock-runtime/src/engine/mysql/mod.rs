@@ -274,6 +274,11 @@ impl Target {
             .prefer_socket(false)
             .tcp_keepalive(Some(std::time::Duration::from_secs(15)))
             .stmt_cache_size(prepared)
+            // The engine reads a held row's untouched upsert by its
+            // affected rows, 0: never the rows found (a URL's
+            // `client_found_rows=true` would count it 1, and let a second
+            // holder in).
+            .client_found_rows(false)
             // Run in reverse order. Each statement on its own, a lost race
             // a deadlock retried as busy, never a silently mangled value.
             .init(vec![

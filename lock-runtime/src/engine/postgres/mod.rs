@@ -132,6 +132,11 @@ pub(crate) struct Target {
     pub(crate) keep_rows: bool,
 }
 
+/// The session setting every connection of the engine has: each statement
+/// is its own transaction, read committed (an `options` value: `-c`, and
+/// the space escaped).
+const ISOLATION: &str = "-c default_transaction_isolation=read\\ committed";
+
 impl Target {
     /// Reads `config`'s URL: `postgres://` or `postgresql://`, a database,
     /// and the query parameters `table=` and `keep_rows=` of ours (the
@@ -179,9 +184,16 @@ impl Target {
             )));
         }
         // Each statement on its own (no transaction spans two), and a lost
-        // race is no serialization failure whatever the server's default.
+        // race is no serialization failure whatever the server's default
+        // or the URL's `options=`: those are kept (a `search_path` names
+        // the schema of an unqualified `table=`), the engine's own after
+        // them, where a repeated setting takes the last value.
+        let options = match connect.get_options() {
+            Some(theirs) if !theirs.trim().is_empty() => format!("{theirs} {ISOLATION}"),
+            _ => ISOLATION.to_owned(),
+        };
         connect
-            .options("-c default_transaction_isolation=read\\ committed")
+            .options(options)
             .keepalives_idle(std::time::Duration::from_secs(15));
         Ok(Target {
             connect,
