@@ -255,7 +255,8 @@ async fn an_acquisition_takes_a_row_whose_lease_ran_out() {
 async fn a_lease_past_the_columns_range_is_an_error_and_leaves_no_row() {
     let my = MariaDb::start();
     my.sql(
-        "CREATE TABLE shedlock(name VARCHAR(64) NOT NULL, lock_until TIMESTAMP(3) NOT NULL, \
+        "CREATE TABLE shedlock(name VARCHAR(64) COLLATE utf8mb4_bin NOT NULL, \
+         lock_until TIMESTAMP(3) NOT NULL, \
          locked_at TIMESTAMP(3) NOT NULL, locked_by VARCHAR(255) NOT NULL, \
          fence BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (name))",
     );
@@ -678,4 +679,43 @@ async fn client_found_rows_in_the_url_lets_no_second_holder_in() {
     assert!(fair.is_none(), "a second holder got in by the line");
     held.release().await.unwrap();
     tests::take_and_release(b.lock("job")).await;
+}
+
+/// Issue 49: ShedLock's DDL on a server whose default collation folds
+/// case (`utf8mb4_general_ci`, as here) makes a `name` column on which
+/// `Job` and `job` are one lock. The client refuses the table with the
+/// statement that makes names compare byte for byte; after it, they are
+/// two locks.
+#[tokio::test]
+async fn a_table_whose_names_fold_case_is_refused_with_the_statement_to_run() {
+    let my = MariaDb::start();
+    my.sql_as(
+        "app",
+        "secret",
+        "CREATE TABLE shedlock(name VARCHAR(64) NOT NULL, \
+         lock_until TIMESTAMP(3) NOT NULL, locked_at TIMESTAMP(3) NOT NULL DEFAULT \
+         CURRENT_TIMESTAMP(3), locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name)); \
+         ALTER TABLE shedlock ADD COLUMN fence BIGINT NOT NULL DEFAULT 0;",
+    )
+    .expect("ShedLock's DDL");
+    assert_eq!(
+        my.sql(
+            "SELECT COLLATION_NAME FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = 'locks' AND TABLE_NAME = 'shedlock' AND COLUMN_NAME = 'name'"
+        ),
+        "utf8mb4_general_ci"
+    );
+    let url = format!("{}?table=shedlock&keep_rows=true", my.url());
+    let message = message_of(LockClient::connect(Config::new(&url)).await);
+    let fix = "ALTER TABLE `shedlock` MODIFY name varchar(64) CHARACTER SET utf8mb4 \
+               COLLATE utf8mb4_bin NOT NULL;";
+    assert!(message.contains(fix), "{message}");
+    assert!(message.contains("utf8mb4_general_ci"), "{message}");
+    my.sql_as("app", "secret", fix).expect("the statement runs");
+    let c = client(&url).await;
+    let upper = c.lock("Job").acquire().await.unwrap();
+    let lower = c.lock("job").try_acquire().await.unwrap();
+    assert!(lower.is_some(), "Job and job are two locks");
+    lower.unwrap().release().await.unwrap();
+    upper.release().await.unwrap();
 }

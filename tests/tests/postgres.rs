@@ -503,7 +503,10 @@ async fn the_urls_options_are_kept_and_name_the_table_shedlock_uses() {
     );
     let c = client(&url).await;
     let tried = c.lock("job").try_acquire().await.unwrap();
-    assert!(tried.is_none(), "ShedLock's job holds `job` in ops.shedlock");
+    assert!(
+        tried.is_none(),
+        "ShedLock's job holds `job` in ops.shedlock"
+    );
     let other = c.lock("other").acquire().await.unwrap();
     assert_eq!(
         pg.sql("SELECT locked_by FROM ops.shedlock WHERE name = 'other'"),

@@ -38,6 +38,13 @@ const WITHIN: Duration = Duration::from_secs(20);
 /// Our column, added to ShedLock's table (invisible to its statements).
 const FENCE: &str = "ALTER TABLE shedlock ADD COLUMN fence BIGINT NOT NULL DEFAULT 0;";
 
+/// On MySQL, ShedLock's `name` column as README's ShedLock section has it
+/// made: compared byte for byte (ShedLock's DDL takes the database's
+/// default collation, which folds case on most servers; the client
+/// refuses such a table).
+const BINARY_NAMES: &str = "ALTER TABLE shedlock MODIFY name VARCHAR(64) \
+    CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL;";
+
 /// A long `lockAtMostFor`: a ShedLock hold that outlasts every test's
 /// waits unless it is unlocked.
 const AT_MOST: Duration = Duration::from_secs(120);
@@ -82,6 +89,9 @@ trait Side: Database + Sized {
     /// ShedLock's DDL for the database, verbatim from its README
     /// (repository `lukas-krecan/ShedLock`, `README.md`).
     const SHEDLOCK_DDL: &'static str;
+    /// What README's ShedLock section has run on ShedLock's table besides
+    /// adding `fence`.
+    const ADJUST: &'static str;
     /// What separates columns in the output of [`SqlServer::sql`].
     const COLUMNS: char;
     /// The database's clock now, in UTC, as an SQL expression.
@@ -108,6 +118,7 @@ impl Side for Pg {
     const SHEDLOCK_DDL: &'static str =
         "CREATE TABLE shedlock(name VARCHAR(64) NOT NULL, lock_until TIMESTAMP NOT NULL,
     locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name));";
+    const ADJUST: &'static str = "";
     const COLUMNS: char = '|';
     const CLOCK: &'static str = "timezone('utc', clock_timestamp())";
     const TICK: i64 = 1;
@@ -132,6 +143,7 @@ impl Side for Maria {
     const SHEDLOCK_DDL: &'static str = "CREATE TABLE shedlock(name VARCHAR(64) NOT NULL, \
         lock_until TIMESTAMP(3) NOT NULL, locked_at TIMESTAMP(3) NOT NULL DEFAULT \
         CURRENT_TIMESTAMP(3), locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name));";
+    const ADJUST: &'static str = BINARY_NAMES;
     const COLUMNS: char = '\t';
     const CLOCK: &'static str = "UTC_TIMESTAMP(6)";
     const TICK: i64 = 1_000;
@@ -159,7 +171,11 @@ impl<D: Side> Table<D> {
     async fn start() -> Table<D> {
         let server = SqlServer::<D>::start();
         server
-            .sql_as("app", "secret", &format!("{}\n{FENCE}", D::SHEDLOCK_DDL))
+            .sql_as(
+                "app",
+                "secret",
+                &format!("{}\n{FENCE}\n{}", D::SHEDLOCK_DDL, D::ADJUST),
+            )
             .expect("ShedLock's DDL runs as app");
         let ours = client(&server, true).await;
         let shed = D::shedlock(&server).await;

@@ -602,8 +602,17 @@ async fn ended(conn: &mut Conn, id: u32) -> Result<(), mysql_async::Error> {
 }
 
 /// A column as `information_schema.COLUMNS` describes it: its name, data
-/// type, length, whether it may be NULL (`YES`) and character set.
-type Column = (String, String, Option<u64>, String, Option<String>);
+/// type, length, whether it may be NULL (`YES`), character set, collation
+/// and whole type (`varchar(64)`).
+type Column = (
+    String,
+    String,
+    Option<u64>,
+    String,
+    Option<String>,
+    Option<String>,
+    String,
+);
 
 /// Makes the lock table when it is missing and checks its columns; the
 /// `name` column's length and character set, and whether the line is
@@ -629,7 +638,7 @@ async fn prepare_table(
     let columns: Vec<Column> = conn
         .exec(
             "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH, IS_NULLABLE, \
-                    CHARACTER_SET_NAME \
+                    CHARACTER_SET_NAME, COLLATION_NAME, COLUMN_TYPE \
              FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
             (schema, table.name.clone()),
@@ -638,8 +647,9 @@ async fn prepare_table(
         .map_err(|e| store_error(&e))?;
     let mut longest = None;
     let mut charset = Charset::Any;
+    let mut folds = None;
     for (column, types) in layout::COLUMNS {
-        let Some((_, kind, length, nullable, set)) =
+        let Some((_, kind, length, nullable, set, collation, whole)) =
             columns.iter().find(|c| c.0.eq_ignore_ascii_case(column))
         else {
             let fix = if column == "fence" {
@@ -671,6 +681,7 @@ async fn prepare_table(
             "name" => {
                 longest = length;
                 charset = Charset::of(set.as_deref());
+                folds = Some((whole, set, collation));
             }
             // A holder id (a UUID, `:`, a number) marked kept.
             "locked_by" if length.is_some_and(|n| n < 64) => {
@@ -682,7 +693,38 @@ async fn prepare_table(
             _ => {}
         }
     }
+    // Once every column is there, of its type.
+    if let Some((whole, set, collation)) = folds {
+        binary(&quoted, whole, set.as_deref(), collation.as_deref())?;
+    }
     Ok((longest, charset, lined))
+}
+
+/// Refuses a `name` column (of whole type `whole`, in character set
+/// `set`) whose collation `collation` is not binary: one that folds case
+/// (`utf8mb4_general_ci`, the default of many servers, and so of a
+/// ShedLock table made without one) makes `Job` and `job` one lock, and
+/// a hold that took over another spelling's row would read as lost at its
+/// first renewal. The error names the statement that makes it binary.
+fn binary(
+    quoted: &str,
+    whole: &str,
+    set: Option<&str>,
+    collation: Option<&str>,
+) -> Result<(), LockError> {
+    let Some(collation) = collation else {
+        return Ok(());
+    };
+    if collation.ends_with("_bin") {
+        return Ok(());
+    }
+    let set = set.unwrap_or("utf8mb4");
+    Err(LockError::Config(format!(
+        "the table {quoted}: its `name` column compares names by the collation {collation}, \
+         which may make two names one lock (`Job` and `job`); names must compare byte for \
+         byte: ALTER TABLE {quoted} MODIFY name {whole} CHARACTER SET {set} COLLATE {set}_bin \
+         NOT NULL;"
+    )))
 }
 
 /// Makes the slots beside lock table `table` (see [`layout::slots`]) when
