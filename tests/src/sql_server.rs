@@ -845,3 +845,63 @@ pub async fn tokens_rise_under_contention(url: &str, holds: usize) {
         &back[..back.len().min(10)]
     );
 }
+
+/// How [`a_kept_row_freed_by_a_release_reads_free_at_once`] stages
+/// ShedLock's side on one database.
+pub struct MillisecondReader<'a> {
+    /// ShedLock's table (`shedlock`, its times to the millisecond) with
+    /// `fence`, and a table `rounds (n INT)`.
+    pub ddl: &'a str,
+    /// The database's clock as ShedLock's statements read it.
+    pub now: &'a str,
+}
+
+/// A kept row freed by a release reads as free at once to every reader at
+/// millisecond precision (issue 49): right after each of 20 releases on
+/// ShedLock's table (`keep_rows=true`), an open session runs ShedLock's
+/// take (`UPDATE ... WHERE lock_until <= now`, its own time read to the
+/// millisecond) and must take the row. A release that wrote its clock
+/// to the µs (or rounded up to the next millisecond) would leave the row
+/// held for up to a millisecond to it.
+pub async fn a_kept_row_freed_by_a_release_reads_free_at_once<D: Database>(
+    server: &SqlServer<D>,
+    staged: MillisecondReader<'_>,
+) {
+    const WITHIN: Duration = Duration::from_secs(20);
+    server.sql(staged.ddl);
+    let url = format!("{}?table=shedlock&keep_rows=true", server.url());
+    let client = lock_runtime::LockClient::connect(lock_runtime::Config::new(url))
+        .await
+        .expect("a client");
+    let mut shedlock = server.session();
+    let mut missed = Vec::new();
+    for n in 0..20 {
+        let guard = client
+            .lock("job")
+            .wait(WITHIN)
+            .acquire()
+            .await
+            .expect("an acquisition");
+        guard.release().await.expect("a release");
+        let now = staged.now;
+        shedlock.send(&format!(
+            "UPDATE shedlock SET lock_until = {now}, locked_at = {now}, locked_by = 'java-{n}' \
+             WHERE name = 'job' AND lock_until <= {now}; INSERT INTO rounds VALUES ({n});"
+        ));
+        crate::eventually("ShedLock's session ran its take", WITHIN, || async {
+            server
+                .sql_async(&format!("SELECT count(*) FROM rounds WHERE n = {n}"))
+                .await
+                == "1"
+        })
+        .await;
+        let by = server.sql("SELECT locked_by FROM shedlock WHERE name = 'job'");
+        if by != format!("java-{n}") {
+            missed.push(n);
+        }
+    }
+    assert!(
+        missed.is_empty(),
+        "ShedLock found the row held right after these releases: {missed:?}"
+    );
+}

@@ -719,3 +719,24 @@ async fn a_table_whose_names_fold_case_is_refused_with_the_statement_to_run() {
     lower.unwrap().release().await.unwrap();
     upper.release().await.unwrap();
 }
+
+/// Issue 49: a kept row freed by a release reads as free at once to
+/// ShedLock, whose `UTC_TIMESTAMP(3)` holds milliseconds, also on a table
+/// whose times hold microseconds (as the one the client makes).
+#[tokio::test]
+async fn a_kept_row_freed_by_a_release_reads_free_at_once_to_shedlock() {
+    let my = MariaDb::start();
+    tests::sql_server::a_kept_row_freed_by_a_release_reads_free_at_once(
+        &my,
+        tests::sql_server::MillisecondReader {
+            ddl: "CREATE TABLE shedlock(name VARCHAR(64) COLLATE utf8mb4_bin NOT NULL, \
+                  lock_until DATETIME(6) NOT NULL, locked_at DATETIME(6) NOT NULL, \
+                  locked_by VARCHAR(255) NOT NULL, \
+                  fence BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (name)); \
+                  CREATE TABLE rounds (n INT); \
+                  GRANT ALL PRIVILEGES ON locks.* TO 'app'@'%';",
+            now: "UTC_TIMESTAMP(3)",
+        },
+    )
+    .await;
+}

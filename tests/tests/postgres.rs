@@ -519,3 +519,23 @@ async fn the_urls_options_are_kept_and_name_the_table_shedlock_uses() {
         "no other shedlock table was made"
     );
 }
+
+/// Issue 49: a kept row freed by a release reads as free at once to
+/// ShedLock, also on a table whose times hold milliseconds
+/// (`TIMESTAMP(3)`, which rounds what it stores).
+#[tokio::test]
+async fn a_kept_row_freed_by_a_release_reads_free_at_once_to_shedlock() {
+    let pg = Postgres::start();
+    tests::sql_server::a_kept_row_freed_by_a_release_reads_free_at_once(
+        &pg,
+        tests::sql_server::MillisecondReader {
+            ddl: "CREATE TABLE shedlock(name VARCHAR(64) NOT NULL PRIMARY KEY, \
+                  lock_until TIMESTAMP(3) NOT NULL, locked_at TIMESTAMP(3) NOT NULL, \
+                  locked_by VARCHAR(255) NOT NULL, fence BIGINT NOT NULL DEFAULT 0); \
+                  ALTER TABLE shedlock OWNER TO app; \
+                  CREATE TABLE rounds (n INT);",
+            now: "timezone('utc', CURRENT_TIMESTAMP)",
+        },
+    )
+    .await;
+}

@@ -16,6 +16,14 @@ pub(crate) const Q: char = '`';
 /// One value for the whole statement.
 const NOW: &str = "UTC_TIMESTAMP(6)";
 
+/// The end a freed row gets (with `keep_rows`): the clock ([`NOW`]) cut
+/// down to the whole millisecond, so that it reads as free at once to a
+/// reader whose clock holds milliseconds (ShedLock's statements,
+/// `UTC_TIMESTAMP(3)`), and is stored exactly in a column that holds only
+/// milliseconds (MySQL rounds into a `TIMESTAMP(3)`).
+const FREED: &str =
+    "TIMESTAMPADD(MICROSECOND, -(MICROSECOND(UTC_TIMESTAMP(6)) % 1000), UTC_TIMESTAMP(6))";
+
 /// The statement that makes the lock table: ShedLock's columns (names
 /// compared byte for byte: `utf8mb4_bin`), times as `DATETIME(6)` (UTC
 /// whatever the session's time zone) and `fence`.
@@ -234,7 +242,7 @@ impl Statements {
             "SELECT name, locked_by FROM {t} WHERE lock_until > {NOW} AND (name, locked_by) IN "
         );
         let release = if keep_rows {
-            format!("UPDATE {t} SET lock_until = {NOW} WHERE name = ? AND locked_by = ?")
+            format!("UPDATE {t} SET lock_until = {FREED} WHERE name = ? AND locked_by = ?")
         } else {
             format!("DELETE FROM {t} WHERE name = ? AND locked_by = ?")
         };
@@ -263,7 +271,7 @@ impl Statements {
         );
         let force = if keep_rows {
             format!(
-                "UPDATE {t} SET lock_until = {NOW} \
+                "UPDATE {t} SET lock_until = {FREED} \
                  WHERE name = ? AND locked_by = ? AND lock_until > {NOW}"
             )
         } else {
@@ -350,7 +358,7 @@ impl Line {
         );
         let free_readers = if keep_rows {
             format!(
-                "UPDATE {t} SET lock_until = {NOW} \
+                "UPDATE {t} SET lock_until = {FREED} \
                  WHERE name = ? AND locked_by = '{READERS}' AND fence = ?"
             )
         } else {

@@ -22,6 +22,13 @@ pub(crate) const Q: char = '"';
 /// converted through the calendar on every call.
 const NOW: &str = "timezone(interval '0', clock_timestamp())";
 
+/// The end a freed row gets (with `keep_rows`): the clock ([`NOW`]) cut
+/// down to the whole millisecond, so that it reads as free at once to a
+/// reader whose clock holds milliseconds (ShedLock's statements on MySQL,
+/// `UTC_TIMESTAMP(3)`), and is stored exactly in a column that holds only
+/// milliseconds (`TIMESTAMP(3)`, which would round it up).
+const FREED: &str = "date_trunc('milliseconds', timezone(interval '0', clock_timestamp()))";
+
 /// A time a statement writes into a row it makes: `utc`, as a `timestamp`
 /// in UTC; `instant`, the same time as a new row's first token reads it
 /// ([`clock_us`]: the `timestamptz` itself where there is one, which
@@ -481,7 +488,7 @@ impl Statements {
             us("$3")
         );
         let free = if keep_rows {
-            format!("UPDATE {t} SET lock_until = {NOW} WHERE name = $1 AND locked_by = $2")
+            format!("UPDATE {t} SET lock_until = {FREED} WHERE name = $1 AND locked_by = $2")
         } else {
             format!("DELETE FROM {t} WHERE name = $1 AND locked_by = $2")
         };
@@ -516,7 +523,7 @@ impl Statements {
         );
         let force_free = if keep_rows {
             format!(
-                "UPDATE {t} SET lock_until = {NOW} WHERE name = $1 AND lock_until > {NOW} \
+                "UPDATE {t} SET lock_until = {FREED} WHERE name = $1 AND lock_until > {NOW} \
                  RETURNING name, locked_by"
             )
         } else {
@@ -646,7 +653,7 @@ impl Line {
         );
         let free = if keep_rows {
             format!(
-                "UPDATE {t} SET lock_until = {NOW} \
+                "UPDATE {t} SET lock_until = {FREED} \
                  WHERE name = $1 AND locked_by = '{READERS}' AND fence = $2 RETURNING name"
             )
         } else {
