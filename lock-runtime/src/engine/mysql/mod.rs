@@ -16,10 +16,20 @@
 //! default, as ShedLock's JDBC sessions do, so that both write and read
 //! the same values. Names are compared byte for byte (`utf8mb4_bin`);
 //! MySQL pads `VARCHAR`s with spaces when it compares them, so a name
-//! ending with a space is refused.
+//! ending with a space is refused; a table whose `name` column folds case
+//! (a collation not `_bin`: ShedLock's DDL on most servers) is refused
+//! with the `ALTER TABLE` that makes it binary. The URL's other query
+//! parameters are the driver's, but `client_found_rows` stays off (the
+//! statements count changed rows).
+//!
+//! Beside the lock table are its slots (`<table>_slots`, 1,024 rows made
+//! with it): a statement that may make a name's row first locks its
+//! slot's row (`CRC32(name) % 1024`, `FOR UPDATE`), and only then reads
+//! the clock (`SYSDATE(6)`) for a new row's first token, so that a name's
+//! tokens rise under contention too (DECISIONS).
 //!
 //! - **Statements.** MySQL has no `RETURNING`: an acquisition's first
-//!   try is one `INSERT IGNORE` that makes the row where none is, its
+//!   try is one `INSERT IGNORE ... SELECT` that makes the row where none is, its
 //!   affected rows saying whether it did and its token coming back as
 //!   `LAST_INSERT_ID(expr)` in the same answer. Where the row is there, an
 //!   `INSERT ... ON DUPLICATE KEY UPDATE` takes it over when it is free

@@ -24,9 +24,13 @@
 //! - **Fencing token.** `fence` rises by one with every acquisition of the
 //!   name, and by one with every look of a waiter of another client while
 //!   the row is held (its mark, below); a row made anew (first use, or
-//!   after a delete) starts from the database clock in microseconds, so a
-//!   name's tokens keep rising across deletes (and past a ShedLock holder,
-//!   which writes none). So a holder's token is the row's `fence` when it
+//!   after a delete) starts from the database clock in microseconds, read
+//!   once the statement holds the name's transaction lock
+//!   (`pg_advisory_xact_lock`: no other acquisition of the name can take
+//!   and give back the row between the read and the write), so a name's
+//!   tokens keep rising across deletes (and past a ShedLock holder, which
+//!   writes none), as long as the database's clock does not step back
+//!   (DECISIONS). So a holder's token is the row's `fence` when it
 //!   took the row; `inspect` shows the row's, which waiters may have raised
 //!   since. Tokens only ever rise: what a fenced resource checks.
 //! - **Rows.** A release deletes its row (under `hold_at_least`, it keeps
@@ -41,7 +45,7 @@
 //!   none is (`ON CONFLICT DO NOTHING`), and where one is, the row-taking
 //!   upsert (a row free by its lease, or the holder's own from a try whose
 //!   answer was lost, is taken over); these two read the database's clock
-//!   once, as the statement came in (`statement_timestamp()`). Then, if it
+//!   once, after the name's lock (`clock_timestamp()`). Then, if it
 //!   waits, it looks at the row and, while it is held, registers as a
 //!   waiter in the table beside the lock table (`<table>_waiting`: name,
 //!   waiter, `wait_until`), looks again, and
