@@ -124,6 +124,12 @@ impl Database for Maria {
             .map(OsString::from),
         );
         argv.extend(SERVER_OPTIONS.iter().map(OsString::from));
+        // A test that asks for it (see `GENERAL_LOG`) has every statement
+        // logged, from the next (re)start on.
+        if dir.join(GENERAL_LOG).exists() {
+            argv.push("--general-log=1".into());
+            argv.push(format!("--general-log-file={}", dir.join(GENERAL_LOG).display()).into());
+        }
         argv
     }
 
@@ -156,6 +162,10 @@ impl Database for Maria {
         cli
     }
 }
+
+/// The general log's file in a server's directory: a test that makes it
+/// (empty) and restarts the server has every statement logged there.
+pub const GENERAL_LOG: &str = "general.log";
 
 /// Server options shared by `mariadb-install-db` (which passes them to its
 /// bootstrap server) and every server: small and fast, durability relaxed.

@@ -740,3 +740,72 @@ async fn a_kept_row_freed_by_a_release_reads_free_at_once_to_shedlock() {
     )
     .await;
 }
+
+/// Issue 49: after the server restarts (session ids count from 1 again),
+/// the client ends no session: the sessions its broken connections had
+/// died with the server, and an id remembered from before names another
+/// session now (another client's, or the sender's own). With the general
+/// log on, no `KILL` is sent after the restart while held and waiting
+/// locks carry on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_the_client_ends_no_session_it_did_not_open() {
+    let mut my = MariaDb::start();
+    std::fs::write(my.dir().join(tests::mariadb::GENERAL_LOG), "").unwrap();
+    my.restart();
+    let url = my.url();
+    let config = || Config::new(&url).watchdog_timeout(Duration::from_secs(6));
+    let a = LockClient::connect(config()).await.unwrap();
+    let b = LockClient::connect(config()).await.unwrap();
+    let held = a.lock("held").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.lock("held")
+                .wait(Duration::from_secs(120))
+                .acquire()
+                .await
+        }
+    });
+    // Every connection of both clients in use once.
+    for round in 0..4 {
+        let names: Vec<String> = (0..8).map(|n| format!("n{round}:{n}")).collect();
+        let takes = names.iter().flat_map(|name| {
+            [a.clone(), b.clone()].map(|c| {
+                let name = name.clone();
+                tokio::spawn(async move {
+                    if let Some(g) = c.lock(&name).try_acquire().await.unwrap() {
+                        g.release().await.unwrap();
+                    }
+                })
+            })
+        });
+        for t in takes.collect::<Vec<_>>() {
+            t.await.unwrap();
+        }
+    }
+    my.restart();
+    // Connections are made again where the old ones broke.
+    for c in [&a, &b] {
+        tests::eventually("the client locks again", WITHIN, || async {
+            match c.lock("after").try_acquire().await {
+                Ok(Some(g)) => g.release().await.is_ok(),
+                _ => false,
+            }
+        })
+        .await;
+        for n in 0..16 {
+            let _ = c.lock(&format!("after:{n}")).try_acquire().await;
+        }
+    }
+    drop(held);
+    let _ = tokio::time::timeout(WITHIN, waiter).await;
+    let log = std::fs::read_to_string(my.dir().join(tests::mariadb::GENERAL_LOG)).unwrap();
+    let since = log
+        .rfind("started with:")
+        .expect("the log of the last start");
+    let kills: Vec<&str> = log[since..]
+        .lines()
+        .filter(|line| line.contains("KILL"))
+        .collect();
+    assert!(kills.is_empty(), "sent after the restart: {kills:#?}");
+}

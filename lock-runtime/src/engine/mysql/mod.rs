@@ -123,14 +123,32 @@ pub(crate) const PREPARED: usize = 128;
 pub(crate) struct Link {
     conn: Conn,
     prepared: Vec<Option<mysql_async::Statement>>,
-    /// Its session on the server (`CONNECTION_ID()`); `None` when that is
-    /// not the connection's own id (a proxy in between), so that it cannot
-    /// be ended by it.
-    session: Option<u32>,
+    /// Its session's mark on the server (see [`Mark`]); `None` when its
+    /// session is not the connection's own (a proxy in between), so that
+    /// it cannot be ended.
+    session: Option<Mark>,
     /// The sessions of connections this one replaced in its place that
     /// were abandoned mid-statement, and are not yet known to be over
     /// (see [`My::made`]); at most [`STRAYS`], the latest.
-    strays: Vec<u32>,
+    strays: Vec<Mark>,
+}
+
+/// A session of the client's, known by a mark only it has: a user lock
+/// (`GET_LOCK`) named `lock-runtime:<random uuid>`, taken as the
+/// connection is made and kept for the session's life. The server frees
+/// it when the session ends, also when the server stops, and
+/// `IS_USED_LOCK` names the session that holds it: so a session is ended
+/// (`KILL CONNECTION`) only when the server shows it still holds its
+/// mark. A session id alone is not enough: the server numbers sessions
+/// from 1 again after every start, so an id remembered from before a
+/// restart names another session (another client's, or the sender's own).
+#[derive(Clone, Debug)]
+struct Mark(String);
+
+impl Mark {
+    fn new() -> Mark {
+        Mark(format!("lock-runtime:{}", uuid::Uuid::new_v4().simple()))
+    }
 }
 
 /// How many sessions whose end is not yet confirmed a place keeps (a
@@ -142,7 +160,7 @@ impl Link {
     /// place of `left`, if any: its session and the sessions it had not
     /// yet ended are this one's to end (see [`My::made`]).
     fn new(
-        (conn, session): (Conn, Option<u32>),
+        (conn, session): (Conn, Option<Mark>),
         st: &layout::Statements,
         left: Option<Link>,
     ) -> Link {
@@ -497,9 +515,10 @@ impl My {
                 lease.insert(link)
             }
         };
-        while let Some(&id) = link.strays.last() {
+        while let Some(stray) = link.strays.last() {
             let ended =
-                tokio::time::timeout(self.config.response_timeout, ended(&mut link.conn, id)).await;
+                tokio::time::timeout(self.config.response_timeout, ended(&mut link.conn, stray))
+                    .await;
             match ended {
                 Ok(Ok(())) => {
                     link.strays.pop();
@@ -568,13 +587,17 @@ impl My {
     }
 }
 
-/// A new connection with `opts`, and its session's id when it is the
-/// connection's own (see [`Link::session`]).
-async fn open(opts: Opts) -> Result<(Conn, Option<u32>), mysql_async::Error> {
+/// A new connection with `opts`, and its session's [`Mark`] when the
+/// session is the connection's own (see [`Link::session`]).
+async fn open(opts: Opts) -> Result<(Conn, Option<Mark>), mysql_async::Error> {
     let mut conn = Conn::new(opts).await?;
-    let id: Option<u64> = conn.query_first("SELECT CONNECTION_ID()").await?;
-    let given = conn.id();
-    let own = id.filter(|id| *id == u64::from(given)).map(|_| given);
+    let mark = Mark::new();
+    let (id, marked): (Option<u64>, Option<i64>) = conn
+        .exec_first("SELECT CONNECTION_ID(), GET_LOCK(?, 0)", (&mark.0,))
+        .await?
+        .unwrap_or((None, None));
+    let own = id.is_some_and(|id| id == u64::from(conn.id())) && marked == Some(1);
+    let own = own.then_some(mark);
     if own.is_none() {
         tracing::warn!(
             engine = ENGINE,
@@ -585,10 +608,20 @@ async fn open(opts: Opts) -> Result<(Conn, Option<u32>), mysql_async::Error> {
     Ok((conn, own))
 }
 
-/// Ends the server's session `id` (of this user: a connection of ours
+/// Ends the server's session marked `stray` (a connection of ours
 /// abandoned mid-statement) through `conn`, and waits until it is gone:
-/// what it was running is then done, or undone.
-async fn ended(conn: &mut Conn, id: u32) -> Result<(), mysql_async::Error> {
+/// what it was running is then done, or undone. A mark nobody holds is a
+/// session over already (also one of a server run before a restart).
+/// Session ids are not used again while the server runs, and a restart
+/// ends `conn` too: the id the server names for the mark is the stray's
+/// until the `KILL`.
+async fn ended(conn: &mut Conn, stray: &Mark) -> Result<(), mysql_async::Error> {
+    let holder: Option<Option<u64>> = conn
+        .exec_first("SELECT IS_USED_LOCK(?)", (&stray.0,))
+        .await?;
+    let Some(id) = holder.flatten() else {
+        return Ok(());
+    };
     match conn.query_drop(format!("KILL CONNECTION {id}")).await {
         // Unknown thread id (1094), or one of another user's (1095): ours
         // is gone already.
