@@ -809,3 +809,37 @@ async fn after_a_restart_the_client_ends_no_session_it_did_not_open() {
         .collect();
     assert!(kills.is_empty(), "sent after the restart: {kills:#?}");
 }
+
+/// Issue 49: while the server takes no new connection (`max_connections`
+/// reached), a client's statements use the connections it has: a place
+/// of its pool with none yet is no failure while another works (the
+/// watchdog's rounds take their connections the same way).
+#[tokio::test]
+async fn with_no_new_connection_to_be_had_statements_use_the_ones_there() {
+    let my = MariaDb::start();
+    let c = client(&my.url()).await;
+    tests::take_and_release(c.lock("warm")).await;
+    my.sql("SET GLOBAL max_connections = 10");
+    // Root's sessions fill the rest (the server lets root one past it).
+    let connected = || -> usize {
+        my.sql(
+            "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+                WHERE VARIABLE_NAME = 'THREADS_CONNECTED'",
+        )
+        .parse::<usize>()
+        .unwrap()
+            - 1
+    };
+    let fillers: Vec<_> = (connected()..10).map(|_| my.session()).collect();
+    tests::eventually("the server is full", WITHIN, || async { connected() >= 10 }).await;
+    assert!(
+        LockClient::connect(Config::new(my.url())).await.is_err(),
+        "no new connection is to be had"
+    );
+    for n in 0..16 {
+        c.inspect(&format!("x{n}"))
+            .await
+            .unwrap_or_else(|e| panic!("statement {n}: {e}"));
+    }
+    drop(fillers);
+}

@@ -539,3 +539,34 @@ async fn a_kept_row_freed_by_a_release_reads_free_at_once_to_shedlock() {
     )
     .await;
 }
+
+/// Issue 49: while the server takes no new connection (`max_connections`
+/// reached), a client's statements use the connections it has: a place
+/// of its pool with none yet is no failure while another works (the
+/// watchdog's rounds take their connections the same way).
+#[tokio::test]
+async fn with_no_new_connection_to_be_had_statements_use_the_ones_there() {
+    let mut pg = Postgres::start();
+    pg.sql(
+        "ALTER SYSTEM SET max_connections = 6; \
+         ALTER SYSTEM SET superuser_reserved_connections = 1",
+    );
+    pg.restart();
+    let c = client(&pg.url()).await;
+    tests::take_and_release(c.lock("warm")).await;
+    // The app's own connections fill the rest.
+    let mut fillers = Vec::new();
+    while let Ok((filler, connection)) =
+        tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls).await
+    {
+        tokio::spawn(connection);
+        fillers.push(filler);
+        assert!(fillers.len() < 6, "the server takes no more than 6");
+    }
+    for n in 0..16 {
+        c.inspect(&format!("x{n}"))
+            .await
+            .unwrap_or_else(|e| panic!("statement {n}: {e}"));
+    }
+    drop(fillers);
+}

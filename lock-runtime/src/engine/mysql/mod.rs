@@ -459,8 +459,15 @@ impl My {
         let (pool, home) = self.slots();
         let start = pool.next.fetch_add(1, Ordering::Relaxed);
         let n = pool.slots.len();
-        let free = (0..n).find_map(|i| pool.slots[(start + i) % n].clone().try_lock_owned().ok());
-        let lease = match free {
+        let places = || (0..n).map(|i| &pool.slots[(start + i) % n]);
+        // A free place with a working connection first: a connection is
+        // made only when every one there is busy (or none is there), and
+        // one that cannot be made (the server takes no more) is no
+        // failure while another works.
+        if let Some(lease) = places().find_map(|slot| ready(slot)) {
+            return self.made(lease, home).await;
+        }
+        let lease = match places().find_map(|slot| slot.clone().try_lock_owned().ok()) {
             Some(lease) => lease,
             None => tokio::time::timeout(
                 self.config.response_timeout,
@@ -469,7 +476,13 @@ impl My {
             .await
             .map_err(|_| timeout_error())?,
         };
-        self.made(lease, home).await
+        match self.made(lease, home).await {
+            Err(e) => match places().find_map(|slot| ready(slot)) {
+                Some(lease) => self.made(lease, home).await,
+                None => Err(e),
+            },
+            made => made,
+        }
     }
 
     /// The connection of `slot`, within the response timeout (made when it
@@ -585,6 +598,16 @@ impl My {
     pub(crate) fn check_name(&self, name: &str) -> Result<(), LockError> {
         layout::check_name(name, self.longest, self.charset)
     }
+}
+
+/// `slot` when it is free and its connection works, with no session of
+/// an earlier one left to end there.
+fn ready(slot: &Slot) -> Option<Lease> {
+    let lease = slot.clone().try_lock_owned().ok()?;
+    let works = lease
+        .as_ref()
+        .is_some_and(|link| !link.conn.is_disconnected() && link.strays.is_empty());
+    works.then_some(lease)
 }
 
 /// A new connection with `opts`, and its session's [`Mark`] when the

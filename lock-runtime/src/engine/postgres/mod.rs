@@ -549,9 +549,14 @@ impl Pg {
         // connection (its statements prepared) is rare and large.
         let remade = tokio::time::timeout(
             self.config.response_timeout,
-            Box::pin(self.remake(pool, home, at)),
+            Box::pin(self.remake(pool.clone(), home, at)),
         );
-        remade.await.unwrap_or_else(|_| Err(timeout_error()))
+        match remade.await.unwrap_or_else(|_| Err(timeout_error())) {
+            // One that cannot be made (the server takes no more) is no
+            // failure while another works.
+            Err(e) => pool.slots.iter().find_map(Slot::live).ok_or(e),
+            made => made,
+        }
     }
 
     /// Makes the connection of `pool`'s place `at` again, unless another
