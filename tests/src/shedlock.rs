@@ -648,6 +648,19 @@ impl ShedLockMy {
         let cli = MyCli {
             dir: server.dir().to_owned(),
             port: server.port(),
+            zone: None,
+        };
+        ShedLock::with_accessor(cli, Statements::mysql(table))
+    }
+
+    /// [`new`](Self::new), its sessions in time zone `zone` (`SET
+    /// time_zone`), as a JDBC URL with `connectionTimeZone=<zone>&
+    /// forceConnectionTimeZoneToSession=true` sets them.
+    pub fn in_zone(server: &MariaDb, table: &str, zone: &str) -> ShedLockMy {
+        let cli = MyCli {
+            dir: server.dir().to_owned(),
+            port: server.port(),
+            zone: Some(zone.to_owned()),
         };
         ShedLock::with_accessor(cli, Statements::mysql(table))
     }
@@ -670,6 +683,8 @@ pub struct MyCli {
     /// root.
     dir: PathBuf,
     port: u16,
+    /// The session's time zone, when one is forced on it.
+    zone: Option<String>,
 }
 
 impl MyCli {
@@ -720,8 +735,13 @@ impl Accessor for MyCli {
             MyParam::LockAtMostForMicros => micros(values.at_most).to_string(),
             MyParam::LockAtLeastForMicros => micros(values.at_least).to_string(),
         });
+        let zone = self
+            .zone
+            .as_ref()
+            .map(|zone| format!("SET time_zone = {};\n", string_literal(zone)))
+            .unwrap_or_default();
         let script = format!(
-            "SET NAMES utf8mb4;\nSTART TRANSACTION;\n{statement};\nSELECT ROW_COUNT();\nCOMMIT;\n"
+            "SET NAMES utf8mb4;\n{zone}START TRANSACTION;\n{statement};\nSELECT ROW_COUNT();\nCOMMIT;\n"
         );
         let out = self.run(&script).await?;
         let changed: i64 = out

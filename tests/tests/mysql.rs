@@ -843,3 +843,63 @@ async fn with_no_new_connection_to_be_had_statements_use_the_ones_there() {
     }
     drop(fillers);
 }
+
+/// Issue 49 (ShedLock issue 1876): through a session whose zone has
+/// daylight saving, the UTC times of the spring-forward hour do not exist
+/// as local times, and MySQL refuses to write them into a `TIMESTAMP`
+/// column ("Incorrect datetime value", 1292). A zone made here (its clocks
+/// jumped two hours forward a minute ago, so UTC's time now is such a
+/// skipped local time) stands in for that hour: an acquisition on a
+/// ShedLock table is a typed, transient error that leaves no row, never a
+/// panic.
+#[tokio::test]
+async fn a_time_the_session_zone_skips_is_a_transient_error() {
+    let my = MariaDb::start();
+    my.sql(
+        "INSERT INTO mysql.time_zone (Use_leap_seconds) VALUES ('N'); \
+         SET @id = LAST_INSERT_ID(); \
+         INSERT INTO mysql.time_zone_name (Name, Time_zone_id) VALUES ('Test/Jump', @id); \
+         INSERT INTO mysql.time_zone_transition_type \
+           (Time_zone_id, Transition_type_id, `Offset`, Is_DST, Abbreviation) \
+           VALUES (@id, 0, 0, 0, 'STD'), (@id, 1, 7200, 1, 'DST'); \
+         INSERT INTO mysql.time_zone_transition \
+           (Time_zone_id, Transition_time, Transition_type_id) \
+           VALUES (@id, UNIX_TIMESTAMP() - 60, 1);",
+    );
+    my.sql_as(
+        "app",
+        "secret",
+        "CREATE TABLE shedlock(name VARCHAR(64) COLLATE utf8mb4_bin NOT NULL, \
+         lock_until TIMESTAMP(3) NOT NULL, locked_at TIMESTAMP(3) NOT NULL, \
+         locked_by VARCHAR(255) NOT NULL, fence BIGINT NOT NULL DEFAULT 0, \
+         PRIMARY KEY (name))",
+    )
+    .expect("ShedLock's table");
+    let url = format!(
+        "{}?table=shedlock&keep_rows=true&time_zone=Test/Jump",
+        my.url()
+    );
+    let c = client(&url).await;
+    match c.lock("job").try_acquire().await {
+        Err(LockError::Store {
+            transient: true,
+            message,
+            ..
+        }) => assert!(message.contains("1292"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    // A waiting acquisition tries again (transient) until its deadline.
+    let waited = c
+        .lock("job")
+        .wait(Duration::from_millis(200))
+        .acquire()
+        .await;
+    assert!(
+        matches!(waited, Err(LockError::Timeout { .. })),
+        "{waited:?}"
+    );
+    assert_eq!(rows(&my, "shedlock"), "0");
+    // An unknown zone is a configuration error.
+    let unknown = format!("{}?time_zone=Nowhere/Else", my.url());
+    assert!(message_of(LockClient::connect(Config::new(&unknown)).await).contains("time_zone"));
+}

@@ -538,3 +538,42 @@ async fn our_readers_writers_and_fair_locks_share_the_row_with_shedlock<D: Side>
         shed.unlock(name, Duration::ZERO).await;
     }
 }
+
+/// Issue 49: a team whose JDBC URL forces ShedLock's session zone
+/// (`connectionTimeZone=UTC&forceConnectionTimeZoneToSession=true`) writes
+/// the `TIMESTAMP(3)` columns through UTC, not the server's +05:45. With
+/// `time_zone=%2B00:00` (README's ShedLock section) the client's sessions
+/// do the same, and the two exclude each other both ways.
+#[tokio::test]
+async fn with_shedlocks_session_zone_forced_to_utc_the_urls_time_zone_keeps_exclusion() {
+    let my = MariaDb::start();
+    my.sql_as(
+        "app",
+        "secret",
+        &format!("{}\n{FENCE}\n{BINARY_NAMES}", Maria::SHEDLOCK_DDL),
+    )
+    .expect("ShedLock's DDL runs as app");
+    let shed = ShedLockMy::in_zone(&my, "shedlock", "+00:00");
+    let url = format!(
+        "{}?table=shedlock&keep_rows=true&time_zone=%2B00:00",
+        my.url()
+    );
+    let ours = LockClient::connect(Config::new(url)).await.unwrap();
+    let held = ours.lock("job").acquire().await.unwrap();
+    let ten_minutes = Duration::from_secs(600);
+    assert!(
+        !shed.lock("job", ten_minutes, Duration::ZERO).await,
+        "ShedLock takes a name we hold"
+    );
+    held.release().await.unwrap();
+    assert!(
+        shed.lock("job", ten_minutes, Duration::ZERO).await,
+        "ShedLock takes the name we gave back"
+    );
+    assert!(
+        ours.lock("job").try_acquire().await.unwrap().is_none(),
+        "we take a name ShedLock holds"
+    );
+    shed.unlock("job", Duration::ZERO).await;
+    tests::take_and_release(ours.lock("job")).await;
+}

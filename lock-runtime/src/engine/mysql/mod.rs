@@ -281,6 +281,7 @@ impl Target {
             keep_rows,
             url,
         } = crate::engine::sql::Params::parse(config.url(), &DIALECT)?;
+        let (url, time_zone) = time_zone(&url)?;
         let opts = Opts::from_url(&url).map_err(|e| {
             LockError::Config(format!(
                 "a mysql:// URL ({}) that MySQL's driver refuses: {e}",
@@ -296,6 +297,13 @@ impl Target {
         let (user, password) = config.credentials();
         // A URL's larger statement cache stays.
         let prepared = opts.stmt_cache_size().max(PREPARED);
+        let mut init = vec![
+            "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'".to_owned(),
+            "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".to_owned(),
+            "SET NAMES utf8mb4".to_owned(),
+        ];
+        // Checked to hold only a zone's characters: written in.
+        init.extend(time_zone.map(|zone| format!("SET SESSION time_zone = '{zone}'")));
         let mut builder = OptsBuilder::from_opts(opts)
             // The URL's host and port, never a socket the server names
             // instead (which would also pass by a proxy in front of it).
@@ -309,11 +317,7 @@ impl Target {
             .client_found_rows(false)
             // Run in reverse order. Each statement on its own, a lost race
             // a deadlock retried as busy, never a silently mangled value.
-            .init(vec![
-                "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'",
-                "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-                "SET NAMES utf8mb4",
-            ]);
+            .init(init);
         if let Some(user) = user {
             builder = builder.user(Some(user));
         }
@@ -342,6 +346,49 @@ impl Target {
     fn key(&self) -> String {
         format!("mysql://{}/{}", self.place(), self.table.qualified())
     }
+}
+
+/// The URL `url` without its `time_zone=` (ours, not the driver's), and
+/// that zone: the session time zone the engine's connections set (`SET
+/// time_zone`), for a table whose `TIMESTAMP` columns ShedLock's sessions
+/// write through a zone forced on them (`connectionTimeZone=UTC&
+/// forceConnectionTimeZoneToSession=true`: then `time_zone=%2B00:00`);
+/// without it, sessions keep the server's default zone, as a JDBC session
+/// does. An offset (`+00:00`, `%2B` for the `+`), `SYSTEM`, or a zone's
+/// name the server knows (its time zone tables loaded).
+fn time_zone(url: &str) -> Result<(String, Option<String>), LockError> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), None));
+    };
+    let mut zone = None;
+    let mut rest = Vec::new();
+    for pair in query.split('&') {
+        match pair.strip_prefix("time_zone=") {
+            Some(value) => {
+                let value = value.replace("%2B", "+").replace("%2b", "+");
+                let value = value.replace("%3A", ":").replace("%3a", ":");
+                let value = value.replace("%2F", "/").replace("%2f", "/");
+                let fits = !value.is_empty()
+                    && value.len() <= 64
+                    && value
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"+-:/_.".contains(&b));
+                if !fits {
+                    return Err(LockError::Config(format!(
+                        "time_zone={value:?}: an offset such as %2B00:00 (+00:00), SYSTEM, \
+                         or a zone's name such as Europe/Berlin"
+                    )));
+                }
+                zone = Some(value);
+            }
+            None => rest.push(pair),
+        }
+    }
+    let url = match rest.is_empty() {
+        true => base.to_owned(),
+        false => format!("{base}?{}", rest.join("&")),
+    };
+    Ok((url, zone))
 }
 
 /// The statement that makes the lock table `config`'s URL names
@@ -895,6 +942,13 @@ fn connect_failed(target: &Target, e: &mysql_async::Error) -> LockError {
             target.place(),
             s.message
         )),
+        // Unknown or incorrect time zone (1298): the URL's `time_zone=`.
+        mysql_async::Error::Server(s) if s.code == 1298 => LockError::Config(format!(
+            "MySQL at {} does not know the URL's time_zone= ({}): give an offset such as \
+             %2B00:00, or load the server's time zone tables",
+            target.place(),
+            s.message
+        )),
         _ => connect_error(target, &e.to_string()),
     }
 }
@@ -923,10 +977,21 @@ pub(crate) fn store_error(e: &mysql_async::Error) -> LockError {
         // read-only (1290, 1836), shutting down (1053), too many
         // connections (1040), query interrupted (1317), lost (2006, 2013),
         // a prepared statement closed (prepared again next time).
-        mysql_async::Error::Server(s) => matches!(
-            s.code,
-            1213 | 3058 | 1205 | 1290 | 1836 | 1053 | 1040 | 1317 | 2006 | 2013 | UNKNOWN_STATEMENT
-        ),
+        mysql_async::Error::Server(s) => {
+            matches!(
+                s.code,
+                1213 | 3058
+                    | 1205
+                    | 1290
+                    | 1836
+                    | 1053
+                    | 1040
+                    | 1317
+                    | 2006
+                    | 2013
+                    | UNKNOWN_STATEMENT
+            ) || skipped_time(s.code, &s.message)
+        }
         _ => false,
     };
     let message = match e {
@@ -938,6 +1003,25 @@ pub(crate) fn store_error(e: &mysql_async::Error) -> LockError {
         message,
         transient,
     }
+}
+
+/// Whether error `code` with `message` is a time the session's zone
+/// skips: "Incorrect datetime value" (1292) for a time within a
+/// `TIMESTAMP` column's range (before 2038), which the session's zone
+/// cannot convert because its clocks jump over it (the spring-forward hour
+/// of a zone with daylight saving, for the UTC times written through a
+/// session in that zone, as a ShedLock table's `TIMESTAMP` columns are).
+/// It passes once the hour is over: transient. A time past the column's
+/// range (a lease past 2038) is refused for good.
+fn skipped_time(code: u16, message: &str) -> bool {
+    if code != 1292 || !message.contains("datetime value") {
+        return false;
+    }
+    let year = message
+        .split_once('\'')
+        .and_then(|(_, rest)| rest.get(..4))
+        .and_then(|year| year.parse::<u32>().ok());
+    year.is_some_and(|year| (1970..2038).contains(&year))
 }
 
 pub(crate) fn timeout_error() -> LockError {
