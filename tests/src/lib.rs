@@ -4,6 +4,7 @@
 
 pub mod engines;
 pub mod etcd;
+pub mod fault;
 pub mod lockctl;
 pub mod mariadb;
 pub mod postgres;

@@ -217,6 +217,26 @@ impl<D: Database> SqlServer<D> {
         }
     }
 
+    /// Sends `signal` (`-KILL`, `-STOP`, `-CONT`) to the server's main
+    /// process and every process it started (PostgreSQL's backends), as
+    /// its pid file names it. A `-KILL` is a crash: [`restart`](Self::restart)
+    /// brings it back.
+    pub fn signal(&mut self, signal: &str) {
+        let pid = std::fs::read_to_string(self.dir.join(D::PID_FILE)).unwrap_or_default();
+        let pid = pid.lines().next().unwrap_or_default().trim().to_owned();
+        assert!(!pid.is_empty(), "{} has no pid file", D::SERVER);
+        // The children first: a stopped or killed parent's go on otherwise.
+        let _ = Command::new("pkill").args([signal, "-P", &pid]).status();
+        let _ = Command::new("kill").args([signal, &pid]).status();
+        if signal == "-KILL"
+            && let Some(mut keeper) = self.keeper.take()
+        {
+            // The keeper ends with its server.
+            drop(keeper.stdin.take());
+            let _ = keeper.wait();
+        }
+    }
+
     /// Stops the server if it runs, starts it again on the same port with
     /// its data, and waits until it accepts connections. Panics with the
     /// tail of its log when it will not within 60 s (retrying meanwhile

@@ -25,12 +25,11 @@
 //!   key lacks an expiry, and once the locks' leases have passed only
 //!   latches (short-lived records of answers) are left: nothing per name.
 
-use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
+use tests::fault::{Knobs, Worker, overlaps_reported};
 use tests::proxy::Proxy;
 use tests::{Server, eventually, keys_and_ttls, scratch_dir, until_no_channels};
 
@@ -38,6 +37,13 @@ const WORKERS: usize = 3;
 const TASKS: usize = 6;
 const RUN: Duration = Duration::from_secs(30);
 const FAULT_EVERY: Duration = Duration::from_secs(2);
+const KNOBS: Knobs = Knobs {
+    tasks: TASKS,
+    run: RUN,
+    wait: WAIT,
+    lease: LEASE,
+    response: RESPONSE,
+};
 const WAIT: Duration = Duration::from_secs(2);
 const LEASE: Duration = Duration::from_secs(1);
 const RESPONSE: Duration = Duration::from_millis(500);
@@ -47,90 +53,6 @@ const RESPONSE: Duration = Duration::from_millis(500);
 const OVERRUN_LIMIT: Duration = Duration::from_secs(6);
 /// The longest a latch lives: an `abandoned` mark of a reconciled attempt.
 const LATCH_LIMIT: Duration = Duration::from_secs(16 * 60);
-
-/// A worker process and what it printed when its run was over.
-struct Worker {
-    child: Child,
-    /// Its lock client's id: the prefix of its holder ids.
-    id: String,
-    done: std::sync::mpsc::Receiver<String>,
-}
-
-impl Worker {
-    fn spawn(name: &str, lock_url: &str, ledger_url: &str) -> Worker {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fault_worker"))
-            .args([
-                format!("lock={lock_url}"),
-                format!("ledger={ledger_url}"),
-                format!("worker={name}"),
-                format!("tasks={TASKS}"),
-                format!("run_ms={}", RUN.as_millis()),
-                format!("wait_ms={}", WAIT.as_millis()),
-                format!("lease_ms={}", LEASE.as_millis()),
-                format!("response_ms={}", RESPONSE.as_millis()),
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("the fault worker starts");
-        let mut stdout = BufReader::new(child.stdout.take().expect("its stdout"));
-        let mut first = String::new();
-        stdout
-            .read_line(&mut first)
-            .expect("the worker's first line");
-        let id = first
-            .trim()
-            .strip_prefix("CLIENT ")
-            .expect("the worker says its client id")
-            .to_owned();
-        let (tx, done) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                if line.starts_with("DONE") {
-                    let _ = tx.send(line);
-                }
-            }
-        });
-        Worker { child, id, done }
-    }
-
-    fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill {signal}");
-    }
-
-    /// The `DONE` line's `key=value` counts.
-    fn counts(&self, within: Duration) -> Vec<(String, u64)> {
-        let line = self
-            .done
-            .recv_timeout(within)
-            .expect("the worker finished its run (no hang, no panic)");
-        println!("{line}");
-        line.split_whitespace()
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.parse().expect("a count")))
-            .collect()
-    }
-
-    /// Tells the worker to exit, and checks that it exits cleanly.
-    fn finish(mut self) {
-        drop(self.child.stdin.take());
-        let status = self.child.wait().expect("the worker exits");
-        assert!(status.success(), "the worker failed: {status}");
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
 
 /// The faults, in the order they are injected (then again from the start).
 #[derive(Debug, Clone, Copy)]
@@ -181,7 +103,16 @@ async fn standalone_under_faults() {
     let workers: Vec<Worker> = proxies
         .iter()
         .enumerate()
-        .map(|(i, proxy)| Worker::spawn(&format!("w{i}"), &proxy.url(), &ledger.url()))
+        .map(|(i, proxy)| {
+            let program = env!("CARGO_BIN_EXE_fault_worker");
+            Worker::spawn(
+                program,
+                &format!("w{i}"),
+                &proxy.url(),
+                &ledger.url(),
+                &KNOBS,
+            )
+        })
         .collect();
 
     let started = Instant::now();
@@ -269,20 +200,8 @@ async fn standalone_under_faults() {
 
     // Every overlap was reported to one of its two holders.
     let mut book = ledger.raw().await;
-    let overlaps: Vec<String> = book.lrange("overlaps", 0, -1).await.unwrap();
-    let reported: HashSet<String> = book.smembers("reported").await.unwrap();
-    println!(
-        "{sections} sections, {} overlaps, {} reported sections",
-        overlaps.len(),
-        reported.len()
-    );
-    for pair in &overlaps {
-        let (a, b) = pair.split_once(' ').unwrap();
-        assert!(
-            reported.contains(a) || reported.contains(b),
-            "sections {a} and {b} overlapped and neither holder was told"
-        );
-    }
+    let (overlaps, reported) = overlaps_reported(&mut book, &|_| false).await;
+    println!("{sections} sections, {overlaps} overlaps, {reported} reported sections");
 
     // With every worker still connected: no subscription without a waiter,
     // no key without expiry, and nothing per name once the leases are over.

@@ -1,0 +1,149 @@
+//! What the fault suites share (`tests/faults.rs` on Redis,
+//! `tests/sql_faults.rs` on PostgreSQL and MariaDB): a worker process
+//! (`src/bin/fault_worker.rs`) whose tasks lock a few hot names and names
+//! used once, writing every critical section to a ledger (`ledger.lua`, on
+//! a Redis server the faults never touch), and the check that every
+//! overlap of two sections was reported to one of its holders.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// How a worker runs: its tasks, how long, each acquisition's `wait`, its
+/// client's watchdog lease and response timeout.
+#[derive(Clone, Copy, Debug)]
+pub struct Knobs {
+    /// Tasks, each a loop of acquisitions.
+    pub tasks: usize,
+    /// How long the tasks go on.
+    pub run: Duration,
+    /// Each acquisition's `wait`.
+    pub wait: Duration,
+    /// The client's watchdog lease.
+    pub lease: Duration,
+    /// The client's response timeout.
+    pub response: Duration,
+}
+
+/// A worker process and what it printed when its run was over.
+pub struct Worker {
+    child: Child,
+    /// The name its section ids begin with.
+    pub name: String,
+    /// Its lock client's id: the prefix of its holder ids.
+    pub id: String,
+    done: std::sync::mpsc::Receiver<String>,
+}
+
+impl Worker {
+    /// Starts worker `name` (the program `program`, the suite's
+    /// `fault_worker`) locking on `lock_url` and writing to the ledger at
+    /// `ledger_url`; returns once it has said its client's id.
+    pub fn spawn(
+        program: &str,
+        name: &str,
+        lock_url: &str,
+        ledger_url: &str,
+        knobs: &Knobs,
+    ) -> Worker {
+        let mut child = Command::new(program)
+            .args([
+                format!("lock={lock_url}"),
+                format!("ledger={ledger_url}"),
+                format!("worker={name}"),
+                format!("tasks={}", knobs.tasks),
+                format!("run_ms={}", knobs.run.as_millis()),
+                format!("wait_ms={}", knobs.wait.as_millis()),
+                format!("lease_ms={}", knobs.lease.as_millis()),
+                format!("response_ms={}", knobs.response.as_millis()),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the fault worker starts");
+        let mut stdout = BufReader::new(child.stdout.take().expect("its stdout"));
+        let mut first = String::new();
+        stdout
+            .read_line(&mut first)
+            .expect("the worker's first line");
+        let id = first
+            .trim()
+            .strip_prefix("CLIENT ")
+            .expect("the worker says its client id")
+            .to_owned();
+        let (tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if line.starts_with("DONE") {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        Worker {
+            child,
+            name: name.to_owned(),
+            id,
+            done,
+        }
+    }
+
+    /// Sends it `signal` (`-STOP`, `-CONT`, `-KILL`).
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal}");
+    }
+
+    /// The `DONE` line's `key=value` counts.
+    pub fn counts(&self, within: Duration) -> Vec<(String, u64)> {
+        let line = self
+            .done
+            .recv_timeout(within)
+            .expect("the worker finished its run (no hang, no panic)");
+        println!("{line}");
+        line.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.parse().expect("a count")))
+            .collect()
+    }
+
+    /// Tells the worker to exit, and checks that it exits cleanly.
+    pub fn finish(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().expect("the worker exits");
+        assert!(status.success(), "the worker failed: {status}");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// What the ledger at `ledger` shows: the sections' overlaps, and those
+/// whose holder was told of a loss. Panics when an overlap was reported to
+/// neither holder, unless one of its sections is `excused` (a worker
+/// killed in it, which can tell nobody).
+pub async fn overlaps_reported(
+    ledger: &mut redis::aio::MultiplexedConnection,
+    excused: &dyn Fn(&str) -> bool,
+) -> (usize, usize) {
+    use redis::AsyncCommands;
+    let overlaps: Vec<String> = ledger.lrange("overlaps", 0, -1).await.unwrap();
+    let reported: HashSet<String> = ledger.smembers("reported").await.unwrap();
+    for pair in &overlaps {
+        let (a, b) = pair.split_once(' ').unwrap();
+        assert!(
+            reported.contains(a) || reported.contains(b) || excused(a) || excused(b),
+            "sections {a} and {b} overlapped and neither holder was told"
+        );
+    }
+    (overlaps.len(), reported.len())
+}
