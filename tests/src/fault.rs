@@ -88,6 +88,39 @@ impl Worker {
         }
     }
 
+    /// Kills it (SIGKILL) and waits until it is gone, then closes its
+    /// open sections in the ledger `ledger` (a dead process writes no
+    /// more, so a section begun after its death overlaps none of its), and
+    /// returns them: their holder can tell nobody of a loss.
+    pub async fn kill(&mut self, ledger: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let open: Vec<String> = redis::cmd("KEYS")
+            .arg("open:*")
+            .query_async(ledger)
+            .await
+            .expect("the ledger's open sections");
+        let prefix = format!("{}:", self.name);
+        let mut closed = Vec::new();
+        for key in open {
+            let ids: Vec<String> = redis::cmd("HKEYS")
+                .arg(&key)
+                .query_async(ledger)
+                .await
+                .expect("HKEYS");
+            for id in ids.iter().filter(|id| id.starts_with(&prefix)) {
+                let _: i64 = redis::cmd("HDEL")
+                    .arg(&key)
+                    .arg(id)
+                    .query_async(ledger)
+                    .await
+                    .expect("HDEL");
+                closed.push(id.clone());
+            }
+        }
+        closed
+    }
+
     /// Sends it `signal` (`-STOP`, `-CONT`, `-KILL`).
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
