@@ -10,6 +10,35 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+/// A fault of one worker's link, through the loopback proxy it reaches
+/// the lock server by.
+#[derive(Clone, Copy, Debug)]
+pub enum LinkFault {
+    /// Every connection cut.
+    Cut,
+    /// New connections refused for a second (the port closed).
+    Refuse,
+    /// The link stalled, without closing, for 1.5 s.
+    Stall,
+}
+
+/// Injects `fault` at `proxy`, and undoes it when it lasts.
+pub async fn on_link(proxy: &crate::proxy::Proxy, fault: LinkFault) {
+    match fault {
+        LinkFault::Cut => proxy.cut(),
+        LinkFault::Refuse => {
+            proxy.refuse();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            proxy.accept();
+        }
+        LinkFault::Stall => {
+            proxy.stall();
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            proxy.resume();
+        }
+    }
+}
+
 /// How a worker runs: its tasks, how long, each acquisition's `wait`, its
 /// client's watchdog lease and response timeout.
 #[derive(Clone, Copy, Debug)]

@@ -29,7 +29,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use tests::fault::{Knobs, Worker, overlaps_reported};
+use tests::fault::{Knobs, LinkFault, Worker, on_link, overlaps_reported};
 use tests::proxy::Proxy;
 use tests::{Server, eventually, keys_and_ttls, scratch_dir, until_no_channels};
 
@@ -57,9 +57,7 @@ const LATCH_LIMIT: Duration = Duration::from_secs(16 * 60);
 /// The faults, in the order they are injected (then again from the start).
 #[derive(Debug, Clone, Copy)]
 enum Fault {
-    Cut,
-    Refuse,
-    Stall,
+    Link(LinkFault),
     Crash,
     ClientKill,
     DebugSleep,
@@ -67,11 +65,11 @@ enum Fault {
 }
 
 const FAULTS: [Fault; 7] = [
-    Fault::Cut,
+    Fault::Link(LinkFault::Cut),
     Fault::Stop,
-    Fault::Refuse,
+    Fault::Link(LinkFault::Refuse),
     Fault::Crash,
-    Fault::Stall,
+    Fault::Link(LinkFault::Stall),
     Fault::ClientKill,
     Fault::DebugSleep,
 ];
@@ -125,17 +123,7 @@ async fn standalone_under_faults() {
         let target = i % WORKERS;
         injected.push((*fault, target));
         match fault {
-            Fault::Cut => proxies[target].cut(),
-            Fault::Refuse => {
-                proxies[target].refuse();
-                pause(Duration::from_secs(1)).await;
-                proxies[target].accept();
-            }
-            Fault::Stall => {
-                proxies[target].stall();
-                pause(Duration::from_millis(1500)).await;
-                proxies[target].resume();
-            }
+            Fault::Link(fault) => on_link(&proxies[target], *fault).await,
             Fault::Crash => {
                 server.crash();
                 server.restart();

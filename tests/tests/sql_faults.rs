@@ -33,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use tests::Server;
-use tests::fault::{Knobs, Worker, overlaps_reported};
+use tests::fault::{Knobs, LinkFault, Worker, on_link, overlaps_reported};
 use tests::mariadb::{GENERAL_LOG, MariaDb};
 use tests::postgres::Postgres;
 use tests::proxy::Proxy;
@@ -94,22 +94,20 @@ impl Faulted for tests::mariadb::Maria {
 /// The faults, in the order they are injected (then again from the start).
 #[derive(Debug, Clone, Copy)]
 enum Fault {
-    Cut,
+    Link(LinkFault),
     StopHolder,
-    Refuse,
     Crash,
-    Stall,
     EndSessions,
     Pause,
     KillHolder,
 }
 
 const FAULTS: [Fault; 8] = [
-    Fault::Cut,
+    Fault::Link(LinkFault::Cut),
     Fault::StopHolder,
-    Fault::Refuse,
+    Fault::Link(LinkFault::Refuse),
     Fault::Crash,
-    Fault::Stall,
+    Fault::Link(LinkFault::Stall),
     Fault::EndSessions,
     Fault::Pause,
     Fault::KillHolder,
@@ -172,17 +170,7 @@ async fn under_faults<D: Faulted>(server: &mut SqlServer<D>) -> Vec<(Fault, usiz
         let target = i % WORKERS;
         injected.push((*fault, target));
         match fault {
-            Fault::Cut => proxies[target].cut(),
-            Fault::Refuse => {
-                proxies[target].refuse();
-                pause(Duration::from_secs(1)).await;
-                proxies[target].accept();
-            }
-            Fault::Stall => {
-                proxies[target].stall();
-                pause(Duration::from_millis(1500)).await;
-                proxies[target].resume();
-            }
+            Fault::Link(fault) => on_link(&proxies[target], *fault).await,
             Fault::Crash => {
                 server.signal("-KILL");
                 server.restart();
