@@ -188,7 +188,7 @@ async fn standalone_under_faults() {
 
     // Every overlap was reported to one of its two holders.
     let mut book = ledger.raw().await;
-    let (overlaps, reported) = overlaps_reported(&mut book, &|_| false).await;
+    let (overlaps, reported, _) = overlaps_reported(&mut book, &|_| false).await;
     println!("{sections} sections, {overlaps} overlaps, {reported} reported sections");
 
     // With every worker still connected: no subscription without a waiter,

@@ -229,10 +229,10 @@ async fn under_faults<D: Faulted>(server: &mut SqlServer<D>) -> Vec<(Fault, usiz
     // sections a killed worker died in).
     let excused = |section: &str| died_in.contains(section);
     let mut book = ledger.raw().await;
-    let (overlaps, reported) = overlaps_reported(&mut book, &excused).await;
+    let (overlaps, reported, excused) = overlaps_reported(&mut book, &excused).await;
     println!(
         "{sections} sections, {overlaps} overlaps, {reported} reported sections, \
-         {} workers killed in {} sections",
+         {} workers killed in {} sections ({excused} overlaps with those)",
         killed.len(),
         died_in.len()
     );

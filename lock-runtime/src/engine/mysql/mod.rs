@@ -23,13 +23,13 @@
 //! statements count changed rows).
 //!
 //! Beside the lock table are its slots (`<table>_slots`, 1,024 rows made
-//! with it): a statement that may make a name's row first locks its
-//! slot's row (`CRC32(name) % 1024`, `FOR UPDATE`), and only then reads
-//! the clock (`SYSDATE(6)`) for a new row's first token, so that a name's
+//! with it): a statement that may make a name's row reads the clock
+//! (`SYSDATE(6)`) for a new row's first token in a sub-select that first
+//! locks its slot's row (`CRC32(name) % 1024`, `FOR UPDATE`), so that a name's
 //! tokens rise under contention too (DECISIONS).
 //!
 //! - **Statements.** MySQL has no `RETURNING`: an acquisition's first
-//!   try is one `INSERT IGNORE ... SELECT` that makes the row where none is, its
+//!   try is one `INSERT IGNORE` that makes the row where none is, its
 //!   affected rows saying whether it did and its token coming back as
 //!   `LAST_INSERT_ID(expr)` in the same answer. Where the row is there, an
 //!   `INSERT ... ON DUPLICATE KEY UPDATE` takes it over when it is free
