@@ -794,7 +794,7 @@ async fn after_a_restart_the_client_ends_no_session_it_did_not_open() {
         })
         .await;
         for n in 0..16 {
-            let _ = c.lock(&format!("after:{n}")).try_acquire().await;
+            let _ = c.lock(format!("after:{n}")).try_acquire().await;
         }
     }
     drop(held);

@@ -511,7 +511,7 @@ impl My {
         // made only when every one there is busy (or none is there), and
         // one that cannot be made (the server takes no more) is no
         // failure while another works.
-        if let Some(lease) = places().find_map(|slot| ready(slot)) {
+        if let Some(lease) = places().find_map(ready) {
             return self.made(lease, home).await;
         }
         let lease = match places().find_map(|slot| slot.clone().try_lock_owned().ok()) {
@@ -524,7 +524,7 @@ impl My {
             .map_err(|_| timeout_error())?,
         };
         match self.made(lease, home).await {
-            Err(e) => match places().find_map(|slot| ready(slot)) {
+            Err(e) => match places().find_map(ready) {
                 Some(lease) => self.made(lease, home).await,
                 None => Err(e),
             },
