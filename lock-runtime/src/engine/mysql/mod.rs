@@ -96,6 +96,7 @@ const DIALECT: crate::engine::sql::Dialect = crate::engine::sql::Dialect {
     scheme: "mysql",
     aliases: &["mariadb"],
     identifier: 64,
+    own: &["time_zone"],
 };
 
 /// How many connections a client keeps at most per caller runtime: each
@@ -280,8 +281,9 @@ impl Target {
             table,
             keep_rows,
             url,
+            own,
         } = crate::engine::sql::Params::parse(config.url(), &DIALECT)?;
-        let (url, time_zone) = time_zone(&url)?;
+        let time_zone = own.last().map(|(_, zone)| time_zone(zone)).transpose()?;
         let opts = Opts::from_url(&url).map_err(|e| {
             LockError::Config(format!(
                 "a mysql:// URL ({}) that MySQL's driver refuses: {e}",
@@ -348,47 +350,29 @@ impl Target {
     }
 }
 
-/// The URL `url` without its `time_zone=` (ours, not the driver's), and
-/// that zone: the session time zone the engine's connections set (`SET
-/// time_zone`), for a table whose `TIMESTAMP` columns ShedLock's sessions
-/// write through a zone forced on them (`connectionTimeZone=UTC&
-/// forceConnectionTimeZoneToSession=true`: then `time_zone=%2B00:00`);
-/// without it, sessions keep the server's default zone, as a JDBC session
-/// does. An offset (`+00:00`, `%2B` for the `+`), `SYSTEM`, or a zone's
-/// name the server knows (its time zone tables loaded).
-fn time_zone(url: &str) -> Result<(String, Option<String>), LockError> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), None));
-    };
-    let mut zone = None;
-    let mut rest = Vec::new();
-    for pair in query.split('&') {
-        match pair.strip_prefix("time_zone=") {
-            Some(value) => {
-                let value = value.replace("%2B", "+").replace("%2b", "+");
-                let value = value.replace("%3A", ":").replace("%3a", ":");
-                let value = value.replace("%2F", "/").replace("%2f", "/");
-                let fits = !value.is_empty()
-                    && value.len() <= 64
-                    && value
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"+-:/_.".contains(&b));
-                if !fits {
-                    return Err(LockError::Config(format!(
-                        "time_zone={value:?}: an offset such as %2B00:00 (+00:00), SYSTEM, \
-                         or a zone's name such as Europe/Berlin"
-                    )));
-                }
-                zone = Some(value);
-            }
-            None => rest.push(pair),
-        }
+/// The URL's `time_zone=` (`value`, percent-encoded), checked to hold
+/// only a zone's characters: the session time zone the engine's
+/// connections set (`SET time_zone`), for a table whose `TIMESTAMP`
+/// columns ShedLock's sessions write through a zone forced on them
+/// (`connectionTimeZone=UTC&forceConnectionTimeZoneToSession=true`: then
+/// `time_zone=%2B00:00`); without it, sessions keep the server's default
+/// zone, as a JDBC session does. An offset (`+00:00`, `%2B` for the `+`),
+/// `SYSTEM`, or a zone's name the server knows (its time zone tables
+/// loaded).
+fn time_zone(value: &str) -> Result<String, LockError> {
+    let zone = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
+    let fits = !zone.is_empty()
+        && zone.len() <= 64
+        && zone
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+-:/_.".contains(&b));
+    if !fits {
+        return Err(LockError::Config(format!(
+            "time_zone={zone:?}: an offset such as %2B00:00 (+00:00), SYSTEM, \
+             or a zone's name such as Europe/Berlin"
+        )));
     }
-    let url = match rest.is_empty() {
-        true => base.to_owned(),
-        false => format!("{base}?{}", rest.join("&")),
-    };
-    Ok((url, zone))
+    Ok(zone.into_owned())
 }
 
 /// The statement that makes the lock table `config`'s URL names

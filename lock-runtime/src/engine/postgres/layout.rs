@@ -29,17 +29,6 @@ const NOW: &str = "timezone(interval '0', clock_timestamp())";
 /// milliseconds (`TIMESTAMP(3)`, which would round it up).
 const FREED: &str = "date_trunc('milliseconds', timezone(interval '0', clock_timestamp()))";
 
-/// A time a statement writes into a row it makes: `utc`, as a `timestamp`
-/// in UTC; `instant`, the same time as a new row's first token reads it
-/// ([`clock_us`]: the `timestamptz` itself where there is one, which
-/// spares a conversion); `from`, what the statement reads it from.
-#[derive(Clone, Copy)]
-struct At<'a> {
-    utc: &'a str,
-    instant: &'a str,
-    from: &'a str,
-}
-
 /// The name `$1`'s lock on `table` for the statement's transaction
 /// (`pg_advisory_xact_lock`, its two-`int4` key: the table's hash and the
 /// name's), taken by every statement that may make the name's row before
@@ -55,39 +44,29 @@ fn name_lock(table: &Table) -> String {
     format!("pg_advisory_xact_lock({key}, hashtext($1))")
 }
 
-/// The statement's time, read once, after [`name_lock`]: a sub-select
-/// `now` with the time in UTC (`t`) and as the clock gave it (`i`). Each
-/// level is kept from being merged into the one above (`OFFSET 0`), so
-/// the lock is taken before the clock is read, and the clock is read once.
+/// [`NOW`] read once, after [`name_lock`]: `now.t` of a sub-select that
+/// takes the lock in a level of its own. `OFFSET 0` keeps each level from
+/// being merged into the one above: the lock is taken before the clock is
+/// read, and the clock is read once however often `now.t` is used.
+fn now_after_lock(table: &Table) -> String {
+    format!(
+        "(SELECT {NOW} AS t FROM (SELECT {} OFFSET 0) g OFFSET 0)",
+        name_lock(table)
+    )
+}
+
+/// The first try's `FROM`: [`now_after_lock`] as `now`, without a CTE.
 fn first_from(table: &Table) -> String {
-    format!(
-        "FROM (SELECT timezone(interval '0', c.i) AS t, c.i FROM \
-           (SELECT clock_timestamp() AS i FROM (SELECT {} OFFSET 0) g OFFSET 0) c) now",
-        name_lock(table)
-    )
+    format!("FROM {} now", now_after_lock(table))
 }
 
-/// The statement's time in [`first_from`]'s sub-select `now`.
-const FIRST: At<'static> = At {
-    utc: "now.t",
-    instant: "now.i",
-    from: "",
-};
-
-/// The CTE `now` of a statement: [`NOW`] read once, after [`name_lock`].
+/// The CTE `now` of a statement: [`now_after_lock`].
 fn cte_now(table: &Table) -> String {
-    format!(
-        "now AS (SELECT {NOW} AS t FROM (SELECT {} OFFSET 0) g)",
-        name_lock(table)
-    )
+    format!("now AS {}", now_after_lock(table))
 }
 
-/// The time of the statement's CTE `now` ([`cte_now`]).
-const CTE_NOW: At<'static> = At {
-    utc: "now.t",
-    instant: "now.t",
-    from: "FROM now",
-};
+/// What a statement with the CTE `now` reads its time from.
+const FROM_CTE: &str = "FROM now";
 
 /// What PostgreSQL adds to a lock table: its announcement channel, its
 /// waiters' table, and the statements that make both.
@@ -380,37 +359,37 @@ fn clock_us(at: &str) -> String {
 const NEXT_FENCE: &str = "GREATEST(l.fence + 1, EXCLUDED.fence)";
 
 /// The head of an upsert of lock row `$1` for `holder` until `$3` from
-/// the time `at` (see [`insert_row`]), up to its `DO UPDATE SET`.
-fn upsert_row(t: &str, holder: &str, at: At<'_>) -> String {
+/// `now.t`, read `from` (see [`insert_row`]), up to its `DO UPDATE SET`.
+fn upsert_row(t: &str, holder: &str, from: &str) -> String {
     format!(
         "{} ON CONFLICT (name) DO UPDATE SET ",
-        insert_row(t, holder, at, &us("$3"))
+        insert_row(t, holder, from, &us("$3"))
     )
 }
 
 /// An insert of lock row `$1` for `holder` until `lease` (an interval)
-/// from the time `at`; a row made anew starts its tokens from the clock
+/// from the time `now.t` (a `timestamp` in UTC, read `from`: see
+/// [`now_after_lock`]); a row made anew starts its tokens from that time
 /// in µs ([`clock_us`]).
-fn insert_row(t: &str, holder: &str, at: At<'_>, lease: &str) -> String {
-    let At { utc, instant, from } = at;
+fn insert_row(t: &str, holder: &str, from: &str, lease: &str) -> String {
     format!(
         "INSERT INTO {t} AS l (name, lock_until, locked_at, locked_by, fence) \
-         SELECT $1, {utc} + {lease}, {utc}, {holder}, \
+         SELECT $1, now.t + {lease}, now.t, {holder}, \
                 {} {from}",
-        clock_us(instant)
+        clock_us("now.t")
     )
 }
 
-/// Lock row `$1` taken for `holder` until `$3` from `at` (see
+/// Lock row `$1` taken for `holder` until `$3` from `now.t`, read `from` (see
 /// [`insert_row`]): made, or taken over when [`FREE`], its end then
 /// set to `until`; its token raised ([`NEXT_FENCE`]). Answers the token
 /// when taken.
-fn take_row(t: &str, holder: &str, at: At<'_>, until: &str) -> String {
+fn take_row(t: &str, holder: &str, from: &str, until: &str) -> String {
     format!(
         "{}lock_until = {until}, locked_at = EXCLUDED.locked_at, \
            locked_by = EXCLUDED.locked_by, fence = {NEXT_FENCE} \
          WHERE {FREE} RETURNING fence",
-        upsert_row(t, holder, at)
+        upsert_row(t, holder, from)
     )
 }
 
@@ -427,7 +406,7 @@ fn take_or_mark_row(t: &str) -> String {
         "{}{}, {}, {}, fence = CASE WHEN {FREE} THEN {NEXT_FENCE} ELSE l.fence + 1 END \
          WHERE {FREE} OR l.locked_by <> '{READERS}' \
          RETURNING fence, locked_by = $2 AS mine",
-        upsert_row(t, "$2", CTE_NOW),
+        upsert_row(t, "$2", FROM_CTE),
         taken("lock_until"),
         taken("locked_at"),
         taken("locked_by"),
@@ -471,14 +450,10 @@ impl Statements {
         );
         // The clock read once, after the name's lock (see `first_from`).
         let first = first_from(table);
-        let first = At {
-            from: &first,
-            ..FIRST
-        };
-        let first_try = take_row(&t, "$2", first, "EXCLUDED.lock_until");
+        let first_try = take_row(&t, "$2", &first, "EXCLUDED.lock_until");
         let claim = format!(
             "{} ON CONFLICT (name) DO NOTHING RETURNING fence",
-            insert_row(&t, "$2", first, &interval_literal(lease))
+            insert_row(&t, "$2", &first, &interval_literal(lease))
         );
         let renew = format!(
             "UPDATE {t} AS l SET lock_until = {NOW} + {} \
@@ -622,16 +597,13 @@ impl Line {
                 us("$3")
             )
         };
-        let take_turn = turn("$4", take_row(&t, "$2", CTE_NOW, "EXCLUDED.lock_until"));
+        let take_turn = turn("$4", take_row(&t, "$2", FROM_CTE, "EXCLUDED.lock_until"));
         let join = turn(
             "$2",
             take_row(
                 &t,
                 &format!("'{READERS}'"),
-                At {
-                    from: &format!("FROM now WHERE EXISTS (SELECT 1 FROM {q} WHERE seq = $2)"),
-                    ..CTE_NOW
-                },
+                &format!("{FROM_CTE} WHERE EXISTS (SELECT 1 FROM {q} WHERE seq = $2)"),
                 "GREATEST(l.lock_until, EXCLUDED.lock_until)",
             ),
         );

@@ -117,6 +117,7 @@ const DIALECT: crate::engine::sql::Dialect = crate::engine::sql::Dialect {
     scheme: "postgres",
     aliases: &["postgresql"],
     identifier: 63,
+    own: &[],
 };
 
 /// How many connections a client keeps for its statements per caller
@@ -151,6 +152,7 @@ impl Target {
             table,
             keep_rows,
             url,
+            ..
         } = Params::parse(config.url(), &DIALECT)?;
         let mut connect: tokio_postgres::Config = url.parse().map_err(|e| {
             LockError::Config(format!(

@@ -243,6 +243,9 @@ pub(crate) struct Dialect {
     pub(crate) aliases: &'static [&'static str],
     /// The longest identifier it takes, in bytes.
     pub(crate) identifier: usize,
+    /// The query parameters the engine reads itself, besides `table=` and
+    /// `keep_rows=` (never passed to the driver).
+    pub(crate) own: &'static [&'static str],
 }
 
 /// What a URL says beyond the connection: the table and how rows go, and
@@ -250,8 +253,12 @@ pub(crate) struct Dialect {
 pub(crate) struct Params {
     pub(crate) table: Table,
     pub(crate) keep_rows: bool,
-    /// The URL without `table=` and `keep_rows=`.
+    /// The URL without `table=`, `keep_rows=` and the dialect's own.
     pub(crate) url: String,
+    /// The values of the dialect's own parameters the URL gives, as
+    /// written (percent-encoded). (Only MySQL has any.)
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) own: Vec<(&'static str, String)>,
 }
 
 impl Params {
@@ -263,7 +270,13 @@ impl Params {
         let mut table = Table::parse(DEFAULT_TABLE, longest)?;
         let mut keep_rows = false;
         let mut rest = Vec::new();
+        let mut own = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let key = pair.split_once('=').map(|(key, _)| key);
+            if let Some(key) = dialect.own.iter().find(|own| key == Some(**own)) {
+                own.push((*key, pair[key.len() + 1..].to_owned()));
+                continue;
+            }
             match pair.split_once('=') {
                 Some(("table", value)) => table = Table::parse(value, longest)?,
                 Some(("keep_rows", value)) => {
@@ -297,6 +310,7 @@ impl Params {
             table,
             keep_rows,
             url,
+            own,
         })
     }
 }
@@ -386,11 +400,13 @@ mod tests {
             scheme: "postgres",
             aliases: &["postgresql"],
             identifier: 63,
+            own: &[],
         };
         const MY: Dialect = Dialect {
             scheme: "mysql",
             aliases: &["mariadb"],
             identifier: 64,
+            own: &["time_zone"],
         };
         let p = Params::parse(
             "postgresql://u@h/db?table=ops.jobs&keep_rows=true&application_name=x",
@@ -403,6 +419,13 @@ mod tests {
         let p = Params::parse("mariadb://u@h/db", &MY).unwrap();
         assert_eq!(p.url, "mysql://u@h/db");
         assert!(!p.keep_rows);
+        assert!(p.own.is_empty());
+        // The dialect's own parameters are taken out, as written.
+        let p = Params::parse("mysql://u@h/db?time_zone=%2B00:00&pool_max=4", &MY).unwrap();
+        assert_eq!(p.url, "mysql://u@h/db?pool_max=4");
+        assert_eq!(p.own, [("time_zone", "%2B00:00".to_owned())]);
+        let p = Params::parse("postgres://u@h/db?time_zone=UTC", &PG).unwrap();
+        assert_eq!(p.url, "postgres://u@h/db?time_zone=UTC");
         assert!(matches!(
             Params::parse("mysql://u@h/db?keep_rows=yes", &MY),
             Err(LockError::Config(_))
