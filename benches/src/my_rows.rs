@@ -131,7 +131,7 @@ pub struct MyFloor {
 /// default, `prefer_socket`, moves a connection to `127.0.0.1` onto the
 /// server's unix socket, which the engine never does: a proxy in front of
 /// the server would be passed by.)
-fn driver_opts(url: &str) -> Result<Opts, BenchError> {
+pub fn driver_opts(url: &str) -> Result<Opts, BenchError> {
     let url = examples::store::driver_url(url);
     Ok(OptsBuilder::from_opts(Opts::from_url(&url)?)
         .init(SESSION.to_vec())
