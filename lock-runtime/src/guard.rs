@@ -2,78 +2,16 @@
 //! engine: a guard's holds are each its engine's ([`Held`]).
 
 use std::fmt;
-use std::future::Future;
 use std::time::Duration;
 #[cfg(feature = "redis")]
 use std::time::Instant;
 
-#[cfg(feature = "redis")]
-use crate::engine::redis::RedisHold;
 use crate::error::LockError;
-use crate::holder::ScopedHold;
 
-/// A hold's release on its engine ([`Held::release`]).
-type Releasing = std::pin::Pin<Box<dyn Future<Output = Result<(), LockError>> + Send>>;
+pub(crate) use crate::engine::Held;
 
-/// One hold on one lock by one holder, on whichever engine the client has.
-pub(crate) enum Held {
-    /// On Redis (the layouts of DESIGN §4).
-    #[cfg(feature = "redis")]
-    Redis(RedisHold),
-    /// On etcd (see `engine::etcd`).
-    #[cfg(feature = "etcd")]
-    Etcd(crate::engine::etcd::EtcdHold),
-    /// On ZooKeeper (see `engine::zookeeper`).
-    #[cfg(feature = "zookeeper")]
-    ZooKeeper(crate::engine::zookeeper::ZkHold),
-    /// On PostgreSQL (see `engine::postgres`).
-    #[cfg(feature = "postgres")]
-    Postgres(crate::engine::postgres::PgHold),
-    /// On MySQL or MariaDB (see `engine::mysql`).
-    #[cfg(feature = "mysql")]
-    MySql(crate::engine::mysql::MyHold),
-    /// None: a build without any engine.
-    #[cfg(no_engine)]
-    None(std::convert::Infallible),
-}
-
-/// Calls `$call` on whichever engine's hold `$held` is.
-macro_rules! on_engine {
-    ($held:expr, $h:ident => $call:expr) => {
-        match $held {
-            #[cfg(feature = "redis")]
-            Held::Redis($h) => $call,
-            #[cfg(feature = "etcd")]
-            Held::Etcd($h) => $call,
-            #[cfg(feature = "zookeeper")]
-            Held::ZooKeeper($h) => $call,
-            #[cfg(feature = "postgres")]
-            Held::Postgres($h) => $call,
-            #[cfg(feature = "mysql")]
-            Held::MySql($h) => $call,
-            #[cfg(no_engine)]
-            Held::None(never) => crate::client::absurd(never),
-        }
-    };
-}
-
+/// What only Redis's holds do.
 impl Held {
-    pub(crate) fn name(&self) -> &str {
-        on_engine!(self, h => h.name())
-    }
-
-    pub(crate) fn token(&self) -> u64 {
-        on_engine!(self, h => h.token())
-    }
-
-    fn holder(&self) -> &str {
-        on_engine!(self, h => h.holder())
-    }
-
-    fn scoped(&self) -> ScopedHold {
-        on_engine!(self, h => h.scoped())
-    }
-
     /// A fixed lease's end moved to `at` at the latest: for a quorum lock's
     /// holds, which are all on Redis (the only engine with quorum locks).
     #[cfg(feature = "redis")]
@@ -83,34 +21,6 @@ impl Held {
         if let Held::Redis(held) = self {
             held.expire_by(at);
         }
-    }
-
-    fn is_lost(&self) -> bool {
-        on_engine!(self, h => h.is_lost())
-    }
-
-    fn remaining(&self) -> Duration {
-        on_engine!(self, h => h.remaining())
-    }
-
-    async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
-        on_engine!(self, h => h.extend(lease).await)
-    }
-
-    async fn lost(&self) {
-        on_engine!(self, h => h.lost().await)
-    }
-
-    /// Gives the hold back. Boxed in the engine's own size (not the
-    /// largest of the build's engines'): a caller's task carries a
-    /// release's future while it waits for a lock.
-    fn release(self) -> Releasing {
-        on_engine!(self, h => Box::pin(h.release()))
-    }
-
-    /// The client's runtime, where a dropped guard's release runs.
-    fn runtime(&self) -> tokio::runtime::Handle {
-        on_engine!(self, h => h.runtime())
     }
 }
 

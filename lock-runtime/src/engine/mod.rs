@@ -1,11 +1,17 @@
-//! The stores a lock can live on (DESIGN §9), and which one a URL names.
+//! The stores a lock can live on (DESIGN §9), listed once.
 //!
-//! Every engine gives the same four things to the layers above it: take a
-//! hold (waiting for a turn), keep it alive, give it back, and inspect or
-//! force a lock. Redis is the crate's original engine (`client::Core` and
-//! the modules under it); the others are a module each here. No engine
-//! imports another, and the shared layers reach an engine only through
-//! what its module exports.
+//! Every engine implements the seam ([`seam::Engine`] and its
+//! [`seam::Hold`]) in its own folder. The list below is the only place
+//! that names them all: from its rows come which engine a URL's scheme
+//! names ([`Store`]), what a client is connected to ([`Connected`]), what a
+//! guard holds ([`Held`]) and an acquisition's future ([`Acquiring`]), all
+//! dispatched statically (nothing boxed on the path of an acquisition). A
+//! row whose feature this build lacks stands for [`seam::Absent`], of which
+//! no value exists, so no dispatch needs a `cfg`. `docs/ENGINES.md` says
+//! what a new engine touches.
+//!
+//! No engine imports another; the shared layers reach an engine only
+//! through the seam and this list.
 
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
@@ -15,72 +21,325 @@ pub(crate) mod mysql;
 pub(crate) mod postgres;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+pub(crate) mod seam;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod sql;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::runtime::Handle;
+
+use crate::background::Background;
 use crate::config::Config;
 use crate::error::LockError;
+use crate::holder::ScopedHold;
+use crate::info::LockInfo;
+use crate::request::{Options, Target};
+use seam::{Engine, Hold};
 
-/// Which engine a configuration's URL names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Store {
-    /// `redis://`, `rediss://`, `unix://`, and the Sentinel and Cluster
-    /// configurations.
-    #[cfg(feature = "redis")]
-    Redis,
-    /// `etcd://`, `etcds://`.
-    #[cfg(feature = "etcd")]
-    Etcd,
-    /// `zk://`.
-    #[cfg(feature = "zookeeper")]
-    ZooKeeper,
-    /// `postgres://`, `postgresql://`.
-    #[cfg(feature = "postgres")]
-    Postgres,
-    /// `mysql://`, `mariadb://`.
-    #[cfg(feature = "mysql")]
-    MySql,
+/// A future of an operation on whichever engine (`inspect`, `locks`,
+/// `force_unlock`: an operator's calls, not an acquisition's path).
+type Operation<T> = Pin<Box<dyn Future<Output = Result<T, LockError>> + Send>>;
+
+/// Generates everything that dispatches over the engines from their
+/// list: one row per engine, `Variant(FutureParam): module::Type, feature
+/// "name", schemes [...]`.
+macro_rules! engine_list {
+    ($(
+        $(#[doc = $doc:literal])*
+        $variant:ident($param:ident): $module:ident::$ty:ident,
+            feature $feature:literal, schemes [$($scheme:literal),+];
+    )+) => {
+        $(
+            $(#[doc = $doc])*
+            #[cfg(feature = $feature)]
+            pub(crate) type $variant = $module::$ty;
+            $(#[doc = $doc])*
+            /// (Not in this build.)
+            #[cfg(not(feature = $feature))]
+            pub(crate) type $variant = seam::Absent;
+        )+
+
+        /// Which engine a configuration's URL names (see [`Store::of`]).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub(crate) enum Store {
+            $($(#[doc = $doc])* $variant,)+
+        }
+
+        impl Store {
+            /// Every engine of the list, built in or not.
+            const ALL: &'static [Store] = &[$(Store::$variant),+];
+
+            /// The URL schemes that name the engine.
+            fn schemes(self) -> &'static [&'static str] {
+                match self {
+                    $(Store::$variant => &[$($scheme),+],)+
+                }
+            }
+
+            /// The Cargo feature that brings the engine.
+            fn feature(self) -> &'static str {
+                match self {
+                    $(Store::$variant => $feature,)+
+                }
+            }
+
+            /// Whether this build has the engine.
+            fn built(self) -> bool {
+                match self {
+                    $(Store::$variant => cfg!(feature = $feature),)+
+                }
+            }
+
+            /// The statements that make the engine's tables for `config`
+            /// (`lockctl schema`).
+            #[cfg_attr(not(feature = "cli"), allow(dead_code))]
+            fn tables(self, config: &Config) -> Result<String, LockError> {
+                match self {
+                    $(Store::$variant => <$variant as Engine>::schema(config),)+
+                }
+            }
+
+            /// Connects to the engine's store.
+            pub(crate) async fn connect(
+                self,
+                config: Config,
+                runtime: Handle,
+            ) -> Result<Connected, LockError> {
+                Ok(match self {
+                    $(Store::$variant => {
+                        Connected::$variant(<$variant as Engine>::connect(config, runtime).await?)
+                    })+
+                })
+            }
+        }
+
+        /// The store a client's locks live on, and what its tasks share there.
+        pub(crate) enum Connected {
+            $($(#[doc = $doc])* $variant(Arc<$variant>),)+
+        }
+
+        impl Connected {
+            /// The engine's name (`"redis"`, `"etcd"`, ...).
+            pub(crate) fn name(&self) -> &'static str {
+                match self {
+                    $(Connected::$variant(_) => <$variant as Engine>::NAME,)+
+                }
+            }
+
+            /// See [`Engine::id`].
+            pub(crate) fn id(&self) -> &str {
+                match self {
+                    $(Connected::$variant(e) => Engine::id(&**e),)+
+                }
+            }
+
+            /// See [`Engine::config`].
+            pub(crate) fn config(&self) -> &Config {
+                match self {
+                    $(Connected::$variant(e) => Engine::config(&**e),)+
+                }
+            }
+
+            /// See [`Engine::runtime`].
+            pub(crate) fn runtime(&self) -> &Handle {
+                match self {
+                    $(Connected::$variant(e) => Engine::runtime(&**e),)+
+                }
+            }
+
+            /// See [`Engine::renewed`].
+            pub(crate) fn renewed(&self) -> usize {
+                match self {
+                    $(Connected::$variant(e) => Engine::renewed(&**e),)+
+                }
+            }
+
+            /// One acquisition on the engine (see [`Engine::acquire`]),
+            /// polled where it stands: no box, and the future is the size
+            /// of the largest engine's.
+            pub(crate) fn acquire(
+                &self,
+                alive: Arc<Background>,
+                target: Target,
+                options: Options,
+            ) -> impl Future<Output = Result<Held, LockError>> + Send + 'static + use<> {
+                match self {
+                    $(Connected::$variant(e) => Acquiring::$variant {
+                        acquiring: Engine::acquire(e.clone(), alive, target, options).map(map_held(Held::$variant)),
+                    },)+
+                }
+            }
+
+            /// See [`Engine::inspect`].
+            pub(crate) fn inspect(&self, name: String) -> Operation<Option<LockInfo>> {
+                match self {
+                    $(Connected::$variant(e) => Box::pin(Engine::inspect(e.clone(), name)),)+
+                }
+            }
+
+            /// See [`Engine::locks`].
+            pub(crate) fn locks(&self, pattern: String) -> Operation<Vec<LockInfo>> {
+                match self {
+                    $(Connected::$variant(e) => Box::pin(Engine::locks(e.clone(), pattern)),)+
+                }
+            }
+
+            /// See [`Engine::force_unlock`].
+            pub(crate) fn force_unlock(&self, name: String) -> Operation<bool> {
+                match self {
+                    $(Connected::$variant(e) => Box::pin(Engine::force_unlock(e.clone(), name)),)+
+                }
+            }
+        }
+
+        /// One hold on one lock by one holder, on whichever engine the
+        /// client has.
+        // The variants of engines a build lacks have no size, and no value.
+        #[allow(clippy::large_enum_variant)]
+        pub(crate) enum Held {
+            $($(#[doc = $doc])* $variant(<$variant as Engine>::Hold),)+
+        }
+
+        impl Held {
+            /// See [`Hold::name`].
+            pub(crate) fn name(&self) -> &str {
+                match self {
+                    $(Held::$variant(h) => Hold::name(h),)+
+                }
+            }
+
+            /// See [`Hold::token`].
+            pub(crate) fn token(&self) -> u64 {
+                match self {
+                    $(Held::$variant(h) => Hold::token(h),)+
+                }
+            }
+
+            /// See [`Hold::holder`].
+            pub(crate) fn holder(&self) -> &str {
+                match self {
+                    $(Held::$variant(h) => Hold::holder(h),)+
+                }
+            }
+
+            /// See [`Hold::scoped`].
+            pub(crate) fn scoped(&self) -> ScopedHold {
+                match self {
+                    $(Held::$variant(h) => Hold::scoped(h),)+
+                }
+            }
+
+            /// See [`Hold::is_lost`].
+            pub(crate) fn is_lost(&self) -> bool {
+                match self {
+                    $(Held::$variant(h) => Hold::is_lost(h),)+
+                }
+            }
+
+            /// See [`Hold::remaining`].
+            pub(crate) fn remaining(&self) -> Duration {
+                match self {
+                    $(Held::$variant(h) => Hold::remaining(h),)+
+                }
+            }
+
+            /// See [`Hold::extend`].
+            pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
+                match self {
+                    $(Held::$variant(h) => Hold::extend(h, lease).await,)+
+                }
+            }
+
+            /// See [`Hold::lost`].
+            pub(crate) async fn lost(&self) {
+                match self {
+                    $(Held::$variant(h) => Hold::lost(h).await,)+
+                }
+            }
+
+            /// Gives the hold back (see [`Hold::release`]). Boxed in the
+            /// engine's own size (not the largest of the build's
+            /// engines'): a caller's task carries a release's future while
+            /// it waits for a lock.
+            pub(crate) fn release(self) -> Operation<()> {
+                match self {
+                    $(Held::$variant(h) => Box::pin(Hold::release(h)),)+
+                }
+            }
+
+            /// See [`Hold::runtime`].
+            pub(crate) fn runtime(&self) -> Handle {
+                match self {
+                    $(Held::$variant(h) => Hold::runtime(h),)+
+                }
+            }
+        }
+
+        pin_project_lite::pin_project! {
+            /// An acquisition's future on whichever engine: one variant per
+            /// engine, each the engine's own future.
+            #[project = AcquiringNow]
+            pub(crate) enum Acquiring<$($param),+> {
+                $($variant { #[pin] acquiring: $param },)+
+            }
+        }
+
+        impl<$($param),+> Future for Acquiring<$($param),+>
+        where
+            $($param: Future<Output = Result<Held, LockError>>,)+
+        {
+            type Output = Result<Held, LockError>;
+
+            fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+                match self.project() {
+                    $(AcquiringNow::$variant { acquiring } => acquiring.poll(cx),)+
+                }
+            }
+        }
+    };
+}
+
+engine_list! {
+    /// Redis (standalone, Sentinel or Cluster; DESIGN §4, §7).
+    Redis(R): redis::Core, feature "redis", schemes ["redis", "rediss", "unix", "redis+unix"];
+    /// etcd (DESIGN §9).
+    Etcd(E): etcd::Etcd, feature "etcd", schemes ["etcd", "etcds"];
+    /// ZooKeeper (DESIGN §9).
+    ZooKeeper(Z): zookeeper::Zk, feature "zookeeper", schemes ["zk"];
+    /// PostgreSQL (DESIGN §10).
+    Postgres(P): postgres::Pg, feature "postgres", schemes ["postgres", "postgresql"];
+    /// MySQL or MariaDB (DESIGN §10).
+    MySql(M): mysql::My, feature "mysql", schemes ["mysql", "mariadb"];
+}
+
+/// An engine's acquisition's answer made a [`Held`] of its variant.
+fn map_held<H>(
+    variant: fn(H) -> Held,
+) -> impl FnOnce(Result<H, LockError>) -> Result<Held, LockError> {
+    move |held| held.map(variant)
 }
 
 impl Store {
-    /// The engine `config` names: by its URL's scheme. An engine that this
-    /// build does not have is [`LockError::Config`] naming the feature to
-    /// enable.
+    /// The engine `config` names, by its URL's scheme (Redis for a URL of
+    /// no other engine's, when built in). An engine that this build does
+    /// not have is [`LockError::Config`] naming the feature to enable.
     pub(crate) fn of(config: &Config) -> Result<Store, LockError> {
         let scheme = config.url().split_once("://").map(|(scheme, _)| scheme);
-        match scheme {
-            #[cfg(feature = "etcd")]
-            Some("etcd" | "etcds") => Ok(Store::Etcd),
-            #[cfg(not(feature = "etcd"))]
-            Some("etcd" | "etcds") => Err(LockError::Config(
-                "etcd:// URLs need lock-runtime's `etcd` feature; enable it in Cargo.toml".into(),
-            )),
-            #[cfg(feature = "zookeeper")]
-            Some("zk") => Ok(Store::ZooKeeper),
-            #[cfg(not(feature = "zookeeper"))]
-            Some("zk") => Err(LockError::Config(
-                "zk:// URLs need lock-runtime's `zookeeper` feature; enable it in Cargo.toml"
-                    .into(),
-            )),
-            #[cfg(feature = "postgres")]
-            Some("postgres" | "postgresql") => Ok(Store::Postgres),
-            #[cfg(not(feature = "postgres"))]
-            Some("postgres" | "postgresql") => Err(LockError::Config(
-                "postgres:// URLs need lock-runtime's `postgres` feature; enable it in Cargo.toml"
-                    .into(),
-            )),
-            #[cfg(feature = "mysql")]
-            Some("mysql" | "mariadb") => Ok(Store::MySql),
-            #[cfg(not(feature = "mysql"))]
-            Some("mysql" | "mariadb") => Err(LockError::Config(
-                "mysql:// URLs need lock-runtime's `mysql` feature; enable it in Cargo.toml".into(),
-            )),
-            #[cfg(feature = "redis")]
-            _ => Ok(Store::Redis),
-            #[cfg(not(feature = "redis"))]
-            Some("redis" | "rediss" | "unix" | "redis+unix") => Err(LockError::Config(format!(
+        let named = Store::ALL
+            .iter()
+            .copied()
+            .find(|store| scheme.is_some_and(|scheme| store.schemes().contains(&scheme)));
+        match named {
+            Some(store) if store.built() => Ok(store),
+            Some(Store::Redis) => Err(LockError::Config(format!(
                 "{:?} ({}): redis:// URLs need lock-runtime's `redis` feature (a default \
                  feature); enable it in Cargo.toml, or give the URL of an engine this build has: \
                  {}",
@@ -88,8 +347,13 @@ impl Store {
                 config.origin(),
                 built_in()
             ))),
-            #[cfg(not(feature = "redis"))]
-            _ => Err(LockError::Config(format!(
+            Some(store) => Err(LockError::Config(format!(
+                "{}:// URLs need lock-runtime's `{}` feature; enable it in Cargo.toml",
+                store.schemes()[0],
+                store.feature()
+            ))),
+            None if Store::Redis.built() => Ok(Store::Redis),
+            None => Err(LockError::Config(format!(
                 "{:?} names no engine this build has: use {}",
                 crate::config::redact(config.url()),
                 built_in()
@@ -99,18 +363,12 @@ impl Store {
 }
 
 /// The URL schemes of the engines this build has, in words.
-#[cfg(not(feature = "redis"))]
 fn built_in() -> String {
-    let schemes: &[&str] = &[
-        #[cfg(feature = "etcd")]
-        "etcd://",
-        #[cfg(feature = "zookeeper")]
-        "zk://",
-        #[cfg(feature = "postgres")]
-        "postgres://",
-        #[cfg(feature = "mysql")]
-        "mysql://",
-    ];
+    let schemes: Vec<String> = Store::ALL
+        .iter()
+        .filter(|store| store.built())
+        .map(|store| format!("{}://", store.schemes()[0]))
+        .collect();
     if schemes.is_empty() {
         "a build with an engine: lock-runtime's features `redis` (default), `etcd`, \
          `zookeeper`, `postgres` or `mysql`"
@@ -120,42 +378,21 @@ fn built_in() -> String {
     }
 }
 
-/// The statement that makes the lock table `config`'s URL names (the SQL
+/// The statements that make the tables `config`'s URL names (the SQL
 /// engines' `lockctl schema`); [`LockError::Config`] for a URL of another
 /// engine.
 #[cfg_attr(not(feature = "cli"), allow(dead_code))]
 pub(crate) fn schema(config: &Config) -> Result<String, LockError> {
-    match Store::of(config)? {
-        #[cfg(feature = "postgres")]
-        Store::Postgres => postgres::ddl(config),
-        #[cfg(feature = "mysql")]
-        Store::MySql => mysql::ddl(config),
-        // Every other engine (none in a build of SQL engines alone).
-        #[allow(unreachable_patterns)]
-        _ => Err(LockError::Config(
-            "schema is for the SQL engines: give a postgres:// or mysql:// URL (--url or $LOCK_URL)"
-                .into(),
-        )),
-    }
+    Store::of(config)?.tables(config)
 }
 
 /// `what` cannot be done on `engine`.
-#[cfg_attr(
-    not(any(
-        feature = "etcd",
-        feature = "zookeeper",
-        feature = "postgres",
-        feature = "mysql"
-    )),
-    allow(dead_code)
-)]
 pub(crate) fn unsupported(engine: &'static str, what: impl Into<String>) -> LockError {
     LockError::Unsupported {
         engine,
         what: what.into(),
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

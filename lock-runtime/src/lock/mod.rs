@@ -15,11 +15,8 @@ pub(crate) mod segmented;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-#[cfg(several_engines)]
-use futures_util::future::Either;
 use tracing::Instrument;
 
-use crate::client::Engine;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::guard::{Held, LockGuard};
@@ -104,23 +101,6 @@ impl LockBuilder {
     }
 }
 
-/// An SQL engine's acquisition `$sql` in the last slot of the engines'
-/// `Either`s: right of every other engine the build has (each engine's
-/// future is left of the later engines' and right of the earlier ones').
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-macro_rules! sql_slot {
-    ($sql:expr) => {{
-        let sql = $sql;
-        #[cfg(feature = "zookeeper")]
-        let sql = Either::Right(sql);
-        #[cfg(feature = "etcd")]
-        let sql = Either::Right(sql);
-        #[cfg(feature = "redis")]
-        let sql = Either::Right(sql);
-        sql
-    }};
-}
-
 /// The acquisition every single-name kind shares, on whichever engine the
 /// client has (each checks the options first, with
 /// [`check_options`](crate::request::check_options), and records the outcome).
@@ -137,63 +117,10 @@ pub(crate) fn acquire_hold(
         kind = target.kind(),
         reenter = tracing::field::Empty,
     );
-    let alive = client.alive();
-    // Each engine's future is polled where it stands (no async block that
-    // would keep what it moves in twice, no box): every waiting task
-    // carries it, and they are about the same size (a Redis waiter's is
-    // kept small for it: see `engine::redis::acquire`).
-    let acquiring = match client.engine() {
-        #[cfg(feature = "redis")]
-        Engine::Redis(core) => {
-            let redis = crate::engine::redis::acquire(core.clone(), alive, target, options)
-                .map(|held| held.map(Held::Redis));
-            #[cfg(several_engines)]
-            let redis = Either::Left(redis);
-            redis
-        }
-        #[cfg(feature = "etcd")]
-        Engine::Etcd(etcd) => {
-            let etcd = crate::turns::acquire(alive, etcd.clone(), target, options)
-                .map(|held| held.map(Held::Etcd));
-            #[cfg(any(feature = "zookeeper", feature = "postgres", feature = "mysql"))]
-            let etcd = Either::Left(etcd);
-            #[cfg(feature = "redis")]
-            let etcd = Either::Right(etcd);
-            etcd
-        }
-        #[cfg(feature = "zookeeper")]
-        Engine::ZooKeeper(zk) => {
-            let zk = crate::turns::acquire(alive, zk.clone(), target, options)
-                .map(|held| held.map(Held::ZooKeeper));
-            #[cfg(any(feature = "postgres", feature = "mysql"))]
-            let zk = Either::Left(zk);
-            #[cfg(feature = "etcd")]
-            let zk = Either::Right(zk);
-            #[cfg(feature = "redis")]
-            let zk = Either::Right(zk);
-            zk
-        }
-        // The SQL engines share the last slot: PostgreSQL left of MySQL
-        // when the build has both.
-        #[cfg(feature = "postgres")]
-        Engine::Postgres(pg) => {
-            let pg = crate::turns::acquire(alive, pg.clone(), target, options)
-                .map(|held| held.map(Held::Postgres));
-            #[cfg(feature = "mysql")]
-            let pg = Either::Left(pg);
-            sql_slot!(pg)
-        }
-        #[cfg(feature = "mysql")]
-        Engine::MySql(my) => {
-            let my = crate::turns::acquire(alive, my.clone(), target, options)
-                .map(|held| held.map(Held::MySql));
-            #[cfg(feature = "postgres")]
-            let my = Either::Right(my);
-            sql_slot!(my)
-        }
-        #[cfg(no_engine)]
-        Engine::None(never) => std::future::ready(match *never {}),
-    };
+    // Polled where it stands (no async block that would keep what it
+    // moves in twice, no box): every waiting task carries it (a Redis
+    // waiter's is kept small for it: see `engine::redis::acquire`).
+    let acquiring = client.engine().acquire(client.alive(), target, options);
     acquiring.instrument(span)
 }
 

@@ -528,3 +528,5 @@ async fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, 
     }
     Ok(answer.succeeded())
 }
+
+crate::engine::seam::hold_by_inherent!(impl [] for EtcdHold);

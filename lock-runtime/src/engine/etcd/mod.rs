@@ -74,6 +74,14 @@ use tokio::runtime::Handle;
 pub(crate) use hold::EtcdHold;
 pub(crate) use ops::{force_unlock, inspect, locks};
 
+crate::engine::seam::engine_by_parts!(
+    Etcd, name "etcd", hold EtcdHold,
+    connect Etcd::connect,
+    acquire |etcd, alive, target, options| crate::turns::acquire(alive, etcd, target, options),
+    renewed |etcd| etcd.renewed(),
+    inspect inspect, locks locks, force_unlock force_unlock,
+);
+
 use crate::config::Config;
 use crate::error::LockError;
 use crate::own::OwnHolds;

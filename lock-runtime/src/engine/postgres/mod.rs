@@ -104,6 +104,15 @@ use tokio_postgres::{NoTls, Row, Statement};
 pub(crate) type PgHold = crate::engine::sql::SqlHold<Pg>;
 pub(crate) use ops::{force_unlock, inspect, locks};
 
+crate::engine::seam::engine_by_parts!(
+    Pg, name "postgres", hold PgHold,
+    connect Pg::connect,
+    acquire |pg, alive, target, options| crate::turns::acquire(alive, pg, target, options),
+    renewed |pg| pg.common.renewed(),
+    inspect inspect, locks locks, force_unlock force_unlock,
+    schema ddl,
+);
+
 use crate::config::Config;
 use crate::engine::sql::{Common, Params};
 use crate::error::LockError;

@@ -365,3 +365,5 @@ impl RedisHold {
         result
     }
 }
+
+crate::engine::seam::hold_by_inherent!(impl [] for RedisHold);

@@ -18,6 +18,14 @@ pub(crate) mod watchdog;
 pub(crate) use acquire::acquire;
 pub(crate) use held::RedisHold;
 
+crate::engine::seam::engine_by_parts!(
+    Core, name "redis", hold RedisHold,
+    connect connect,
+    acquire |core, alive, target, options| acquire(core, alive, target, options),
+    renewed |core| core.watchdog.len(),
+    inspect inspect::inspect, locks inspect::locks, force_unlock inspect::force_unlock,
+);
+
 use std::sync::Arc;
 
 use tokio::runtime::Handle;

@@ -524,3 +524,5 @@ impl<S: Rows> Keeper<S> {
         crate::telemetry::renewed(n);
     }
 }
+
+crate::engine::seam::hold_by_inherent!(impl [S: SqlTaking] for SqlHold<S>);

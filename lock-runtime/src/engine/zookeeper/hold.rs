@@ -431,3 +431,5 @@ async fn give_back_once(record: &Record) -> Result<bool, LockError> {
     record.gone();
     Ok(there)
 }
+
+crate::engine::seam::hold_by_inherent!(impl [] for ZkHold);

@@ -72,6 +72,14 @@ use zookeeper_client as zk;
 pub(crate) use hold::ZkHold;
 pub(crate) use ops::{force_unlock, inspect, locks};
 
+crate::engine::seam::engine_by_parts!(
+    Zk, name "zookeeper", hold ZkHold,
+    connect Zk::connect,
+    acquire |zk, alive, target, options| crate::turns::acquire(alive, zk, target, options),
+    renewed |zk| zk.renewed(),
+    inspect inspect, locks locks, force_unlock force_unlock,
+);
+
 use crate::config::Config;
 use crate::error::LockError;
 use crate::own::OwnHolds;
