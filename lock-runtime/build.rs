@@ -1,15 +1,33 @@
-//! One cfg from the engine features: `no_engine`, a build of the shared
-//! layers alone (which CI checks): most of the crate is then unused, and
-//! `lib.rs` allows it.
+//! Two cfgs from the engine features (the list of `engine/mod.rs`, by
+//! feature):
+//!
+//! - `no_engine`: a build of the shared layers alone (which CI checks):
+//!   most of the crate is then unused, and `lib.rs` allows it;
+//! - `turns`: a build with an engine that keeps its holds in records of
+//!   the shared kind (`kept`, `turns`: every engine but Redis), which
+//!   those layers need.
+
+/// The engines' features, and whether each keeps records of the shared kind.
+const ENGINES: &[(&str, bool)] = &[
+    ("REDIS", false),
+    ("ETCD", true),
+    ("ZOOKEEPER", true),
+    ("POSTGRES", true),
+    ("MYSQL", true),
+];
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rustc-check-cfg=cfg(no_engine)");
-    let engines = ["REDIS", "ETCD", "ZOOKEEPER", "POSTGRES", "MYSQL"]
+    println!("cargo::rustc-check-cfg=cfg(no_engine, turns)");
+    let built: Vec<bool> = ENGINES
         .iter()
-        .filter(|engine| std::env::var_os(format!("CARGO_FEATURE_{engine}")).is_some())
-        .count();
-    if engines == 0 {
+        .filter(|(engine, _)| std::env::var_os(format!("CARGO_FEATURE_{engine}")).is_some())
+        .map(|&(_, turns)| turns)
+        .collect();
+    if built.is_empty() {
         println!("cargo::rustc-cfg=no_engine");
+    }
+    if built.contains(&true) {
+        println!("cargo::rustc-cfg=turns");
     }
 }

@@ -76,12 +76,7 @@ impl Background {
     /// `fut` is done even when this was the client's last reference: the
     /// undo of an acquisition dropped with its client must not be dropped
     /// unrun with the runtime (issue 34).
-    #[cfg(any(
-        feature = "etcd",
-        feature = "zookeeper",
-        feature = "postgres",
-        feature = "mysql"
-    ))]
+    #[cfg(turns)]
     pub(crate) fn spawn_keeping<F>(self: &std::sync::Arc<Background>, fut: F)
     where
         F: Future<Output = ()> + Send + 'static,

@@ -156,12 +156,7 @@ impl LockError {
 
 /// Whether `e` is a store's fault that may heal by itself (tried again
 /// within a wait).
-#[cfg(any(
-    feature = "etcd",
-    feature = "zookeeper",
-    feature = "postgres",
-    feature = "mysql"
-))]
+#[cfg(turns)]
 pub(crate) fn transient(e: &LockError) -> bool {
     matches!(
         e,

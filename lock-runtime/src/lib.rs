@@ -425,24 +425,14 @@ mod holder;
 mod info;
 mod inspect;
 mod inventory;
-#[cfg(any(
-    feature = "etcd",
-    feature = "zookeeper",
-    feature = "postgres",
-    feature = "mysql"
-))]
+#[cfg(turns)]
 mod kept;
 mod lock;
 mod near;
 mod own;
 mod request;
 mod telemetry;
-#[cfg(any(
-    feature = "etcd",
-    feature = "zookeeper",
-    feature = "postgres",
-    feature = "mysql"
-))]
+#[cfg(turns)]
 mod turns;
 
 #[doc(hidden)]

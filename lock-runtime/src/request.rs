@@ -86,15 +86,7 @@ pub(crate) fn timed_out(target: &Target, options: &Options) -> LockError {
 /// without a deadline carries no room for a timer (it is boxed). A macro,
 /// not a fn: a future passed to a fn is kept twice in its caller's state
 /// (as passed, and as polled), and a waiter carries that state.
-#[cfg_attr(
-    not(any(
-        feature = "etcd",
-        feature = "zookeeper",
-        feature = "postgres",
-        feature = "mysql"
-    )),
-    allow(unused_macros)
-)]
+#[cfg_attr(not(turns), allow(unused_macros))]
 macro_rules! within {
     ($wait:expr, $deadline:expr, $target:expr, $options:expr) => {
         match $deadline {
@@ -110,27 +102,11 @@ macro_rules! within {
         }
     };
 }
-#[cfg_attr(
-    not(any(
-        feature = "etcd",
-        feature = "zookeeper",
-        feature = "postgres",
-        feature = "mysql"
-    )),
-    allow(unused_imports)
-)]
+#[cfg_attr(not(turns), allow(unused_imports))]
 pub(crate) use within;
 
 /// Whether `text` matches `pattern` (`*`: any run, `?`: any one byte).
-#[cfg_attr(
-    not(any(
-        feature = "etcd",
-        feature = "zookeeper",
-        feature = "postgres",
-        feature = "mysql"
-    )),
-    allow(dead_code)
-)]
+#[cfg_attr(not(turns), allow(dead_code))]
 pub(crate) fn glob(pattern: &[u8], text: &[u8]) -> bool {
     match (pattern.split_first(), text.split_first()) {
         (None, None) => true,

@@ -209,29 +209,13 @@ impl Config {
     }
 
     /// Where the URL came from (`from Config`, `from LOCK_URL`, ...).
-    #[cfg_attr(
-        not(any(
-            feature = "etcd",
-            feature = "zookeeper",
-            feature = "postgres",
-            feature = "mysql"
-        )),
-        allow(dead_code)
-    )]
+    #[cfg_attr(not(turns), allow(dead_code))]
     pub(crate) fn origin(&self) -> &'static str {
         self.origin
     }
 
     /// The username and password set on the configuration, if any.
-    #[cfg_attr(
-        not(any(
-            feature = "etcd",
-            feature = "zookeeper",
-            feature = "postgres",
-            feature = "mysql"
-        )),
-        allow(dead_code)
-    )]
+    #[cfg_attr(not(turns), allow(dead_code))]
     pub(crate) fn credentials(&self) -> (Option<&str>, Option<&str>) {
         (self.username.as_deref(), self.password.as_deref())
     }
