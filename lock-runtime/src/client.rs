@@ -1,4 +1,5 @@
-//! The client: one connection, one pub/sub path, one watchdog per client.
+//! The client: one engine's connection to its store (see `engine`), and
+//! the runtime thread its background work runs on.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,8 +11,9 @@ use crate::config::Config;
 use crate::engine::{Connected, Store};
 use crate::error::LockError;
 
-/// A connection to the lock store (Redis, etcd or ZooKeeper) that hands out locks. One per process is the norm;
-/// cloning is cheap and shares everything.
+/// A connection to the lock store (Redis, etcd, ZooKeeper, PostgreSQL or
+/// MySQL/MariaDB: the URL's scheme picks it) that hands out locks. One per
+/// process is the norm; cloning is cheap and shares everything.
 ///
 /// Dropping the last clone (and the last guard) stops the client's
 /// background thread.
@@ -28,12 +30,13 @@ struct Inner {
 }
 
 impl LockClient {
-    /// Connects to the store the configuration's URL names (Redis, or etcd
-    /// with the `etcd` feature). Fails with [`LockError::Config`] for a
-    /// configuration that cannot work (an engine this build does not have
-    /// names the feature to enable) and with [`LockError::Connect`] (Redis)
-    /// or [`LockError::Store`] (etcd) when the store cannot be reached
-    /// within the connect timeout.
+    /// Connects to the store the configuration's URL names (Redis by
+    /// default; etcd, ZooKeeper, PostgreSQL and MySQL/MariaDB with their
+    /// features). Fails with [`LockError::Config`] for a configuration that
+    /// cannot work (an engine this build does not have names the feature
+    /// to enable) and with [`LockError::Connect`] (Redis) or
+    /// [`LockError::Store`] (the other engines) when the store cannot be
+    /// reached within the connect timeout.
     pub async fn connect(config: Config) -> Result<LockClient, LockError> {
         config.check()?;
         let store = Store::of(&config)?;

@@ -69,8 +69,10 @@
 //!
 //! # What you get
 //!
-//! - [`LockClient`]: one connection to Redis, one pub/sub path, one watchdog.
-//!   [`LockClient::lock`] gives a reentrant lock (Redisson's `RLock`).
+//! - [`LockClient`]: a client of one store (Redis, etcd, ZooKeeper,
+//!   PostgreSQL or MySQL/MariaDB, picked by the URL's scheme), with one
+//!   watchdog for its holds. [`LockClient::lock`] gives a reentrant lock
+//!   (Redisson's `RLock`).
 //! - [`LockGuard`]: proof of holding. [`LockGuard::token`] is a fencing token,
 //!   strictly increasing per lock name; [`LockGuard::lost`] resolves when the
 //!   lease is lost; [`LockGuard::release`] says whether the lease held.
@@ -240,14 +242,17 @@
 //!   reentrant locks. Descriptions are given to the recorder when the first
 //!   client connects, so install the recorder before.
 //! - **Errors say where and why.** A failed connect is
-//!   [`LockError::Connect`]: the server's `host:port` (or the sentinels, or
-//!   the cluster seeds), where the address came from (`from Config`, `from
-//!   REDIS_URL`, or the default when `REDIS_URL` is not set), and the reason
-//!   in words (refused, no answer within the connect timeout, authentication
-//!   failed, or a server that does not speak Redis). A URL that does not
-//!   parse says what is wrong (no scheme, a scheme such as `http://`, a port
-//!   that is no port). No message shows a password. A timeout after a zero
-//!   wait reads "busy (one attempt)".
+//!   [`LockError::Connect`] on every engine: the engine, the server's
+//!   `host:port` (or the sentinels, the cluster seeds, the endpoints), where
+//!   the address came from (`from Config`, `from REDIS_URL`, or the default
+//!   when `REDIS_URL` is not set), and the reason in words (refused, no
+//!   answer within the connect timeout, authentication failed, or a server
+//!   that does not speak Redis). A URL that does not parse says what is
+//!   wrong (no scheme, a scheme such as `http://`, a port that is no port).
+//!   No message shows a password. A timeout after a zero wait reads "busy
+//!   (one attempt)". [`LockError::is_transient`] tells a fault that may heal
+//!   by itself (worth trying again later) from one that will not, and
+//!   [`LockError::is_timeout`] a busy lock from a fault.
 //! - **A failed `init` stays the configuration.** [`client`] then tries the
 //!   configured server again (and reports its error); it never falls back
 //!   to `REDIS_URL`. `init` may be called again after a failure.
@@ -391,12 +396,17 @@
 //   kept (above turns: the hold on a record per client and name, its
 //   re-entries, release and give-back, and the undo of an acquisition,
 //   for the same engines): plain parts the engines use;
+// - engine::seam: the trait every engine implements (`Engine`, its
+//   `Hold`), naming only the plain parts above;
 // - engine: one module per store behind the seam (`engine::redis`: its
 //   connections, scripts, pub/sub, in-process queues, holds, acquire loop
-//   and watchdog;
-//   `engine::etcd`, `engine::zookeeper`), none importing another;
-// - client: `LockClient`, which holds one engine;
-// - guard: `LockGuard` over each engine's holds;
+//   and watchdog; `engine::etcd`, `engine::zookeeper`, `engine::postgres`
+//   and `engine::mysql`, the last two over `engine::sql`), none importing
+//   another; `engine/mod.rs` lists them once and generates the dispatch
+//   over them (`Store`, `Connected`, `Held`, `Acquiring`; see
+//   docs/ENGINES.md);
+// - client: `LockClient`, which holds one `Connected` engine;
+// - guard: `LockGuard` over `Held` holds;
 // - lock: the builders, the acquisition every single-name kind shares
 //   (which routes to the client's engine), and the kinds built on guards
 //   (multi, quorum, segmented);
