@@ -39,13 +39,18 @@ pub enum LockError {
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     #[error("redis error: {0}")]
     Redis(#[from] redis::RedisError),
-    /// The client could not connect: which servers, where their address
-    /// came from, and why. For example: `cannot connect to redis at
-    /// 127.0.0.1:6380 (from REDIS_URL): connection refused (is redis-server
-    /// running there, on that port?)`. Never shows a password.
-    #[error("cannot connect to redis at {server} ({origin}): {reason}")]
+    /// The client could not connect to its store, on any engine: which
+    /// servers, where their address came from, and why. For example:
+    /// `cannot connect to redis at 127.0.0.1:6380 (from REDIS_URL):
+    /// connection refused (is redis-server running there, on that port?)`.
+    /// Never shows a password.
+    #[error("cannot connect to {engine} at {server} ({origin}): {reason}")]
     Connect {
-        /// `host:port`, or the sentinels or cluster seeds.
+        /// The engine: `"redis"`, `"etcd"`, `"zookeeper"`, `"postgres"`,
+        /// `"mysql"` (as [`LockClient::engine_name`](crate::LockClient::engine_name)
+        /// gives it).
+        engine: &'static str,
+        /// `host:port`, or the sentinels or cluster seeds, or the endpoints.
         server: String,
         /// `from Config`, `from LOCK_URL`, `from REDIS_URL`, or `the
         /// default; neither LOCK_URL nor REDIS_URL is set`.
@@ -53,6 +58,10 @@ pub enum LockError {
         /// Why, in words: refused, no answer in time, not a Redis server,
         /// authentication failed, ...
         reason: String,
+        /// Whether it may heal by itself (nothing listening yet, no answer
+        /// in time), as opposed to a refused login or a server of another
+        /// kind: see [`LockError::is_transient`].
+        transient: bool,
     },
     /// The configuration cannot be used (bad URL, missing feature, ...).
     #[error("bad configuration: {0}")]
@@ -152,17 +161,109 @@ impl LockError {
     pub fn is_timeout(&self) -> bool {
         matches!(self, LockError::Timeout { .. })
     }
+
+    /// True for a fault that may heal by itself, so that the same call is
+    /// worth making again later: a store that could not be reached or did
+    /// not answer in time, a lost connection, a server loading its data or
+    /// electing a leader, a replica that did not acknowledge in time. A
+    /// waiting acquisition already retries these within its `wait`. False
+    /// for a busy lock ([`is_timeout`](Self::is_timeout)), a lost hold, bad
+    /// input or configuration, a refused login, a missing feature or an
+    /// unsupported kind: trying again changes nothing.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            LockError::Store { transient, .. } | LockError::Connect { transient, .. } => *transient,
+            #[cfg(feature = "redis")]
+            LockError::Redis(e) => redis_transient(e),
+            LockError::NotReplicated { .. } => true,
+            LockError::Timeout { .. }
+            | LockError::Lost { .. }
+            | LockError::NotHeld { .. }
+            | LockError::Config(_)
+            | LockError::BadName { .. }
+            | LockError::WrongType { .. }
+            | LockError::NoQuorum { .. }
+            | LockError::Shutdown
+            | LockError::Unsupported { .. } => false,
+        }
+    }
+}
+
+/// Whether a Redis call failed because its connection is gone or did not
+/// answer (not a script or server error): the call may be retried on
+/// another.
+#[cfg(feature = "redis")]
+pub(crate) fn redis_connection_lost(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() || e.is_timeout()
+}
+
+/// Whether a Redis error may heal by itself while a waiter waits, so that
+/// the attempt is worth making again: a lost or timed-out connection (not a
+/// refused login), a server still loading its data, a cluster or a
+/// replica's master not ready, a slot being moved. Errors that will not
+/// heal (authentication, permissions, wrong types, bad names, scripts) are
+/// not.
+#[cfg(feature = "redis")]
+pub(crate) fn redis_transient(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    match e.kind() {
+        ErrorKind::AuthenticationFailed => false,
+        ErrorKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::MasterDown,
+        ) => true,
+        _ => redis_connection_lost(e),
+    }
 }
 
 /// Whether `e` is a store's fault that may heal by itself (tried again
 /// within a wait).
 #[cfg(turns)]
 pub(crate) fn transient(e: &LockError) -> bool {
-    matches!(
-        e,
-        LockError::Store {
-            transient: true,
-            ..
-        }
-    )
+    e.is_transient()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_that_may_heal_is_transient_and_a_busy_lock_or_bad_input_is_not() {
+        let connect = |transient| LockError::Connect {
+            engine: "etcd",
+            server: "127.0.0.1:1".into(),
+            origin: "from Config",
+            reason: "connection refused".into(),
+            transient,
+        };
+        assert!(connect(true).is_transient());
+        assert!(!connect(false).is_transient());
+        assert_eq!(
+            connect(true).to_string(),
+            "cannot connect to etcd at 127.0.0.1:1 (from Config): connection refused"
+        );
+        let store = |transient| LockError::Store {
+            engine: "mysql",
+            message: "gone away".into(),
+            transient,
+        };
+        assert!(store(true).is_transient());
+        assert!(!store(false).is_transient());
+        let busy = LockError::Timeout {
+            name: "a".into(),
+            waited: Duration::ZERO,
+        };
+        assert!(busy.is_timeout() && !busy.is_transient());
+        assert!(!LockError::Config("bad".into()).is_transient());
+        assert!(!LockError::Lost { name: "a".into() }.is_transient());
+        assert!(
+            LockError::NotReplicated {
+                name: "a".into(),
+                waited: Duration::ZERO
+            }
+            .is_transient()
+        );
+    }
 }

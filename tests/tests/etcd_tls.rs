@@ -29,7 +29,7 @@ async fn etcds_urls_trust_the_systems_certificate_store() {
     let untrusted =
         LockClient::connect(Config::new(etcd.url()).connect_timeout(Duration::from_secs(2))).await;
     assert!(
-        matches!(untrusted, Err(LockError::Store { .. })),
+        matches!(untrusted, Err(LockError::Connect { engine: "etcd", .. })),
         "{untrusted:?}"
     );
     // A plain `etcd://` client cannot talk to it either.

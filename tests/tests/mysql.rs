@@ -375,7 +375,7 @@ async fn bad_input_is_a_typed_error_and_writes_nothing() {
     let dead = format!("mysql://app:secret@127.0.0.1:{}/locks", tests::free_port());
     assert!(matches!(
         LockClient::connect(Config::new(&dead).connect_timeout(Duration::from_secs(2))).await,
-        Err(LockError::Store {
+        Err(LockError::Connect {
             transient: true,
             ..
         })

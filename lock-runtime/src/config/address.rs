@@ -39,9 +39,12 @@ impl Config {
             }
         };
         LockError::Connect {
+            engine: "redis",
             server,
             origin,
             reason: connect_reason(&e, self.connect_timeout),
+            transient: crate::error::redis_transient(&e)
+                && !matches!(e.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM")),
         }
     }
 

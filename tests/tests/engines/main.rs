@@ -145,6 +145,7 @@ on_every_engine!(
     extend_moves_a_fixed_lease_forward,
     bad_input_is_a_typed_error,
     a_dead_store_is_an_error_not_a_busy_lock,
+    a_store_not_there_is_a_connect_error_that_may_heal,
 );
 
 on_every_engine!(
@@ -1203,4 +1204,32 @@ async fn a_dead_store_is_an_error_not_a_busy_lock(store: &mut Store) {
         .await
         .expect("try_acquire returns");
     assert!(tried.is_err(), "try_acquire on a dead store: {tried:?}");
+}
+
+/// A store that cannot be reached when a client connects is
+/// `LockError::Connect` on every engine: it names the engine and where the
+/// address came from, shows no password, and may heal by itself
+/// (`is_transient`), unlike a busy lock.
+async fn a_store_not_there_is_a_connect_error_that_may_heal(store: &mut Store) {
+    let url = store.url();
+    store.stop();
+    let config = lock_runtime::Config::new(&url).connect_timeout(Duration::from_secs(2));
+    let refused = timeout(WITHIN, LockClient::connect(config))
+        .await
+        .expect("connect returns");
+    match refused {
+        Err(e @ LockError::Connect { engine, origin, .. }) => {
+            assert_eq!(engine, store.engine(), "{e}");
+            assert_eq!(origin, "from Config", "{e}");
+            assert!(e.is_transient(), "{e:?}");
+            assert!(!e.is_timeout(), "{e:?}");
+            assert!(!e.to_string().contains("secret"), "no password: {e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("cannot connect to {engine} at ")),
+                "{e}"
+            );
+        }
+        other => panic!("connect to a stopped {} store: {other:?}", store.engine()),
+    }
 }

@@ -377,13 +377,11 @@ impl Target {
 
     /// A connect failure, naming the endpoints and where they came from.
     fn connect_error(&self, config: &Config, reason: &str) -> LockError {
-        LockError::Store {
+        LockError::Connect {
             engine: ENGINE,
-            message: format!(
-                "cannot connect to etcd at {} ({}): {reason}",
-                self.endpoints.join(","),
-                config.origin()
-            ),
+            server: self.endpoints.join(","),
+            origin: config.origin(),
+            reason: reason.to_owned(),
             transient: true,
         }
     }

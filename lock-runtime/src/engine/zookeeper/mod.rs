@@ -142,13 +142,11 @@ impl Zk {
                 own: OwnHolds::default(),
                 config,
             });
-            zk.sessions.get().await.map_err(|e| LockError::Store {
+            zk.sessions.get().await.map_err(|e| LockError::Connect {
                 engine: ENGINE,
-                message: format!(
-                    "cannot connect to ZooKeeper at {} ({}): {e}",
-                    target.connect,
-                    zk.config.origin()
-                ),
+                server: target.connect.clone(),
+                origin: zk.config.origin(),
+                reason: e.to_string(),
                 transient: true,
             })?;
             Ok(zk)

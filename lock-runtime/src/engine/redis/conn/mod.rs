@@ -376,28 +376,9 @@ impl ConnectionLike for Conn {
     }
 }
 
-/// Whether a call failed because its connection is gone or did not answer
-/// (not a script or server error): the call may be retried on another.
-pub(crate) fn connection_lost(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() || e.is_timeout()
-}
-
-/// Whether an error may heal by itself while a waiter waits, so that the
-/// attempt is worth making again: a lost or timed-out connection (not a
-/// refused login), a server still loading its data, a cluster or a
-/// replica's master not ready, a slot being moved. Errors that will not
-/// heal (authentication, permissions, wrong types, bad names, scripts) are
-/// not.
-pub(crate) fn transient(e: &RedisError) -> bool {
-    use redis::{ErrorKind, ServerErrorKind};
-    match e.kind() {
-        ErrorKind::AuthenticationFailed => false,
-        ErrorKind::Server(
-            ServerErrorKind::BusyLoading
-            | ServerErrorKind::TryAgain
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::MasterDown,
-        ) => true,
-        _ => connection_lost(e),
-    }
-}
+/// Whether a call failed because its connection is gone or did not
+/// answer, and whether an error may heal by itself: written beside
+/// `LockError` (whose `is_transient` says the same for any engine).
+pub(crate) use crate::error::{
+    redis_connection_lost as connection_lost, redis_transient as transient,
+};

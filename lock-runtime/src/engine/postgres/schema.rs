@@ -1,0 +1,133 @@
+//! The lock tables on PostgreSQL at connect time: made when missing (or
+//! the statements to run, for a role that may not), the lock table's
+//! columns checked, and the statements of `lockctl schema`.
+
+use super::Target;
+use super::errors::store_error;
+use super::layout::{self, PgTable, Q};
+use crate::config::Config;
+use crate::error::LockError;
+use tokio_postgres::error::SqlState;
+
+/// The statements that make the lock tables `config`'s URL names
+/// (`lockctl schema`).
+pub(crate) fn ddl(config: &Config) -> Result<String, LockError> {
+    Ok(Target::parse(config)?.table.ddl())
+}
+
+/// Makes the table `quoted` with `ddl` when it is missing. A role that may
+/// not gets [`LockError::Config`] with the statements to run (both of
+/// `table`'s).
+async fn make(
+    client: &tokio_postgres::Client,
+    ddl: String,
+    quoted: &str,
+    table: &crate::engine::sql::Table,
+) -> Result<(), LockError> {
+    let exists = || async {
+        client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&quoted])
+            .await
+            .map(|row| row.get::<_, bool>(0))
+            .map_err(|e| store_error(&e))
+    };
+    if !exists().await?
+        && let Err(e) = client.batch_execute(&ddl).await
+        // Made meanwhile by another client (whose commit made ours fail on
+        // one of the names it takes: the table's, its row type's, its
+        // sequence's or index's): it is there.
+        && !exists().await?
+    {
+        return Err(match e.code() {
+            Some(code) if *code == SqlState::INSUFFICIENT_PRIVILEGE => LockError::Config(format!(
+                "the table {quoted} is missing and this role may not create it; \
+                 have the lock tables made with:\n{}",
+                table.ddl()
+            )),
+            _ => store_error(&e),
+        });
+    }
+    Ok(())
+}
+
+/// Makes the lock table when it is missing and checks its columns; the
+/// `name` column's length, and whether the line is there (made when
+/// missing, if this role may). A role that may not create the lock table
+/// gets [`LockError::Config`] with the statements to run.
+pub(super) async fn prepare_table(
+    client: &tokio_postgres::Client,
+    target: &Target,
+) -> Result<(Option<usize>, bool), LockError> {
+    let table = &target.table;
+    let quoted = table.quoted(Q);
+    make(client, table.lock_ddl(), &quoted, table).await?;
+    make(
+        client,
+        table.waiting_ddl(),
+        &table.waiting().quoted(Q),
+        table,
+    )
+    .await?;
+    // Plain locks need no line: a role that may not make it still locks.
+    let lined = match make(client, table.queue_ddl(), &table.queue().quoted(Q), table).await {
+        Ok(()) => true,
+        Err(LockError::Config(_)) => false,
+        Err(e) => return Err(e),
+    };
+    // From the catalog, not `information_schema` (which shows only the
+    // columns this role may use).
+    let columns = client
+        .query(
+            "SELECT a.attname::text, t.typname::text, \
+                    CASE WHEN a.atttypmod > 4 THEN a.atttypmod - 4 END, a.attnotnull \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped",
+            &[&quoted],
+        )
+        .await
+        .map_err(|e| store_error(&e))?;
+    let mut longest = None;
+    for (column, types) in layout::COLUMNS {
+        let found = columns.iter().find(|r| r.get::<_, String>(0) == column);
+        let Some(found) = found else {
+            let fix = if column == "fence" {
+                format!(
+                    " (a ShedLock table gains it with: ALTER TABLE {quoted} ADD COLUMN fence \
+                     BIGINT NOT NULL DEFAULT 0;)"
+                )
+            } else {
+                String::new()
+            };
+            return Err(LockError::Config(format!(
+                "the table {quoted} is not a lock table: it has no `{column}` column{fix}"
+            )));
+        };
+        let kind: String = found.get(1);
+        if !types.contains(&kind.as_str()) {
+            return Err(LockError::Config(format!(
+                "the table {quoted} is not a lock table: its `{column}` column is {kind}, not {}",
+                types.join(" or ")
+            )));
+        }
+        if !found.get::<_, bool>(3) {
+            return Err(LockError::Config(format!(
+                "the table {quoted} is not a lock table: its `{column}` column may be NULL"
+            )));
+        }
+        let length = found
+            .get::<_, Option<i32>>(2)
+            .and_then(|n| usize::try_from(n).ok());
+        match column {
+            "name" => longest = length,
+            // A holder id (a UUID, `:`, a number) marked kept.
+            "locked_by" if length.is_some_and(|n| n < 64) => {
+                return Err(LockError::Config(format!(
+                    "the table {quoted}: its `locked_by` column is shorter than a holder id \
+                     (64 characters); ShedLock's is VARCHAR(255)"
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok((longest, lined))
+}
