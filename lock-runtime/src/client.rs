@@ -73,7 +73,10 @@ impl LockClient {
             Connected::Redis(core) => Ok(core),
             // Every other engine (none in a build of Redis alone).
             #[allow(unreachable_patterns)]
-            other => Err(crate::engine::unsupported(other.name(), what.to_owned())),
+            other => Err(crate::engine::seam::unsupported(
+                other.name(),
+                what.to_owned(),
+            )),
         }
     }
 

@@ -386,13 +386,6 @@ pub(crate) fn schema(config: &Config) -> Result<String, LockError> {
     Store::of(config)?.tables(config)
 }
 
-/// `what` cannot be done on `engine`.
-pub(crate) fn unsupported(engine: &'static str, what: impl Into<String>) -> LockError {
-    LockError::Unsupported {
-        engine,
-        what: what.into(),
-    }
-}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -124,6 +124,14 @@ pub(crate) trait Hold: Send + Sync + 'static {
     fn runtime(&self) -> Handle;
 }
 
+/// `what` cannot be done on `engine`.
+pub(crate) fn unsupported(engine: &'static str, what: impl Into<String>) -> LockError {
+    LockError::Unsupported {
+        engine,
+        what: what.into(),
+    }
+}
+
 /// Implements [`Hold`] for a hold type by its inherent methods of the
 /// same names (each engine's hold keeps its own).
 macro_rules! hold_by_inherent {

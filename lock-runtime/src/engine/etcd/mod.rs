@@ -118,7 +118,7 @@ impl Etcd {
     pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<Etcd>, LockError> {
         let target = Target::parse(&config)?;
         if config.replica_sync == crate::config::ReplicaSync::Always {
-            return Err(crate::engine::unsupported(
+            return Err(crate::engine::seam::unsupported(
                 ENGINE,
                 "replica sync (etcd's writes are linearizable: a granted hold is on a quorum already)",
             ));

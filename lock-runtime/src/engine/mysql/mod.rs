@@ -272,7 +272,7 @@ impl My {
     pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<My>, LockError> {
         let target = Target::parse(&config)?;
         if config.replica_sync == crate::config::ReplicaSync::Always {
-            return Err(crate::engine::unsupported(
+            return Err(crate::engine::seam::unsupported(
                 ENGINE,
                 "replica sync (a MySQL primary confirms a write once it is its own; \
                  semi-synchronous replication is the database's setting)",

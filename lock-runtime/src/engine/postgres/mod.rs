@@ -283,7 +283,7 @@ impl Pg {
     pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<Pg>, LockError> {
         let target = Target::parse(&config)?;
         if config.replica_sync == crate::config::ReplicaSync::Always {
-            return Err(crate::engine::unsupported(
+            return Err(crate::engine::seam::unsupported(
                 ENGINE,
                 "replica sync (a PostgreSQL primary confirms a write once it is its own; \
                  synchronous replication is the database's setting)",

@@ -117,7 +117,7 @@ impl Zk {
     pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<Zk>, LockError> {
         let target = Target::parse(&config)?;
         if config.replica_sync == crate::config::ReplicaSync::Always {
-            return Err(crate::engine::unsupported(
+            return Err(crate::engine::seam::unsupported(
                 ENGINE,
                 "replica sync (ZooKeeper writes through a quorum: a granted hold is on a quorum \
                  already)",
