@@ -10,8 +10,11 @@
 
 pub(crate) mod hold;
 pub(crate) mod queue;
+pub(crate) mod record;
+pub(crate) mod side;
 pub(crate) mod table;
 pub(crate) mod take;
+pub(crate) mod taking;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -19,7 +22,8 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 
-pub(crate) use hold::{Keeper, Record, SqlHold};
+pub(crate) use hold::Keeper;
+pub(crate) use record::{Record, SqlHold};
 pub(crate) use table::Table;
 
 use crate::config::Config;

@@ -56,11 +56,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::take::{How, SqlTaking, Taken};
+pub(crate) use super::side::{Line, Side};
+use super::taking::{How, SqlTaking, Taken};
 use crate::error::LockError;
 use crate::info::{HolderInfo, LockInfo, LockKind, RwMode};
 use crate::request::{Options, Target, timed_out, within};
-use crate::turns::Kind;
 
 /// The holder id of a row the readers hold (no holder id of ours starts
 /// with a space, and ShedLock writes a host name).
@@ -69,78 +69,6 @@ pub(crate) const READERS: &str = " readers";
 /// The first pause of a polling waiter; each next one is twice as long,
 /// up to [`Config::poll_cap`](crate::Config::poll_cap).
 pub(crate) const FIRST_POLL: Duration = Duration::from_millis(4);
-
-/// Which kind of contender an acquisition is on an SQL engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Side {
-    /// A reentrant lock's: the row alone, no ticket.
-    Mutex,
-    /// A fair lock's: a ticket, then the row.
-    Fair,
-    /// A reader's: a ticket, then the readers' row.
-    Read,
-    /// A writer's: a ticket, then the row.
-    Write,
-}
-
-impl Side {
-    /// The side `target` takes.
-    pub(crate) fn of(target: &Target) -> Side {
-        match target {
-            Target::Reentrant { .. } => Side::Mutex,
-            Target::Fair { .. } => Side::Fair,
-            Target::Read { .. } => Side::Read,
-            Target::Write { .. } => Side::Write,
-        }
-    }
-
-    /// What it holds, as re-entry sees it (a fair lock is a mutex).
-    pub(crate) fn kind(self) -> Kind {
-        match self {
-            Side::Mutex | Side::Fair => Kind::Mutex,
-            Side::Read => Kind::Read,
-            Side::Write => Kind::Write,
-        }
-    }
-
-    /// Its ticket's `side` column.
-    pub(crate) fn code(self) -> &'static str {
-        match self {
-            Side::Mutex => "m",
-            Side::Fair => "f",
-            Side::Read => "r",
-            Side::Write => "w",
-        }
-    }
-
-    /// Whether it takes a ticket.
-    pub(crate) fn in_line(self) -> bool {
-        self != Side::Mutex
-    }
-}
-
-/// An acquisition's place in line, in its engine's `Made`: undone (the
-/// ticket dropped, what it took freed) when the acquisition fails or is
-/// dropped.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Line {
-    pub(crate) side: Side,
-    /// Its ticket's `seq`, once the database gave it.
-    pub(crate) seq: Option<i64>,
-    /// Until when a ticket it took may count (by this client's clock);
-    /// `None` when it has none to undo.
-    pub(crate) ticket: Option<Instant>,
-}
-
-impl Default for Line {
-    fn default() -> Line {
-        Line {
-            side: Side::Mutex,
-            seq: None,
-            ticket: None,
-        }
-    }
-}
 
 /// A ticket, as `inspect` reads the line: holder id, side code, held.
 pub(crate) type Ticket = (String, String, bool);
