@@ -62,6 +62,7 @@ mod layout;
 mod ops;
 mod session;
 mod take;
+mod undo;
 mod watches;
 
 use std::pin::Pin;

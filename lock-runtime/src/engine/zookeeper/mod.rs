@@ -62,6 +62,7 @@ mod layout;
 mod ops;
 mod session;
 mod take;
+mod undo;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
