@@ -391,11 +391,11 @@
 // Modules import downwards only. From the bottom up:
 // - error, config, clock (the loss clock), holder (call-chain identity and
 //   scopes), own, telemetry, background (the client's runtime thread),
-//   request (what an acquisition asks for), turns (one client's turns at
-//   a name, and the acquisition up to its turn, for etcd and ZooKeeper),
-//   kept (above turns: the hold on a record per client and name, its
-//   re-entries, release and give-back, and the undo of an acquisition,
-//   for the same engines): plain parts the engines use;
+//   request (what an acquisition asks for), kept (the hold on a record
+//   per client and name, for etcd, ZooKeeper and the SQL engines: the
+//   client's turns at a name, the record, the hold and its re-entries,
+//   the acquisition, the undo of an abandoned one, one idea per file):
+//   plain parts the engines use;
 // - engine::seam: the trait every engine implements (`Engine`, its
 //   `Hold`), naming only the plain parts above;
 // - engine: one module per store behind the seam (`engine::redis`: its
@@ -442,8 +442,6 @@ mod near;
 mod own;
 mod request;
 mod telemetry;
-#[cfg(turns)]
-mod turns;
 
 #[doc(hidden)]
 pub mod __private {

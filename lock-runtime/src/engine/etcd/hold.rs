@@ -19,9 +19,9 @@ use crate::error::LockError;
 use crate::holder::Chain;
 pub(super) use crate::kept::lost;
 use crate::kept::{Counted, Deleted, Hold, give_back_retried};
+use crate::kept::{Downgrade, Kind};
 use crate::own::OwnHolds;
 use crate::request::{Options, backoff};
-use crate::turns::{Downgrade, Kind};
 
 /// The end of a key's value (its holder id) while the key is kept only by
 /// a `hold_at_least` minimum.

@@ -38,11 +38,11 @@ pub(crate) enum Side {
 
 impl Side {
     /// The shared name of this side (see `turns::may_reenter`).
-    pub(crate) fn kind(self) -> crate::turns::Kind {
+    pub(crate) fn kind(self) -> crate::kept::Kind {
         match self {
-            Side::Mutex => crate::turns::Kind::Mutex,
-            Side::Read => crate::turns::Kind::Read,
-            Side::Write => crate::turns::Kind::Write,
+            Side::Mutex => crate::kept::Kind::Mutex,
+            Side::Read => crate::kept::Kind::Read,
+            Side::Write => crate::kept::Kind::Write,
         }
     }
 

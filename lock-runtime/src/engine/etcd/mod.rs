@@ -78,7 +78,7 @@ pub(crate) use ops::{force_unlock, inspect, locks};
 crate::engine::seam::engine_by_parts!(
     Etcd, name "etcd", hold EtcdHold,
     connect Etcd::connect,
-    acquire |etcd, alive, target, options| crate::turns::acquire(alive, etcd, target, options),
+    acquire |etcd, alive, target, options| crate::kept::acquire(alive, etcd, target, options),
     renewed |etcd| etcd.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
 );
@@ -104,10 +104,10 @@ pub(crate) struct Etcd {
     sessions: session::Sessions,
     watches: watches::Watches,
     /// Per name, the turns of its mutex acquisitions (FIFO).
-    turns: crate::turns::Turns,
+    turns: crate::kept::Turns,
     /// Per lock name and holder id, its record (for re-entries; a multi
     /// lock's holds share one holder id over several names).
-    records: crate::turns::Records<hold::Record>,
+    records: crate::kept::Records<hold::Record>,
     /// This client's live guards, for `inspect`.
     pub(crate) own: OwnHolds,
 }
@@ -159,7 +159,7 @@ impl Etcd {
                 near: crate::near::Near::new(handle.id()),
                 sessions,
                 runtime: handle,
-                turns: crate::turns::Turns::default(),
+                turns: crate::kept::Turns::default(),
                 records: Mutex::default(),
                 own: OwnHolds::default(),
                 config,
@@ -216,7 +216,7 @@ impl Etcd {
     /// (issue 34).
     pub(crate) fn deleted(&self, name: &str, keys: &[(&[u8], i64)]) {
         use session::Gone as _;
-        for record in crate::turns::records_of(&self.records, name) {
+        for record in crate::kept::records_of(&self.records, name) {
             if keys.iter().any(|(key, created)| {
                 *key == record.key.as_bytes() && *created == record.create_revision
             }) {

@@ -21,8 +21,8 @@ use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
 use crate::kept::{Deleted, Taking, list};
+use crate::kept::{Downgrade, Kind};
 use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
-use crate::turns::{Downgrade, Kind};
 
 /// Who takes the hold, and on which side.
 type How<'a> = crate::kept::How<'a, Record, Side>;
@@ -41,11 +41,11 @@ impl Taking for Etcd {
         &self.id
     }
 
-    fn turns(&self) -> &crate::turns::Turns {
+    fn turns(&self) -> &crate::kept::Turns {
         &self.turns
     }
 
-    fn records(&self) -> &crate::turns::Records<Record> {
+    fn records(&self) -> &crate::kept::Records<Record> {
         &self.records
     }
 

@@ -20,9 +20,9 @@ use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
 use crate::kept::{Counted, Deleted, give_back_retried, list, lost};
+use crate::kept::{Downgrade, Kind};
 use crate::own::OwnHolds;
 use crate::request::Options;
-use crate::turns::{Downgrade, Kind};
 
 impl<S: SqlTaking> Record<S> {
     /// The record of a row `how.holder` took for `name` with a statement

@@ -123,9 +123,9 @@ pub(crate) struct Common<S: Rows> {
     /// The watchdog.
     pub(crate) keeper: Keeper<S>,
     /// Per name, the turns of its acquisitions (FIFO).
-    pub(crate) turns: crate::turns::Turns,
+    pub(crate) turns: crate::kept::Turns,
     /// Per lock name and holder id, its record (for re-entries).
-    pub(crate) records: crate::turns::Records<Record<S>>,
+    pub(crate) records: crate::kept::Records<Record<S>>,
     /// This client's live guards, for `inspect`.
     pub(crate) own: OwnHolds,
     /// Per name, how many of this client's acquisitions wait for a
@@ -151,7 +151,7 @@ impl<S: Rows> Common<S> {
             config,
             runtime,
             keeper: Keeper::default(),
-            turns: crate::turns::Turns::default(),
+            turns: crate::kept::Turns::default(),
             records: Mutex::default(),
             own: OwnHolds::default(),
             waiters,
@@ -162,7 +162,7 @@ impl<S: Rows> Common<S> {
     /// their rows were freed by this client itself: their guards count as
     /// lost at once, not at the watchdog's next round.
     pub(crate) fn deleted(&self, name: &str, holders: &[String]) {
-        for record in crate::turns::records_of(&self.records, name) {
+        for record in crate::kept::records_of(&self.records, name) {
             if holders
                 .iter()
                 .any(|h| h == record.holder() || h.strip_suffix(KEPT) == Some(record.holder()))

@@ -12,8 +12,8 @@ use tokio::sync::OwnedMutexGuard;
 use super::side::Side;
 use super::{Rows, UNKNOWN_TOKEN};
 use crate::clock::valid_until;
+use crate::kept::Downgrade;
 use crate::kept::{Deleted, Hold};
-use crate::turns::Downgrade;
 
 /// A client's one row for one name, shared by a hold and its re-entries.
 /// The process queue's turn is kept until it is dropped, after the row is

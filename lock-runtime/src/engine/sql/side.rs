@@ -4,8 +4,8 @@
 
 use std::time::Instant;
 
+use crate::kept::Kind;
 use crate::request::Target;
-use crate::turns::Kind;
 
 /// Which kind of contender an acquisition is on an SQL engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,9 +17,9 @@ pub(crate) use super::taking::{How, SqlTaking, Taken};
 use crate::background::Background;
 use crate::error::LockError;
 use crate::holder::Chain;
+use crate::kept::Kind;
 use crate::kept::Taking;
 use crate::request::{Options, Target};
-use crate::turns::Kind;
 
 impl<S: SqlTaking> Taking for S {
     type Record = Record<S>;
@@ -32,11 +32,11 @@ impl<S: SqlTaking> Taking for S {
         &self.common().id
     }
 
-    fn turns(&self) -> &crate::turns::Turns {
+    fn turns(&self) -> &crate::kept::Turns {
         &self.common().turns
     }
 
-    fn records(&self) -> &crate::turns::Records<Record<S>> {
+    fn records(&self) -> &crate::kept::Records<Record<S>> {
         &self.common().records
     }
 

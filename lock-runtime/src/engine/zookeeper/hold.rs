@@ -18,9 +18,9 @@ use crate::error::LockError;
 use crate::holder::Chain;
 pub(super) use crate::kept::lost;
 use crate::kept::{Counted, Deleted, Hold, give_back_retried};
+use crate::kept::{Downgrade, Kind};
 use crate::own::OwnHolds;
 use crate::request::Options;
-use crate::turns::{Downgrade, Kind};
 
 /// A client's one node for one name, shared by a hold and its re-entries.
 /// The process queue's turn is kept until it is dropped, after the node

@@ -76,7 +76,7 @@ pub(crate) use ops::{force_unlock, inspect, locks};
 crate::engine::seam::engine_by_parts!(
     Zk, name "zookeeper", hold ZkHold,
     connect Zk::connect,
-    acquire |zk, alive, target, options| crate::turns::acquire(alive, zk, target, options),
+    acquire |zk, alive, target, options| crate::kept::acquire(alive, zk, target, options),
     renewed |zk| zk.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
 );
@@ -104,10 +104,10 @@ pub(crate) struct Zk {
     /// [`Zk::session`]).
     near: crate::near::Near<Arc<session::Session>>,
     /// Per name, the turns of its mutex acquisitions (FIFO).
-    turns: crate::turns::Turns,
+    turns: crate::kept::Turns,
     /// Per lock name and holder id, its record (for re-entries; a multi
     /// lock's holds share one holder id over several names).
-    records: crate::turns::Records<hold::Record>,
+    records: crate::kept::Records<hold::Record>,
     /// This client's live guards, for `inspect`.
     pub(crate) own: OwnHolds,
 }
@@ -138,7 +138,7 @@ impl Zk {
                 sessions,
                 near: crate::near::Near::new(handle.id()),
                 runtime: handle,
-                turns: crate::turns::Turns::default(),
+                turns: crate::kept::Turns::default(),
                 records: Mutex::default(),
                 own: OwnHolds::default(),
                 config,

@@ -169,7 +169,7 @@ pub(crate) async fn force_unlock(zk: &Arc<Zk>, name: &str) -> Result<bool, LockE
 /// `force_unlock`, learns it at once (others' at their session's next
 /// heartbeat).
 fn told_at_once(zk: &Zk, name: &str, path: &str) {
-    for record in crate::turns::records_of(&zk.records, name) {
+    for record in crate::kept::records_of(&zk.records, name) {
         if record.path == path {
             super::session::Gone::gone(&*record);
         }

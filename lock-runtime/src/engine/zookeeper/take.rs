@@ -20,8 +20,8 @@ use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
 use crate::kept::{Deleted, Taking, list};
+use crate::kept::{Downgrade, Kind};
 use crate::request::{Options, Target, timed_out, within};
-use crate::turns::{Downgrade, Kind};
 
 /// Who takes the hold, and on which side.
 type How<'a> = crate::kept::How<'a, Record, Side>;
@@ -40,11 +40,11 @@ impl Taking for Zk {
         &self.id
     }
 
-    fn turns(&self) -> &crate::turns::Turns {
+    fn turns(&self) -> &crate::kept::Turns {
         &self.turns
     }
 
-    fn records(&self) -> &crate::turns::Records<Record> {
+    fn records(&self) -> &crate::kept::Records<Record> {
         &self.records
     }
 

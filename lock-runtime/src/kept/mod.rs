@@ -1,0 +1,34 @@
+//! A hold on an engine whose store keeps one record per client and name
+//! (etcd, ZooKeeper, the SQL engines): what does not depend on the store,
+//! written once below those engines, one idea per file.
+//!
+//! - [`turns`]: the turns of one client's acquisitions of a name, in
+//!   arrival order (only the head of a name's queue has a record in the
+//!   store for a plain lock; a fair lock's and a read-write lock's waiters
+//!   each have a record of their own), and the client's records per name;
+//! - [`record`]: what an engine's record of a hold is ([`Record`]), shared
+//!   by the hold and its re-entries; how it learns that the store lost it
+//!   ([`Deleted`]); and which re-entries it lets in ([`Downgrade`]);
+//! - [`hold`]: one guard's share of a record ([`Hold`]): its token, its
+//!   entry in the client's list of holds, its chain's `hold_at_least`
+//!   minimum; re-entries counted on the record ([`Counted`]); the chain's
+//!   last release gives the record back, finished on the client's runtime
+//!   when its caller leaves, and retried on faults ([`give_back_retried`]);
+//! - [`take`]: an acquisition on such an engine ([`acquire`], driving the
+//!   engine's [`Taking`]): its turn, a re-entry in the scope of its own
+//!   hold ([`in_scope`](take::in_scope)), tries in the store until taken or out of time
+//!   ([`try_again`](take::try_again));
+//! - [`undo`]: the undo of what a failed or dropped acquisition made in
+//!   the store ([`Pending`](undo::Pending)).
+
+pub(crate) mod hold;
+pub(crate) mod record;
+pub(crate) mod take;
+pub(crate) mod turns;
+pub(crate) mod undo;
+
+pub(crate) use hold::{Counted, Hold, give_back_retried};
+pub(crate) use record::{Deleted, Downgrade, Record, gone_or_ended, lost};
+pub(crate) use take::{How, Taken, Taking, acquire, holds_of, list, unlist};
+pub(crate) use turns::{Kind, Records, Turns, records_of};
+pub(crate) use undo::Undo;

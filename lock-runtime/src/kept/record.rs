@@ -1,0 +1,246 @@
+//! An engine's record of one client's hold of one name ([`Record`]),
+//! shared by the hold and its re-entries: how it learns that the store lost
+//! it ([`Deleted`]), and which re-entries of it are let in
+//! ([`may_reenter`], [`Downgrade`]).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use super::turns::Kind;
+use crate::error::LockError;
+use crate::own::OwnHolds;
+
+/// An engine's record of one client's hold of one name, shared by a hold
+/// and its re-entries: what the shared [`Hold`] needs of it.
+pub(crate) trait Record: Send + Sync + Sized + 'static {
+    /// The lock's name.
+    fn name(&self) -> &str;
+    /// The holder id (`<client id>:<n>`).
+    fn holder(&self) -> &str;
+    /// The client's id.
+    fn client_id(&self) -> &str;
+    /// The client's list of its own holds.
+    fn own(&self) -> &OwnHolds;
+    /// The client's runtime: background work on the record runs there.
+    fn runtime(&self) -> &tokio::runtime::Handle;
+    /// What the record holds.
+    fn kind(&self) -> Kind;
+    /// A read's write, or a write's reads.
+    fn downgrade(&self) -> &Downgrade<Self>;
+    /// Live holds of the chain (a hold and its re-entries).
+    fn count(&self) -> &AtomicUsize;
+    /// Whether the hold counts as lost (by the client's clock, or known
+    /// gone from the store).
+    fn is_lost(&self) -> bool;
+    /// How long the hold is sure to last.
+    fn remaining(&self) -> Duration;
+    /// Resolves once the hold is lost.
+    fn lost(&self) -> impl Future<Output = ()> + Send + '_;
+    /// Gives the record back once its chain's last hold is released,
+    /// keeping it taken until `keep` (a `hold_at_least` minimum): whether
+    /// it was still this client's.
+    fn give_back(
+        self: Arc<Self>,
+        keep: Option<Instant>,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static;
+    /// One try at deleting the record (or keeping it until `keep`): whether
+    /// it was still there. [`give_back_retried`] tries it again.
+    fn give_back_once(
+        self: Arc<Self>,
+        keep: Option<Instant>,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static;
+    /// Whether the store may still keep the record alive, so a give-back
+    /// that failed is worth trying on in the background.
+    fn may_outlive(&self) -> bool;
+    /// How many holds of the chain are live.
+    fn holds(&self) -> usize {
+        self.count().load(Ordering::Acquire)
+    }
+}
+
+/// Whether a record is known gone from the store (deleted by someone
+/// else, taken over, or given back), and the wake-up of those who wait to
+/// learn it ([`gone_or_ended`]). A flag and a `Notify` kept in the record:
+/// a `watch` channel cost an allocation per hold and woke eight lists of
+/// waiters at every release (as it was set, and again as it was dropped).
+#[derive(Debug, Default)]
+pub(crate) struct Deleted {
+    known: AtomicBool,
+    told: tokio::sync::Notify,
+}
+
+impl Deleted {
+    /// The record is known gone: whoever waits in [`gone_or_ended`] learns
+    /// it.
+    pub(crate) fn set(&self) {
+        if !self.known.swap(true, Ordering::AcqRel) {
+            self.told.notify_waiters();
+        }
+    }
+
+    /// Whether the record is known gone.
+    pub(crate) fn is_set(&self) -> bool {
+        self.known.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the record is known gone.
+    async fn known(&self) {
+        // Made before the look: a `set` after the look wakes it (a
+        // `Notified` counts `notify_waiters` calls from when it is made).
+        let told = self.told.notified();
+        if self.is_set() {
+            return;
+        }
+        told.await;
+    }
+}
+
+/// Resolves once `deleted` says the record is gone from the store, or once
+/// the end `until` gives has passed (read again after each sleep, as an
+/// `extend` moves it; `None`: no end of its own).
+pub(crate) async fn gone_or_ended(deleted: &Deleted, until: impl Fn() -> Option<Instant>) {
+    let gone = deleted.known();
+    let ended = async {
+        loop {
+            match until() {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+            if until().is_some_and(|at| Instant::now() >= at) {
+                return;
+            }
+        }
+    };
+    tokio::select! {
+        () = gone => {}
+        () = ended => {}
+    }
+}
+
+/// The error of a hold known lost.
+pub(crate) fn lost(name: &str) -> LockError {
+    LockError::Lost {
+        name: name.to_owned(),
+    }
+}
+
+/// Whether a re-entry asking `asked` in the scope of a record of lock
+/// `name` held as `held` joins it (`Ok(None)`), joins the write that read
+/// was taken under (`Ok(Some(write))`, while that write holds; see
+/// [`Downgrade`]), or is refused. A read in a write's scope is no
+/// re-entry: the engine takes it as a record of its own.
+pub(crate) fn may_reenter<R: Record>(
+    name: &str,
+    held: Kind,
+    asked: Kind,
+    downgrade: &Downgrade<R>,
+) -> Result<Option<Arc<R>>, LockError> {
+    let refused = |reason: String| {
+        Err(LockError::NotHeld {
+            name: name.to_owned(),
+            reason,
+        })
+    };
+    match (held, asked) {
+        (Kind::Mutex, Kind::Mutex) | (Kind::Read, Kind::Read) | (Kind::Write, Kind::Write) => {
+            Ok(None)
+        }
+        (Kind::Read, Kind::Write) if downgrade.over.as_ref().is_some_and(|w| w.holds() > 0) => {
+            Ok(downgrade.over.clone())
+        }
+        (Kind::Write, Kind::Read) => {
+            refused("a read under a write is taken as a record of its own".into())
+        }
+        (Kind::Read, Kind::Write) => refused(
+            "this scope holds it for reading; a reader cannot take the write lock (release the \
+             read hold first)"
+                .into(),
+        ),
+        (held, asked) => refused(format!(
+            "this scope holds it as a {held:?} lock, not as a {asked:?} lock (one name, one kind)"
+        )),
+    }
+}
+
+/// A read taken in the scope of this client's own write hold of the name
+/// (a downgrade) has a record of its own, taken at once (the write keeps
+/// everyone else out), so that once the write is given back the read is a
+/// read hold that other readers share (issue 34). The write's record goes
+/// when it is given back, unless a contender that keeps readers out (a
+/// writer or a mutex) came between the write's and a live read's: that
+/// one would get the lock while the read holds, so the write's record
+/// stays until the last read under it is given back. What the engines'
+/// records `R` share of that.
+pub(crate) struct Downgrade<R> {
+    /// On a read's record: the write it was taken under.
+    pub(crate) over: Option<Arc<R>>,
+    /// On a write's record: the reads taken under it.
+    under: Mutex<Vec<Weak<R>>>,
+    /// On a write's record: its give-back waits for the reads under it.
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+    deferred: std::sync::atomic::AtomicBool,
+}
+
+impl<R: Record> Downgrade<R> {
+    /// A record's, taken under `over` when it is a read under a write.
+    pub(crate) fn new(over: Option<Arc<R>>) -> Downgrade<R> {
+        Downgrade {
+            over,
+            under: Mutex::default(),
+            deferred: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// On a write's record: `read` was taken under it.
+    pub(crate) fn add(&self, read: &Arc<R>) {
+        self.under
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::downgrade(read));
+    }
+
+    /// On a write's record: whether a read under it still holds (without
+    /// collecting them, as [`holding_reads`](Self::holding_reads) does).
+    pub(crate) fn holds_reads(&self) -> bool {
+        // Read outside the lock, as `holding_reads` does: a read's count is
+        // not asked under it.
+        let under = self.under.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        under
+            .iter()
+            .filter_map(Weak::upgrade)
+            .any(|r| r.holds() > 0)
+    }
+
+    /// On a write's record: the reads under it that still hold.
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+    pub(crate) fn holding_reads(&self) -> Vec<Arc<R>> {
+        let under = self.under.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        under
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|r| r.holds() > 0)
+            .collect()
+    }
+
+    /// On a write's record, being given back, with a contender between it
+    /// and a holding read: whether its give-back now waits for the reads
+    /// (false when the last of them went meanwhile).
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+    pub(crate) fn defer(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.deferred.store(true, Ordering::Release);
+        // A read given back meanwhile did not see it deferred: then the
+        // write is given back now after all (whoever takes the mark back).
+        self.holds_reads() || !self.deferred.swap(false, Ordering::AcqRel)
+    }
+
+    /// On a write's record, after a read under it was given back: whether
+    /// the write is to be given back now (it waited for the reads, and
+    /// none holds any more).
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+    pub(crate) fn take_deferred(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        !self.holds_reads() && self.deferred.swap(false, Ordering::AcqRel)
+    }
+}
