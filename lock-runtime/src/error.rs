@@ -162,6 +162,24 @@ impl LockError {
         matches!(self, LockError::Timeout { .. })
     }
 
+    /// The store of `engine` was not reached at `server` (an address
+    /// `origin` gave) for `reason`: a fault that may heal by itself.
+    #[cfg_attr(not(turns), allow(dead_code))]
+    pub(crate) fn unreached(
+        engine: &'static str,
+        server: String,
+        origin: &'static str,
+        reason: impl Into<String>,
+    ) -> LockError {
+        LockError::Connect {
+            engine,
+            server,
+            origin,
+            reason: reason.into(),
+            transient: true,
+        }
+    }
+
     /// True for a fault that may heal by itself, so that the same call is
     /// worth making again later: a store that could not be reached or did
     /// not answer in time, a lost connection, a server loading its data or

@@ -378,13 +378,7 @@ impl Target {
 
     /// A connect failure, naming the endpoints and where they came from.
     fn connect_error(&self, config: &Config, reason: &str) -> LockError {
-        LockError::Connect {
-            engine: ENGINE,
-            server: self.endpoints.join(","),
-            origin: config.origin(),
-            reason: reason.to_owned(),
-            transient: true,
-        }
+        LockError::unreached(ENGINE, self.endpoints.join(","), config.origin(), reason)
     }
 }
 

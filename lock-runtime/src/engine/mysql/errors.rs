@@ -47,13 +47,7 @@ pub(super) fn connect_failed(target: &Target, e: &mysql_async::Error) -> LockErr
 }
 
 pub(super) fn connect_error(target: &Target, reason: &str) -> LockError {
-    LockError::Connect {
-        engine: ENGINE,
-        server: target.place(),
-        origin: target.origin,
-        reason: reason.to_owned(),
-        transient: true,
-    }
+    LockError::unreached(ENGINE, target.place(), target.origin, reason)
 }
 
 /// A MySQL error as a [`LockError`], saying whether it may heal (a lost

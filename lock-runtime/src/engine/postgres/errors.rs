@@ -31,13 +31,7 @@ pub(super) fn connect_failed(target: &Target, e: &tokio_postgres::Error) -> Lock
 }
 
 pub(super) fn connect_error(target: &Target, reason: &str) -> LockError {
-    LockError::Connect {
-        engine: ENGINE,
-        server: target.place(),
-        origin: target.origin,
-        reason: reason.to_owned(),
-        transient: true,
-    }
+    LockError::unreached(ENGINE, target.place(), target.origin, reason)
 }
 
 /// The server's message for `e`, else the driver's.

@@ -143,12 +143,13 @@ impl Zk {
                 own: OwnHolds::default(),
                 config,
             });
-            zk.sessions.get().await.map_err(|e| LockError::Connect {
-                engine: ENGINE,
-                server: target.connect.clone(),
-                origin: zk.config.origin(),
-                reason: e.to_string(),
-                transient: true,
+            zk.sessions.get().await.map_err(|e| {
+                LockError::unreached(
+                    ENGINE,
+                    target.connect.clone(),
+                    zk.config.origin(),
+                    e.to_string(),
+                )
             })?;
             Ok(zk)
         })
