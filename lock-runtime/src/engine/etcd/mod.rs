@@ -78,7 +78,7 @@ pub(crate) use ops::{force_unlock, inspect, locks};
 crate::engine::seam::engine_by_parts!(
     Etcd, name "etcd", hold EtcdHold,
     connect Etcd::connect,
-    acquire |etcd, alive, target, options| crate::kept::acquire(alive, etcd, target, options),
+    acquire |etcd, alive, site, options| crate::kept::acquire(alive, etcd, site, options),
     renewed |etcd| etcd.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
 );
@@ -117,7 +117,7 @@ impl Etcd {
     /// `runtime`, and grants the session lease (which proves the cluster
     /// answers).
     pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<Etcd>, LockError> {
-        let target = Target::parse(&config)?;
+        let site = Site::parse(&config)?;
         if config.replica_sync == crate::config::ReplicaSync::Always {
             return Err(crate::engine::seam::unsupported(
                 ENGINE,
@@ -135,27 +135,27 @@ impl Etcd {
                 .with_auto_token_refresh(true)
                 .with_connect_timeout(config.connect_timeout)
                 .with_keep_alive(Duration::from_secs(10), config.response_timeout);
-            if let Some((user, password)) = &target.user {
+            if let Some((user, password)) = &site.user {
                 options = options.with_user(user.clone(), password.clone());
             }
             // The system's certificate store: where an operator puts the
             // cluster's CA (`SSL_CERT_FILE` and `SSL_CERT_DIR` are honoured).
             #[cfg(feature = "tls")]
-            if target.tls {
+            if site.tls {
                 options = options.with_tls(etcd_client::TlsOptions::new().with_native_roots());
             }
-            let connect = Client::connect(target.endpoints.clone(), Some(options.clone()));
+            let connect = Client::connect(site.endpoints.clone(), Some(options.clone()));
             let client = match tokio::time::timeout(config.connect_timeout, connect).await {
                 Ok(Ok(client)) => client,
-                Ok(Err(e)) => return Err(target.connect_error(&config, &e.to_string())),
-                Err(_) => return Err(target.connect_error(&config, "no answer in time")),
+                Ok(Err(e)) => return Err(site.connect_error(&config, &e.to_string())),
+                Err(_) => return Err(site.connect_error(&config, "no answer in time")),
             };
             let sessions = session::Sessions::new(client.clone(), &config);
             let etcd = Arc::new(Etcd {
                 id: uuid::Uuid::new_v4().to_string(),
                 watches: watches::Watches::start(client.clone()),
                 client: Arc::new(client),
-                connect: (target.endpoints.clone(), options),
+                connect: (site.endpoints.clone(), options),
                 near: crate::near::Near::new(handle.id()),
                 sessions,
                 runtime: handle,
@@ -170,7 +170,7 @@ impl Etcd {
                 .await
                 .unwrap_or_else(|_| Err(timeout_error()))
             {
-                return Err(target.connect_error(&etcd.config, &e.to_string()));
+                return Err(site.connect_error(&etcd.config, &e.to_string()));
             }
             Ok(etcd)
         })
@@ -313,18 +313,18 @@ impl Here {
 }
 
 /// The endpoints, credentials and transport an `etcd://` URL names.
-struct Target {
+struct Site {
     endpoints: Vec<String>,
     user: Option<(String, String)>,
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     tls: bool,
 }
 
-impl Target {
+impl Site {
     /// `etcd://[user:password@]host:port[,host:port...][/]` (`etcds://` for
     /// TLS, with the `tls` feature). [`Config::username`] and
     /// [`Config::password`] override the URL's.
-    fn parse(config: &Config) -> Result<Target, LockError> {
+    fn parse(config: &Config) -> Result<Site, LockError> {
         let url = config.url();
         let bad = |why: &str| {
             LockError::Config(format!(
@@ -369,7 +369,7 @@ impl Target {
             let scheme = if tls { "https" } else { "http" };
             endpoints.push(format!("{scheme}://{host}"));
         }
-        Ok(Target {
+        Ok(Site {
             endpoints,
             user,
             tls,

@@ -177,7 +177,7 @@ impl Slots {
 
 /// A connection of the pool, the caller's until dropped (`None` when its
 /// place has none yet).
-pub(crate) type Lease = OwnedMutexGuard<Option<Link>>;
+pub(crate) type Pooled = OwnedMutexGuard<Option<Link>>;
 
 /// A statement's answer: its rows, affected rows, last insert id and how
 /// many warnings it raised.
@@ -198,7 +198,7 @@ impl My {
     /// A connection of the pool, within the response timeout: a free one
     /// (from the next in turn), else the next in turn once it is free;
     /// made when its place has none (on the runtime whose pool it is).
-    pub(crate) async fn conn(&self) -> Result<Lease, LockError> {
+    pub(crate) async fn conn(&self) -> Result<Pooled, LockError> {
         let (pool, home) = self.slots();
         let start = pool.next.fetch_add(1, Ordering::Relaxed);
         let n = pool.slots.len();
@@ -230,7 +230,7 @@ impl My {
 
     /// The connection of `slot`, within the response timeout (made when it
     /// has none, on the current runtime).
-    pub(crate) async fn lease_on(&self, slot: &Slot) -> Result<Lease, LockError> {
+    pub(crate) async fn lease_on(&self, slot: &Slot) -> Result<Pooled, LockError> {
         let lease = tokio::time::timeout(self.config.response_timeout, slot.clone().lock_owned())
             .await
             .map_err(|_| timeout_error())?;
@@ -251,22 +251,20 @@ impl My {
     /// abandoned statement did (an undo after the try it undoes). A
     /// session not yet known to be over stays on the place's list, and is
     /// ended first the next time.
-    async fn made(&self, mut lease: Lease, home: bool) -> Result<Lease, LockError> {
+    async fn made(&self, mut lease: Pooled, home: bool) -> Result<Pooled, LockError> {
         let link = match lease.as_mut().filter(|link| !link.conn.is_disconnected()) {
             Some(link) => link,
             None => {
-                let make = tokio::time::timeout(
-                    self.config.connect_timeout,
-                    open(self.target.opts.clone()),
-                );
+                let make =
+                    tokio::time::timeout(self.config.connect_timeout, open(self.site.opts.clone()));
                 let made = if home {
                     crate::background::run(&self.runtime, make).await?
                 } else {
                     make.await
                 };
                 let made = made
-                    .map_err(|_| connect_error(&self.target, "no answer in time"))?
-                    .map_err(|e| connect_failed(&self.target, &e))?;
+                    .map_err(|_| connect_error(&self.site, "no answer in time"))?
+                    .map_err(|e| connect_failed(&self.site, &e))?;
                 let link = Link::new(made, &self.st, lease.take());
                 lease.insert(link)
             }
@@ -292,7 +290,7 @@ impl My {
     /// in time, is closed and its place made again.
     pub(crate) async fn on<'s, T: FromRow + Send + 'static>(
         &self,
-        lease: &mut Option<Lease>,
+        lease: &mut Option<Pooled>,
         statement: impl Into<Stmt<'s>>,
         params: Params,
     ) -> Result<Answer<T>, LockError> {
@@ -340,7 +338,7 @@ impl My {
 
 /// `slot` when it is free and its connection works, with no session of
 /// an earlier one left to end there.
-fn ready(slot: &Slot) -> Option<Lease> {
+fn ready(slot: &Slot) -> Option<Pooled> {
     let lease = slot.clone().try_lock_owned().ok()?;
     let works = lease
         .as_ref()

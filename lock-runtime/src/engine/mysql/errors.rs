@@ -2,7 +2,7 @@
 //! made, a statement's error (transient or not, by its code), no answer
 //! in time.
 
-use super::{ENGINE, Target};
+use super::{ENGINE, Site};
 use crate::error::LockError;
 
 /// MySQL's "unknown prepared statement handler" (1243).
@@ -19,35 +19,35 @@ pub(super) fn server_code(e: &mysql_async::Error) -> Option<u16> {
 /// A connection that could not be made, as a [`LockError`]: a refusal of
 /// the credentials or the database is [`LockError::Config`]; anything
 /// else may heal.
-pub(super) fn connect_failed(target: &Target, e: &mysql_async::Error) -> LockError {
+pub(super) fn connect_failed(site: &Site, e: &mysql_async::Error) -> LockError {
     match e {
         // Access denied (1045), to the database (1044); unknown database
         // (1049).
         mysql_async::Error::Server(s) if matches!(s.code, 1044 | 1045) => {
             LockError::Config(format!(
                 "MySQL at {} refused the credentials: {}",
-                target.place(),
+                site.place(),
                 s.message
             ))
         }
         mysql_async::Error::Server(s) if s.code == 1049 => LockError::Config(format!(
             "MySQL at {} has no such database: {}",
-            target.place(),
+            site.place(),
             s.message
         )),
         // Unknown or incorrect time zone (1298): the URL's `time_zone=`.
         mysql_async::Error::Server(s) if s.code == 1298 => LockError::Config(format!(
             "MySQL at {} does not know the URL's time_zone= ({}): give an offset such as \
              %2B00:00, or load the server's time zone tables",
-            target.place(),
+            site.place(),
             s.message
         )),
-        _ => connect_error(target, &e.to_string()),
+        _ => connect_error(site, &e.to_string()),
     }
 }
 
-pub(super) fn connect_error(target: &Target, reason: &str) -> LockError {
-    LockError::unreached(ENGINE, target.place(), target.origin, reason)
+pub(super) fn connect_error(site: &Site, reason: &str) -> LockError {
+    LockError::unreached(ENGINE, site.place(), site.origin, reason)
 }
 
 /// A MySQL error as a [`LockError`], saying whether it may heal (a lost

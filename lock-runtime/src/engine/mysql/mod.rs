@@ -85,7 +85,7 @@ pub(crate) use ops::{force_unlock, inspect, locks};
 crate::engine::seam::engine_by_parts!(
     My, name "mysql", hold MyHold,
     connect My::connect,
-    acquire |my, alive, target, options| crate::kept::acquire(alive, my, target, options),
+    acquire |my, alive, site, options| crate::kept::acquire(alive, my, site, options),
     renewed |my| my.common.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
     schema ddl,
@@ -94,7 +94,7 @@ crate::engine::seam::engine_by_parts!(
 use crate::config::Config;
 use crate::engine::sql::{Common, Table};
 use crate::error::LockError;
-use conn::{Answer, HOME_POOL, Lease, Link, PREPARED, Slot, Slots, Stmt, open};
+use conn::{Answer, HOME_POOL, Link, PREPARED, Pooled, Slot, Slots, Stmt, open};
 use errors::{connect_error, connect_failed, timeout_error};
 use layout::Charset;
 use schema::{ddl, prepare_table};
@@ -115,7 +115,7 @@ pub(crate) type MyHold = crate::engine::sql::SqlHold<My>;
 
 /// What a URL says: the connection, the table and how rows go.
 #[derive(Debug, Clone)]
-pub(crate) struct Target {
+pub(crate) struct Site {
     pub(crate) opts: Opts,
     pub(crate) table: Table,
     pub(crate) keep_rows: bool,
@@ -123,11 +123,11 @@ pub(crate) struct Target {
     pub(crate) origin: &'static str,
 }
 
-impl Target {
+impl Site {
     /// Reads `config`'s URL: `mysql://` or `mariadb://`, a database, and
     /// the query parameters `table=` and `keep_rows=` of ours (the others
     /// are the driver's).
-    pub(crate) fn parse(config: &Config) -> Result<Target, LockError> {
+    pub(crate) fn parse(config: &Config) -> Result<Site, LockError> {
         let crate::engine::sql::Params {
             table,
             keep_rows,
@@ -177,7 +177,7 @@ impl Target {
         if let Some(password) = password {
             builder = builder.pass(Some(password));
         }
-        Ok(Target {
+        Ok(Site {
             opts: builder.into(),
             table,
             keep_rows,
@@ -230,8 +230,8 @@ fn time_zone(value: &str) -> Result<String, LockError> {
 /// How many acquisitions of lock `name` by this process's clients of the
 /// table `url` names wait for a release (`__private::sql_waiting`).
 pub(crate) fn waiting(url: &str, name: &str) -> usize {
-    match Target::parse(&Config::new(url)) {
-        Ok(target) => crate::engine::sql::waiting(&target.key(), name),
+    match Site::parse(&Config::new(url)) {
+        Ok(site) => crate::engine::sql::waiting(&site.key(), name),
         Err(_) => 0,
     }
 }
@@ -246,7 +246,7 @@ pub(crate) struct My {
     home: Arc<Slots>,
     /// Per caller runtime, connections of its own.
     near: crate::near::Near<Arc<Slots>>,
-    target: Target,
+    site: Site,
     st: layout::Statements,
     /// The `name` column's length (a longer name is refused).
     longest: Option<usize>,
@@ -270,7 +270,7 @@ impl My {
     /// `runtime`, makes the lock table when it is missing (or says, with
     /// the DDL, why it cannot), checks its shape, and starts the watchdog.
     pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<My>, LockError> {
-        let target = Target::parse(&config)?;
+        let site = Site::parse(&config)?;
         if config.replica_sync == crate::config::ReplicaSync::Always {
             return Err(crate::engine::seam::unsupported(
                 ENGINE,
@@ -280,29 +280,29 @@ impl My {
         }
         let handle = runtime.clone();
         crate::background::run(&runtime, async move {
-            let mut conn = tokio::time::timeout(config.connect_timeout, open(target.opts.clone()))
+            let mut conn = tokio::time::timeout(config.connect_timeout, open(site.opts.clone()))
                 .await
-                .map_err(|_| connect_error(&target, "no answer in time"))?
-                .map_err(|e| connect_failed(&target, &e))?;
+                .map_err(|_| connect_error(&site, "no answer in time"))?
+                .map_err(|e| connect_failed(&site, &e))?;
             let shape =
-                tokio::time::timeout(config.response_timeout, prepare_table(&mut conn.0, &target))
+                tokio::time::timeout(config.response_timeout, prepare_table(&mut conn.0, &site))
                     .await
                     .unwrap_or_else(|_| Err(timeout_error()));
             let (longest, charset, lined) = shape?;
             let home = Slots::new(HOME_POOL);
             // The connection that made the table is the first of the pool.
-            let st = layout::Statements::new(&target.table, target.keep_rows);
+            let st = layout::Statements::new(&site.table, site.keep_rows);
             *home.slots[0].try_lock().expect("nobody else has it yet") =
                 Some(Link::new(conn, &st, None));
             let my = Arc::new(My {
                 near: crate::near::Near::new(handle.id()),
-                common: Common::new(config, handle, target.key()),
+                common: Common::new(config, handle, site.key()),
                 home: Arc::new(home),
                 st,
                 longest,
                 charset,
                 lined,
-                target,
+                site,
             });
             crate::engine::sql::Keeper::start(&my);
             Ok(my)

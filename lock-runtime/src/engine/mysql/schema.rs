@@ -6,7 +6,7 @@
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
-use super::Target;
+use super::Site;
 use super::errors::{server_code, store_error};
 use super::layout::{self, Charset, Q};
 use crate::config::Config;
@@ -15,7 +15,7 @@ use crate::error::LockError;
 /// The statement that makes the lock table `config`'s URL names
 /// (`lockctl schema`).
 pub(crate) fn ddl(config: &Config) -> Result<String, LockError> {
-    Ok(layout::all_ddl(&Target::parse(config)?.table))
+    Ok(layout::all_ddl(&Site::parse(config)?.table))
 }
 
 /// A column as `information_schema.COLUMNS` describes it: its name, data
@@ -38,9 +38,9 @@ type Column = (
 /// to run.
 pub(super) async fn prepare_table(
     conn: &mut Conn,
-    target: &Target,
+    site: &Site,
 ) -> Result<(Option<usize>, Charset, bool), LockError> {
-    let table = &target.table;
+    let table = &site.table;
     let quoted = table.quoted(Q);
     let schema = table.schema.clone();
     make(conn, table, table, &layout::ddl(table)).await?;

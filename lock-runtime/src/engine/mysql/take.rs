@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use mysql_async::Row;
 use tokio::sync::OwnedMutexGuard;
 
-use super::{Answer, ENGINE, Lease, My, Slot, Stmt};
+use super::{Answer, ENGINE, My, Pooled, Slot, Stmt};
 use crate::engine::sql::micros;
 use crate::engine::sql::queue::{FIRST_POLL, Line, Side, leave};
 use crate::engine::sql::take::{SqlTaking, Taken};
@@ -61,7 +61,7 @@ impl SqlTaking for My {
         match self.lined {
             true => Ok(()),
             false => {
-                let table = &self.target.table;
+                let table = &self.site.table;
                 Err(crate::engine::sql::queue::no_line(
                     &super::layout::queue(table).quoted(super::layout::Q),
                     &super::layout::queue_ddl(table),
@@ -282,7 +282,7 @@ impl Made {
 
     /// The acquisition's connection: the one of its earlier tries, else
     /// one of the pool (kept for the next).
-    async fn lease(&mut self) -> Result<Option<Lease>, LockError> {
+    async fn lease(&mut self) -> Result<Option<Pooled>, LockError> {
         let lease = match &self.slot {
             Some(slot) => self.my.lease_on(slot).await?,
             None => self.my.conn().await?,
@@ -338,7 +338,7 @@ impl Undo for Made {
     }
 
     fn what(&self) -> String {
-        format!("{} row {}", self.my.target.table.qualified(), self.name)
+        format!("{} row {}", self.my.site.table.qualified(), self.name)
     }
 }
 

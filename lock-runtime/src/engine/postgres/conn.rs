@@ -272,7 +272,7 @@ impl Pg {
             return Ok(conn);
         }
         let timeout = self.config.connect_timeout;
-        let at_url = self.target.connect.clone();
+        let at_url = self.site.connect.clone();
         let make = async move {
             let made = tokio::time::timeout(timeout, connect(&at_url)).await;
             if let Ok(Ok(made)) = made {
@@ -288,8 +288,8 @@ impl Pg {
             make.await
         };
         let client = made
-            .map_err(|_| connect_error(&self.target, "no answer in time"))?
-            .map_err(|e| connect_failed(&self.target, &e))?;
+            .map_err(|_| connect_error(&self.site, "no answer in time"))?
+            .map_err(|e| connect_failed(&self.site, &e))?;
         let conn = Arc::new(self.prepare(client, &pool, at).await?);
         *slot.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn.clone());
         Ok(conn)

@@ -3,13 +3,13 @@
 
 use tokio_postgres::error::SqlState;
 
-use super::{ENGINE, Target};
+use super::{ENGINE, Site};
 use crate::error::LockError;
 
 /// A connection that could not be made, as a [`LockError`]: a refusal of
 /// the credentials or the database is [`LockError::Config`]; anything
 /// else may heal.
-pub(super) fn connect_failed(target: &Target, e: &tokio_postgres::Error) -> LockError {
+pub(super) fn connect_failed(site: &Site, e: &tokio_postgres::Error) -> LockError {
     match e.code() {
         Some(code)
             if *code == SqlState::INVALID_PASSWORD
@@ -17,21 +17,21 @@ pub(super) fn connect_failed(target: &Target, e: &tokio_postgres::Error) -> Lock
         {
             LockError::Config(format!(
                 "PostgreSQL at {} refused the credentials: {}",
-                target.place(),
+                site.place(),
                 db_message(e)
             ))
         }
         Some(code) if *code == SqlState::INVALID_CATALOG_NAME => LockError::Config(format!(
             "PostgreSQL at {} has no such database: {}",
-            target.place(),
+            site.place(),
             db_message(e)
         )),
-        _ => connect_error(target, &db_message(e)),
+        _ => connect_error(site, &db_message(e)),
     }
 }
 
-pub(super) fn connect_error(target: &Target, reason: &str) -> LockError {
-    LockError::unreached(ENGINE, target.place(), target.origin, reason)
+pub(super) fn connect_error(site: &Site, reason: &str) -> LockError {
+    LockError::unreached(ENGINE, site.place(), site.origin, reason)
 }
 
 /// The server's message for `e`, else the driver's.

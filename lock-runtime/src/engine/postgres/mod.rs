@@ -107,7 +107,7 @@ pub(crate) use ops::{force_unlock, inspect, locks};
 crate::engine::seam::engine_by_parts!(
     Pg, name "postgres", hold PgHold,
     connect Pg::connect,
-    acquire |pg, alive, target, options| crate::kept::acquire(alive, pg, target, options),
+    acquire |pg, alive, site, options| crate::kept::acquire(alive, pg, site, options),
     renewed |pg| pg.common.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
     schema ddl,
@@ -136,7 +136,7 @@ const DIALECT: crate::engine::sql::Dialect = crate::engine::sql::Dialect {
 
 /// What a URL says beyond the connection: the table and how rows go.
 #[derive(Debug, Clone)]
-pub(crate) struct Target {
+pub(crate) struct Site {
     pub(crate) connect: tokio_postgres::Config,
     pub(crate) table: crate::engine::sql::Table,
     pub(crate) keep_rows: bool,
@@ -144,12 +144,12 @@ pub(crate) struct Target {
     pub(crate) origin: &'static str,
 }
 
-impl Target {
+impl Site {
     /// Reads `config`'s URL: `postgres://` or `postgresql://`, a database,
     /// and the query parameters `table=` and `keep_rows=` of ours (the
     /// others are the driver's: `connect_timeout`, `application_name`,
     /// ...).
-    pub(crate) fn parse(config: &Config) -> Result<Target, LockError> {
+    pub(crate) fn parse(config: &Config) -> Result<Site, LockError> {
         let Params {
             table,
             keep_rows,
@@ -203,7 +203,7 @@ impl Target {
         connect
             .options(options)
             .keepalives_idle(std::time::Duration::from_secs(15));
-        Ok(Target {
+        Ok(Site {
             connect,
             table,
             keep_rows,
@@ -242,7 +242,7 @@ impl Target {
 /// SQL engine's client has: [`Common`], which it derefs to).
 pub(crate) struct Pg {
     common: Common<Pg>,
-    target: Target,
+    site: Site,
     /// The table's announcement channel (see [`PgTable::channel`]).
     channel: String,
     statements: layout::Statements,
@@ -269,8 +269,8 @@ impl std::ops::Deref for Pg {
 /// How many acquisitions of lock `name` by this process's clients of the
 /// table `url` names wait for a release (`__private::sql_waiting`).
 pub(crate) fn waiting(url: &str, name: &str) -> usize {
-    match Target::parse(&Config::new(url)) {
-        Ok(target) => crate::engine::sql::waiting(&target.key(), name),
+    match Site::parse(&Config::new(url)) {
+        Ok(site) => crate::engine::sql::waiting(&site.key(), name),
         Err(_) => 0,
     }
 }
@@ -281,7 +281,7 @@ impl Pg {
     /// the DDL, why it cannot), checks its shape, and starts the listener
     /// and the watchdog.
     pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<Pg>, LockError> {
-        let target = Target::parse(&config)?;
+        let site = Site::parse(&config)?;
         if config.replica_sync == crate::config::ReplicaSync::Always {
             return Err(crate::engine::seam::unsupported(
                 ENGINE,
@@ -291,30 +291,30 @@ impl Pg {
         }
         let handle = runtime.clone();
         crate::background::run(&runtime, async move {
-            let first = tokio::time::timeout(config.connect_timeout, connect(&target.connect))
+            let first = tokio::time::timeout(config.connect_timeout, connect(&site.connect))
                 .await
-                .map_err(|_| connect_error(&target, "no answer in time"))?
-                .map_err(|e| connect_failed(&target, &e))?;
+                .map_err(|_| connect_error(&site, "no answer in time"))?
+                .map_err(|e| connect_failed(&site, &e))?;
             let Connected { client, connection } = first;
             tokio::spawn(connection);
-            let (longest, lined) = prepare_table(&client, &target).await?;
+            let (longest, lined) = prepare_table(&client, &site).await?;
             let statements =
-                layout::Statements::new(&target.table, target.keep_rows, config.watchdog_timeout);
-            let listen_at = target.connect.clone();
-            let listener = listen::Listener::start(target.table.channel(), move || {
+                layout::Statements::new(&site.table, site.keep_rows, config.watchdog_timeout);
+            let listen_at = site.connect.clone();
+            let listener = listen::Listener::start(site.table.channel(), move || {
                 let at = listen_at.clone();
                 async move { connect(&at).await }
             });
             let pg = Arc::new(Pg {
                 near: crate::near::Near::new(handle.id()),
-                common: Common::new(config, handle, target.key()),
+                common: Common::new(config, handle, site.key()),
                 statements,
                 longest,
                 lined,
                 home: Arc::new(Slots::new(HOME_POOL)),
                 listener,
-                channel: target.table.channel(),
-                target,
+                channel: site.table.channel(),
+                site,
             });
             // The first connection of the pool is the one that made the
             // table: its statements prepared now prove the table answers.
@@ -331,7 +331,7 @@ impl Pg {
 
     /// The error of a fair or read-write lock on a client without a line.
     pub(crate) fn no_line(&self) -> LockError {
-        let table = &self.target.table;
+        let table = &self.site.table;
         crate::engine::sql::queue::no_line(&table.queue().quoted(Q), &table.queue_ddl())
     }
 

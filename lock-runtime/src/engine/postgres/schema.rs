@@ -2,7 +2,7 @@
 //! the statements to run, for a role that may not), the lock table's
 //! columns checked, and the statements of `lockctl schema`.
 
-use super::Target;
+use super::Site;
 use super::errors::store_error;
 use super::layout::{self, PgTable, Q};
 use crate::config::Config;
@@ -12,7 +12,7 @@ use tokio_postgres::error::SqlState;
 /// The statements that make the lock tables `config`'s URL names
 /// (`lockctl schema`).
 pub(crate) fn ddl(config: &Config) -> Result<String, LockError> {
-    Ok(Target::parse(config)?.table.ddl())
+    Ok(Site::parse(config)?.table.ddl())
 }
 
 /// Makes the table `quoted` with `ddl` when it is missing. A role that may
@@ -56,9 +56,9 @@ async fn make(
 /// gets [`LockError::Config`] with the statements to run.
 pub(super) async fn prepare_table(
     client: &tokio_postgres::Client,
-    target: &Target,
+    site: &Site,
 ) -> Result<(Option<usize>, bool), LockError> {
-    let table = &target.table;
+    let table = &site.table;
     let quoted = table.quoted(Q);
     make(client, table.lock_ddl(), &quoted, table).await?;
     make(

@@ -417,7 +417,7 @@ async fn take(
     // once (the row may be free by its lease, or its own), then is done.
     let mut step = match made.registered {
         Some(_) => Step::Look,
-        None if pg.target.keep_rows || options.lease.is_some() => Step::First,
+        None if pg.site.keep_rows || options.lease.is_some() => Step::First,
         None => Step::Claim,
     };
     loop {

@@ -76,7 +76,7 @@ pub(crate) use ops::{force_unlock, inspect, locks};
 crate::engine::seam::engine_by_parts!(
     Zk, name "zookeeper", hold ZkHold,
     connect Zk::connect,
-    acquire |zk, alive, target, options| crate::kept::acquire(alive, zk, target, options),
+    acquire |zk, alive, site, options| crate::kept::acquire(alive, zk, site, options),
     renewed |zk| zk.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
 );
@@ -116,7 +116,7 @@ impl Zk {
     /// Connects to the ensemble of `config`'s URL on the client's
     /// `runtime`: the first session (which proves it answers).
     pub(crate) async fn connect(config: Config, runtime: Handle) -> Result<Arc<Zk>, LockError> {
-        let target = Target::parse(&config)?;
+        let site = Site::parse(&config)?;
         if config.replica_sync == crate::config::ReplicaSync::Always {
             return Err(crate::engine::seam::unsupported(
                 ENGINE,
@@ -126,15 +126,11 @@ impl Zk {
         }
         let handle = runtime.clone();
         crate::background::run(&runtime, async move {
-            let sessions = session::Sessions::new(
-                target.connect.clone(),
-                target.root.clone(),
-                target.auth,
-                &config,
-            );
+            let sessions =
+                session::Sessions::new(site.connect.clone(), site.root.clone(), site.auth, &config);
             let zk = Arc::new(Zk {
                 id: uuid::Uuid::new_v4().to_string(),
-                root: target.root,
+                root: site.root,
                 sessions,
                 near: crate::near::Near::new(handle.id()),
                 runtime: handle,
@@ -146,7 +142,7 @@ impl Zk {
             zk.sessions.get().await.map_err(|e| {
                 LockError::unreached(
                     ENGINE,
-                    target.connect.clone(),
+                    site.connect.clone(),
                     zk.config.origin(),
                     e.to_string(),
                 )
@@ -250,18 +246,18 @@ fn is_refusal(e: &zk::Error) -> bool {
 }
 
 /// The connect string, root and credentials a `zk://` URL names.
-struct Target {
+struct Site {
     connect: String,
     root: String,
     auth: Option<(String, String)>,
 }
 
-impl Target {
+impl Site {
     /// `zk://[user:password@]host:port[,host:port...][/root]`; the root is
     /// `/locks` when the URL has no path. [`Config::username`] and
     /// [`Config::password`] override the URL's credentials (ZooKeeper's
     /// `digest` scheme).
-    fn parse(config: &Config) -> Result<Target, LockError> {
+    fn parse(config: &Config) -> Result<Site, LockError> {
         let url = config.url();
         let bad = |why: &str| {
             LockError::Config(format!(
@@ -323,7 +319,7 @@ impl Target {
                 _ => return Err(bad(&format!("{host:?} is not host:port"))),
             }
         }
-        Ok(Target {
+        Ok(Site {
             connect: hosts.to_owned(),
             root: root.to_owned(),
             auth,
@@ -363,8 +359,8 @@ pub(crate) fn store_error(e: zk::Error) -> LockError {
 mod tests {
     use super::*;
 
-    fn parse(url: &str) -> Result<Target, LockError> {
-        Target::parse(&Config::new(url))
+    fn parse(url: &str) -> Result<Site, LockError> {
+        Site::parse(&Config::new(url))
     }
 
     #[test]
