@@ -1,8 +1,16 @@
 //! The loss clock every engine keeps: a hold counts as held until its
 //! lease, counted from the send time of the call that last confirmed it
 //! and less a safety margin, runs out by this client's clock (DESIGN §5).
+//!
+//! Every instant the shared layers and the engines keep is tokio's
+//! ([`tokio::time::Instant`]), never the system's: under
+//! `tokio::time::pause()` (a test's virtual time, DESIGN §12) a lease, a
+//! wait's deadline and the watchdog's rounds follow the test's clock. With
+//! tokio's `test-util` feature off (a service's build) it reads the same
+//! monotonic clock as `std::time::Instant`, at the same cost.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tokio::sync::watch;
 
@@ -53,7 +61,7 @@ pub(crate) async fn until_lost(mut validity: watch::Receiver<Validity>) {
                     return;
                 }
             }
-            () = tokio::time::sleep_until(now.until.into()) => {}
+            () = tokio::time::sleep_until(now.until) => {}
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 #[cfg(feature = "redis")]
-use std::time::Instant;
+use tokio::time::Instant;
 
 use crate::error::LockError;
 

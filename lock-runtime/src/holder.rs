@@ -16,7 +16,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// One hold visible to a scope: which client, which lock, which holder, and
 /// what the holder's holds of that lock share.

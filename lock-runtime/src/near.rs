@@ -22,7 +22,8 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tokio::runtime::{Handle, Id};
 

@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// One hold of a live guard of this client.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -66,9 +66,9 @@ pub(crate) fn backoff(n: u32) -> Duration {
 }
 
 /// Sleeps for `pause`, or until `deadline` if that is sooner.
-pub(crate) async fn pause_within(deadline: Option<std::time::Instant>, pause: Duration) {
+pub(crate) async fn pause_within(deadline: Option<tokio::time::Instant>, pause: Duration) {
     match deadline {
-        Some(d) => tokio::time::sleep_until(d.min(std::time::Instant::now() + pause).into()).await,
+        Some(d) => tokio::time::sleep_until(d.min(tokio::time::Instant::now() + pause)).await,
         None => tokio::time::sleep(pause).await,
     }
 }
@@ -92,7 +92,7 @@ macro_rules! within {
         match $deadline {
             None => Ok($wait.await),
             Some(deadline) => {
-                let expired = Box::pin(tokio::time::sleep_until(deadline.into()));
+                let expired = Box::pin(tokio::time::sleep_until(deadline));
                 tokio::select! {
                     biased;
                     ready = $wait => Ok(ready),

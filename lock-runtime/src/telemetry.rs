@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 #[cfg(feature = "metrics")]
-use std::time::Instant;
+use tokio::time::Instant;
 
 /// Describes the metrics (unit, help text) to the installed recorder, once
 /// per process: exporters print it (`# HELP` in Prometheus).
@@ -149,7 +149,7 @@ pub(crate) fn outcome<T>(result: &Result<T, crate::error::LockError>) -> &'stati
 #[inline]
 pub(crate) fn record_acquired<T>(
     kind: Option<&'static str>,
-    started: std::time::Instant,
+    started: tokio::time::Instant,
     result: &Result<T, crate::error::LockError>,
 ) {
     if let Some(kind) = kind {

@@ -4,7 +4,8 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use super::record::{Record, lost, may_reenter};
 use super::turns::Kind;

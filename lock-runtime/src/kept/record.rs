@@ -5,7 +5,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use super::turns::Kind;
 use crate::error::LockError;
@@ -104,7 +105,7 @@ pub(crate) async fn gone_or_ended(deleted: &Deleted, until: impl Fn() -> Option<
     let ended = async {
         loop {
             match until() {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
+                Some(at) => tokio::time::sleep_until(at).await,
                 None => std::future::pending().await,
             }
             if until().is_some_and(|at| Instant::now() >= at) {

@@ -4,7 +4,8 @@
 //! [`take_hold`]) until taken or out of time ([`try_again`]).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tokio::sync::OwnedMutexGuard;
 

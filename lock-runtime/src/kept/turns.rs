@@ -6,7 +6,8 @@
 
 use foldhash::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tokio::sync::OwnedMutexGuard;
 

@@ -9,7 +9,8 @@
 //! in the common case: both contend for the same first lock.
 
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tracing::Instrument;
 

@@ -10,7 +10,8 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use futures_util::future::join_all;
 use tracing::Instrument;
@@ -216,10 +217,7 @@ impl QuorumLock {
                     let mut mine = core.local.ticket(format!("quorum:{}", self.name));
                     match deadline {
                         Some(d) => {
-                            if tokio::time::timeout_at(d.into(), mine.turn())
-                                .await
-                                .is_err()
-                            {
+                            if tokio::time::timeout_at(d, mine.turn()).await.is_err() {
                                 return Err(give_up(failure));
                             }
                         }

@@ -12,7 +12,8 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use etcd_client::{Client, Compare, CompareOp, LeaseTimeToLiveOptions, Txn, TxnOp};
 use tokio::sync::watch;

@@ -2,7 +2,7 @@
 //! ([`Made`]): its key deleted, its fixed lease revoked.
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use tokio::sync::oneshot;

@@ -6,7 +6,8 @@
 //! acquisition fails or is dropped.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use mysql_async::Row;
 use tokio::sync::OwnedMutexGuard;

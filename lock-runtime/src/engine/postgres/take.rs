@@ -4,7 +4,8 @@
 //! of all that when the acquisition fails or is dropped.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use super::{Conn, ENGINE, Interval, Pg, Prepared, layout};
 use crate::engine::sql::queue::{Line, Side, leave};
@@ -514,7 +515,7 @@ async fn take(
         let wait = async {
             tokio::select! {
                 () = wake.changed() => {}
-                () = tokio::time::sleep_until(until.into()) => {}
+                () = tokio::time::sleep_until(until) => {}
             }
         };
         within!(wait, how.deadline, target, options)?;

@@ -8,7 +8,8 @@
 
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
@@ -200,7 +201,7 @@ impl Acquisition {
     async fn settled(&self, unsettled: Unsettled) -> Result<(), LockError> {
         let ended = unsettled.ended();
         let settled = match self.deadline() {
-            Some(d) => match tokio::time::timeout_at(d.into(), ended).await {
+            Some(d) => match tokio::time::timeout_at(d, ended).await {
                 Ok(settled) => settled,
                 Err(_) => return Err(timed_out(&self.target, &self.options)),
             },
@@ -343,7 +344,7 @@ impl Acquisition {
             // queued waiter's task carries this future.
             let mut expiry = self
                 .deadline()
-                .map(|d| Box::pin(tokio::time::sleep_until(d.into())));
+                .map(|d| Box::pin(tokio::time::sleep_until(d)));
             // One `turn` future throughout: the queue is FIFO. One `poll_fn`
             // rather than `select!`: each queued waiter's task carries it.
             let mut turn = std::pin::pin!(ticket.seat_free());

@@ -3,7 +3,8 @@
 //! retry and the handoff to a waiter of this client).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -240,7 +241,7 @@ impl RedisHold {
         match &self.lease {
             // The watchdog forgetting the hold counts as lost too.
             Lease::Watchdog { validity, .. } => crate::clock::until_lost(validity.clone()).await,
-            Lease::Fixed { until } => tokio::time::sleep_until((*until).into()).await,
+            Lease::Fixed { until } => tokio::time::sleep_until(*until).await,
         }
     }
 

@@ -2,7 +2,8 @@
 //! backoff while the connection is lost, for a bounded time.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::engine::redis::conn::transient;
 use crate::error::LockError;

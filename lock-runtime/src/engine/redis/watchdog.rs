@@ -19,7 +19,8 @@ use std::collections::HashMap;
 type Entries = foldhash::HashMap<HoldKey, Entry>;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tokio::sync::watch;
 use tracing::Instrument;

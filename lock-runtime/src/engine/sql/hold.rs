@@ -7,7 +7,8 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tokio::sync::OwnedMutexGuard;
 
@@ -217,7 +218,7 @@ async fn give_back<S: SqlTaking>(
     if let (Some(keep), Ok(true)) = (keep, &released) {
         let runtime = record.store.common().runtime.clone();
         runtime.spawn(async move {
-            tokio::time::sleep_until(keep.into()).await;
+            tokio::time::sleep_until(keep).await;
             if let Err(e) = give_back_retried(record, None, 0).await {
                 tracing::warn!(error = %e, "a lock row kept for its minimum is not freed yet; it ends by its lease");
             }

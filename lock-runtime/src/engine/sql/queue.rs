@@ -54,7 +54,8 @@
 //!   the connection of its tries (so after a try whose answer was lost).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 pub(crate) use super::side::{Line, Side};
 use super::taking::{How, SqlTaking, Taken};

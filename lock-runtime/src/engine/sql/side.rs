@@ -2,7 +2,7 @@
 //! ([`Side`]), and its place in the line of fair and read-write locks
 //! ([`Line`]; the line itself is `queue`'s).
 
-use std::time::Instant;
+use tokio::time::Instant;
 
 use crate::kept::Kind;
 use crate::request::Target;

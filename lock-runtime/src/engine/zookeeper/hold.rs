@@ -4,7 +4,8 @@
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
 
 use tokio::sync::OwnedMutexGuard;
 use zookeeper_client as zk;
@@ -136,7 +137,7 @@ impl Record {
                 let Some(until) = record.upgrade().and_then(|r| r.fixed_until()) else {
                     return;
                 };
-                tokio::time::sleep_until(until.into()).await;
+                tokio::time::sleep_until(until).await;
                 let Some(alive) = record.upgrade() else {
                     return;
                 };
@@ -383,7 +384,7 @@ async fn give_back_node(record: Arc<Record>, keep: Option<Instant>) -> Result<bo
         };
         let runtime = record.zk.runtime.clone();
         runtime.spawn(async move {
-            tokio::time::sleep_until(keep.into()).await;
+            tokio::time::sleep_until(keep).await;
             let _ = give_back_now(record).await;
         });
         return Ok(there);

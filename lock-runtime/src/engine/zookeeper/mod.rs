@@ -65,7 +65,7 @@ mod take;
 mod undo;
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use tokio::runtime::Handle;
 use zookeeper_client as zk;

@@ -18,7 +18,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tokio::sync::watch;
 use zookeeper_client as zk;
@@ -110,7 +111,7 @@ impl Session {
                         return;
                     }
                 }
-                () = tokio::time::sleep_until(until.into()) => {}
+                () = tokio::time::sleep_until(until) => {}
             }
         }
     }
@@ -327,7 +328,7 @@ async fn heartbeat(session: Weak<Session>, root: String, response_timeout: Durat
             }
             session.check(sent, &present.into_iter().collect());
         }
-        tokio::time::sleep_until((sent + every).into()).await;
+        tokio::time::sleep_until(sent + every).await;
     }
     reap(session, root, response_timeout).await;
 }

@@ -5,7 +5,8 @@
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
 
 use tokio::sync::OwnedMutexGuard;
 use zookeeper_client as zk;

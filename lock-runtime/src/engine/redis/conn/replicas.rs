@@ -4,7 +4,8 @@
 //! [`Config::replica_sync`]: crate::Config::replica_sync
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use redis::RedisError;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};

@@ -30,7 +30,7 @@
 //! the parts of a multi lock (which share one holder number).
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use crate::engine::redis::Core;
 use crate::engine::redis::conn::Conn;

@@ -17,7 +17,8 @@ mod target;
 pub(crate) use attempt::{Unsettled, attempt_once, needs_reconcile};
 pub(crate) use reconcile::reconcile;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::engine::redis::keys;
 use crate::error::LockError;
