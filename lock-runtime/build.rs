@@ -5,7 +5,10 @@
 //!   most of the crate is then unused, and `lib.rs` allows it;
 //! - `turns`: a build with an engine that keeps its holds in records of
 //!   the shared kind (`kept`, `turns`: every engine but Redis), which
-//!   those layers need.
+//!   those layers need;
+//! - `no_server`: a build whose only engine is the memory engine (a test
+//!   kit's): the parts only engines with a server use (near connections,
+//!   credentials, connect errors) are then unused, and `lib.rs` allows it.
 
 /// The engines' features, and whether each keeps records of the shared kind.
 const ENGINES: &[(&str, bool)] = &[
@@ -14,11 +17,12 @@ const ENGINES: &[(&str, bool)] = &[
     ("ZOOKEEPER", true),
     ("POSTGRES", true),
     ("MYSQL", true),
+    ("MEMORY", true),
 ];
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rustc-check-cfg=cfg(no_engine, turns)");
+    println!("cargo::rustc-check-cfg=cfg(no_engine, no_server, turns)");
     let built: Vec<bool> = ENGINES
         .iter()
         .filter(|(engine, _)| std::env::var_os(format!("CARGO_FEATURE_{engine}")).is_some())
@@ -26,6 +30,12 @@ fn main() {
         .collect();
     if built.is_empty() {
         println!("cargo::rustc-cfg=no_engine");
+    }
+    let servers = ENGINES.iter().filter(|(engine, _)| {
+        *engine != "MEMORY" && std::env::var_os(format!("CARGO_FEATURE_{engine}")).is_some()
+    });
+    if !built.is_empty() && servers.count() == 0 {
+        println!("cargo::rustc-cfg=no_server");
     }
     if built.contains(&true) {
         println!("cargo::rustc-cfg=turns");

@@ -419,6 +419,9 @@
 // their own (CI checks it): no client can be made, so what would use the
 // values is unreachable there. The builds with engines keep every lint.
 #![cfg_attr(no_engine, allow(unused, unreachable_code, unreachable_patterns))]
+// A build of the memory engine alone uses none of what only engines with a
+// server need.
+#![cfg_attr(no_server, allow(dead_code, unused_imports, unused_macros))]
 
 mod background;
 #[cfg(feature = "cli")]
@@ -474,6 +477,12 @@ pub mod __scripts {
     pub use crate::engine::redis::scripts::texts::{HANDOFF, REENTRANT_ACQUIRE, UNLOCK};
 }
 
+/// The memory engine's fault hooks (DESIGN §12): see [`memory::store`].
+#[cfg(feature = "memory")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
+pub mod memory {
+    pub use crate::engine::memory::hooks::{MemoryStore, store};
+}
 pub use client::LockClient;
 pub use config::{Config, DEFAULT_URL, MAX_DURATION, ReplicaSync};
 pub use error::LockError;

@@ -27,6 +27,9 @@ pub enum Store {
     Postgres(Postgres),
     /// A MariaDB server (engine `mysql`, URL scheme `mysql`).
     MySql(MariaDb),
+    /// A memory store of this process (engine `memory`), of a name no
+    /// other test uses, with its fault hooks.
+    Memory(String, lock_runtime::memory::MemoryStore),
 }
 
 impl Store {
@@ -55,6 +58,15 @@ impl Store {
         Store::MySql(MariaDb::start())
     }
 
+    /// A fresh memory store (the test kit's engine, DESIGN §12).
+    pub fn memory() -> Store {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("test-{}-{n}", std::process::id());
+        let hooks = lock_runtime::memory::store(&name);
+        Store::Memory(name, hooks)
+    }
+
     /// The engine's name, as [`LockClient::engine_name`] gives it.
     pub fn engine(&self) -> &'static str {
         match self {
@@ -63,6 +75,7 @@ impl Store {
             Store::ZooKeeper(_) => "zookeeper",
             Store::Postgres(_) => "postgres",
             Store::MySql(_) => "mysql",
+            Store::Memory(..) => "memory",
         }
     }
 
@@ -75,6 +88,7 @@ impl Store {
             Store::ZooKeeper(_) => "zk",
             Store::Postgres(_) => "postgres",
             Store::MySql(_) => "mysql",
+            Store::Memory(..) => "memory",
         }
     }
 
@@ -86,6 +100,7 @@ impl Store {
             Store::ZooKeeper(zk) => zk.url(),
             Store::Postgres(pg) => pg.url(),
             Store::MySql(my) => my.url(),
+            Store::Memory(name, _) => format!("memory://{name}"),
         }
     }
 
@@ -98,6 +113,7 @@ impl Store {
             Store::ZooKeeper(zk) => zk.stop(),
             Store::Postgres(pg) => pg.stop(),
             Store::MySql(my) => my.stop(),
+            Store::Memory(..) => panic!("a memory store has no server to stop"),
         }
     }
 
@@ -141,7 +157,10 @@ impl Store {
     ///   of its own in the line (`distributed_locks_queue`, live and not
     ///   held);
     /// - MySQL/MariaDB: likewise (a plain waiter polls, and leaves no
-    ///   row).
+    ///   row);
+    /// - memory: the store's own count of the acquisitions that wait (one
+    ///   per client and name for a plain lock, one per waiter for the
+    ///   others: `MemoryStore::waiting`).
     ///
     /// A waiter that gave up or was dropped leaves this count.
     pub async fn waiting(&self, kind: Kind, name: &str) -> usize {
@@ -198,6 +217,7 @@ impl Store {
                 .await
                 .parse()
                 .expect("a count"),
+            Store::Memory(_, hooks) => hooks.waiting(name),
             Store::MySql(my) => my
                 .sql_async(&format!(
                     "SELECT count(*) FROM distributed_locks_queue WHERE name = '{name}' \

@@ -169,10 +169,19 @@ impl Connection {
         if !self.cluster.is_empty() || self.master.is_some() {
             return self.redis_topology();
         }
-        Ok(match &self.url {
+        let config = match &self.url {
             Some(url) => Config::new(url.clone()),
             None => Config::from_env(),
-        })
+        };
+        if config.url().starts_with("memory://") {
+            return Err(LockError::Config(
+                "lockctl cannot reach a memory:// store: its locks live only in the process whose \
+                 clients name it (a test's); inspect them there (LockClient::inspect), or give \
+                 lockctl the URL of a store with a server"
+                    .into(),
+            ));
+        }
+        Ok(config)
     }
 
     /// `--cluster`, or `--sentinel` with `--master`.

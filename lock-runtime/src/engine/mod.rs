@@ -15,6 +15,8 @@
 
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+#[cfg(feature = "memory")]
+pub(crate) mod memory;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
@@ -318,6 +320,8 @@ engine_list! {
     Postgres(P): postgres::Pg, feature "postgres", schemes ["postgres", "postgresql"];
     /// MySQL or MariaDB (DESIGN §10).
     MySql(M): mysql::My, feature "mysql", schemes ["mysql", "mariadb"];
+    /// Memory: locks kept in this process, for tests (DESIGN §12).
+    Memory(N): memory::Mem, feature "memory", schemes ["memory"];
 }
 
 /// An engine's acquisition's answer made a [`Held`] of its variant.

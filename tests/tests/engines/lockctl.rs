@@ -18,7 +18,7 @@ use super::WITHIN;
 
 const LOCKCTL: Lockctl = Lockctl(env!("CARGO_BIN_EXE_lockctl"));
 
-on_every_engine!(
+on_every_server!(
     lockctl_inspect_prints_holders_for_people_and_the_schema_for_scripts,
     lockctl_list_finds_the_held_locks_that_match,
     lockctl_force_unlock_asks_first_then_frees_the_lock_and_hands_it_on,
@@ -236,4 +236,19 @@ async fn lockctl_errors_are_one_line_with_a_reason_and_no_password(store: &Store
     }
     assert!(!err.contains("sekret"), "{err}");
     assert!(stdout(&out).is_empty());
+}
+
+/// A memory store lives in the process of the clients that name it:
+/// `lockctl`, a process of its own, refuses its URL and says why, rather
+/// than show an empty store of its own.
+#[tokio::test]
+async fn lockctl_refuses_a_memory_url_and_says_why() {
+    let out = LOCKCTL
+        .run(&["--url", "memory://shop", "inspect", "stock:42"])
+        .await;
+    assert!(!out.status.success(), "lockctl took a memory URL");
+    let err = stderr(&out);
+    assert!(err.contains("memory://"), "{err}");
+    assert!(err.contains("process"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }

@@ -56,9 +56,23 @@ macro_rules! on_engines {
     };
 }
 
-/// Makes each named case five tests: `on_redis`, `on_etcd`,
-/// `on_zookeeper`, `on_postgres` and `on_mysql`.
+/// Makes each named case six tests: `on_redis`, `on_etcd`,
+/// `on_zookeeper`, `on_postgres`, `on_mysql` and `on_memory`.
 macro_rules! on_every_engine {
+    ($($case:ident),+ $(,)?) => {
+        on_engines!(
+            [
+                on_redis => redis, on_etcd => etcd, on_zookeeper => zookeeper,
+                on_postgres => postgres, on_mysql => mysql, on_memory => memory
+            ]
+            $($case),+
+        );
+    };
+}
+
+/// Makes each named case a test per engine with a server (every one but
+/// the memory engine's, which has no server to stop or miss).
+macro_rules! on_every_server {
     ($($case:ident),+ $(,)?) => {
         on_engines!(
             [
@@ -144,6 +158,9 @@ on_every_engine!(
     the_watchdog_keeps_a_hold_past_its_lease,
     extend_moves_a_fixed_lease_forward,
     bad_input_is_a_typed_error,
+);
+
+on_every_server!(
     a_dead_store_is_an_error_not_a_busy_lock,
     a_store_not_there_is_a_connect_error_that_may_heal,
 );

@@ -1,0 +1,294 @@
+//! A hold on a memory store once taken: the record a client keeps of its
+//! entry (shared by a hold and its re-entries), its renewals, and the
+//! guard's side of it: loss, `extend`, release. Taking one is in `take`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::OwnedMutexGuard;
+use tokio::time::Instant;
+
+use super::{Mem, Side};
+use crate::background::Background;
+use crate::clock::valid_until;
+use crate::error::LockError;
+use crate::holder::Chain;
+use crate::kept::{Counted, Deleted, Downgrade, Hold, Kind, give_back_retried, lost};
+use crate::own::OwnHolds;
+use crate::request::Options;
+
+/// A client's entry for one name, shared by a hold and its re-entries.
+pub(crate) struct Record {
+    pub(super) mem: Arc<Mem>,
+    pub(super) name: String,
+    pub(super) holder: String,
+    pub(super) side: Side,
+    /// The runtime that acquired it: its renewals and timers run there, on
+    /// that runtime's clock.
+    pub(super) runtime: Handle,
+    /// A fixed lease (no renewals).
+    pub(super) fixed: bool,
+    /// Until when the hold counts as held, by the client's clock.
+    pub(super) until: Mutex<Instant>,
+    /// Live holds of the chain (a hold and its re-entries).
+    pub(super) holds: AtomicUsize,
+    /// The entry is gone (ended, taken away, or given back).
+    pub(super) deleted: Deleted,
+    /// A mutex entry's turn in the process queue: passed on once the entry
+    /// is gone.
+    pub(super) turn: Mutex<Option<OwnedMutexGuard<()>>>,
+    /// A read's write, or a write's reads (see [`Downgrade`]).
+    pub(super) downgrade: Downgrade<Record>,
+    /// The task renewing the hold, counted in the client's renewed holds
+    /// while it runs.
+    pub(super) renewal: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        self.stop_renewing();
+        crate::kept::unlist(&self.mem.records, &mut self.name, &mut self.holder);
+    }
+}
+
+/// A hold on a memory store.
+pub(crate) type MemHold = Hold<Record>;
+
+impl Record {
+    /// The entry is known gone: the hold is lost, and this client's next
+    /// acquisition of the name may go ahead.
+    pub(crate) fn gone(&self) {
+        self.deleted.set();
+        self.stop_renewing();
+        drop(self.turn.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    /// Stops the renewals, if they run.
+    fn stop_renewing(&self) {
+        let renewal = self
+            .renewal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(renewal) = renewal {
+            renewal.abort();
+            self.mem.renewing.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn until(&self) -> Instant {
+        *self.until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Renews the hold every third of the watchdog's lease, on the runtime
+    /// that acquired it, until it is gone; a round whose renewal fails (a
+    /// fault hook) leaves the lease to end.
+    pub(super) fn start(self: &Arc<Record>) {
+        if self.fixed {
+            return;
+        }
+        let record = Arc::downgrade(self);
+        let lease = self.mem.config.watchdog_timeout;
+        let mut renewal = self.renewal.lock().unwrap_or_else(|p| p.into_inner());
+        if self.deleted.is_set() {
+            return;
+        }
+        self.mem.renewing.fetch_add(1, Ordering::AcqRel);
+        let task = self.runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(lease / 3).await;
+                let Some(record) = record.upgrade() else {
+                    return;
+                };
+                if record.deleted.is_set() {
+                    return;
+                }
+                let now = Instant::now();
+                if record.renew(now, lease) {
+                    crate::telemetry::renewed(1);
+                }
+            }
+        });
+        *renewal = Some(task.abort_handle());
+    }
+
+    /// One renewal to `lease` from `now`: whether it was made (the entry is
+    /// still this hold's, and no fault hook fails it).
+    fn renew(&self, now: Instant, lease: Duration) -> bool {
+        let mut state = self.mem.store.state();
+        if state.failing.contains(&self.mem.id) || state.is_cut(&self.mem.id) {
+            return false;
+        }
+        let entry = state
+            .lock(&self.name, now)
+            .and_then(|lock| lock.holders.get_mut(&self.holder));
+        let Some(entry) = entry.filter(|e| !e.kept) else {
+            drop(state);
+            self.gone();
+            return false;
+        };
+        entry.until = entry.until.max(now + lease);
+        drop(state);
+        let mut until = self.until.lock().unwrap_or_else(|p| p.into_inner());
+        *until = (*until).max(valid_until(now, lease));
+        true
+    }
+}
+
+impl crate::kept::Record for Record {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    fn client_id(&self) -> &str {
+        &self.mem.id
+    }
+
+    fn own(&self) -> &OwnHolds {
+        &self.mem.own
+    }
+
+    fn runtime(&self) -> &Handle {
+        &self.runtime
+    }
+
+    fn kind(&self) -> Kind {
+        self.side.kind()
+    }
+
+    fn downgrade(&self) -> &Downgrade<Record> {
+        &self.downgrade
+    }
+
+    fn count(&self) -> &AtomicUsize {
+        &self.holds
+    }
+
+    fn is_lost(&self) -> bool {
+        self.deleted.is_set() || Instant::now() >= self.until()
+    }
+
+    fn remaining(&self) -> Duration {
+        if self.deleted.is_set() {
+            return Duration::ZERO;
+        }
+        self.until().saturating_duration_since(Instant::now())
+    }
+
+    async fn lost(&self) {
+        crate::kept::gone_or_ended(&self.deleted, || Some(self.until())).await;
+    }
+
+    fn give_back(
+        self: Arc<Self>,
+        keep: Option<Instant>,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static {
+        give_back_retried(self, keep, 0)
+    }
+
+    async fn give_back_once(self: Arc<Self>, keep: Option<Instant>) -> Result<bool, LockError> {
+        give_back_once(&self, keep)
+    }
+
+    fn may_outlive(&self) -> bool {
+        !self.deleted.is_set()
+    }
+}
+
+/// Frees the record's entry, or keeps it until `keep` (a `hold_at_least`
+/// minimum: it then ends by the clock): whether it was still this hold's.
+fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, LockError> {
+    record.mem.reachable()?;
+    let now = Instant::now();
+    let mut state = record.mem.store.state();
+    let there = match state.lock(&record.name, now) {
+        None => false,
+        Some(lock) => match keep.filter(|k| *k > now) {
+            Some(keep) => match lock.holders.get_mut(&record.holder) {
+                Some(entry) => {
+                    entry.kept = true;
+                    entry.until = keep;
+                    entry.record = std::sync::Weak::new();
+                    true
+                }
+                None => false,
+            },
+            None => lock.free(&record.holder),
+        },
+    };
+    state.tidy(&record.name);
+    drop(state);
+    record.gone();
+    Ok(there)
+}
+
+/// A re-entry of `record`'s hold: a token of its own;
+/// [`LockError::Lost`] when the entry is gone.
+pub(super) async fn reenter(
+    alive: Arc<Background>,
+    record: Arc<Record>,
+    side: Side,
+    chain: Chain,
+    options: &Options,
+    metric: &'static str,
+) -> Result<MemHold, LockError> {
+    let counted = Counted::count(record, side.kind(), chain)?;
+    let record = counted.record().clone();
+    record.mem.reachable()?;
+    let now = Instant::now();
+    let token = {
+        let mut state = record.mem.store.state();
+        let held = state
+            .lock(&record.name, now)
+            .is_some_and(|lock| lock.holders.contains_key(&record.holder));
+        held.then(|| state.token())
+    };
+    let Some(token) = token else {
+        record.gone();
+        return Err(lost(&record.name));
+    };
+    Ok(counted.hold(alive, token, now, options, metric))
+}
+
+impl MemHold {
+    /// Moves a fixed lease's end to `lease` from now; one that already
+    /// lasts at least that long is left as it is (a lease never shrinks).
+    pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
+        let record = self.record().clone();
+        let name = &record.name;
+        if !record.fixed {
+            return Err(LockError::Config(format!(
+                "lock `{name}`: extend is for fixed leases (acquired with .lease(..)); the \
+                 watchdog keeps this guard's hold until release"
+            )));
+        }
+        record.mem.reachable()?;
+        let now = Instant::now();
+        if crate::kept::Record::is_lost(&*record) {
+            return Err(lost(name));
+        }
+        let mut state = record.mem.store.state();
+        let entry = state
+            .lock(name, now)
+            .and_then(|lock| lock.holders.get_mut(&record.holder));
+        let Some(entry) = entry else {
+            drop(state);
+            record.gone();
+            return Err(lost(name));
+        };
+        entry.until = entry.until.max(now + lease);
+        drop(state);
+        let mut until = record.until.lock().unwrap_or_else(|p| p.into_inner());
+        *until = (*until).max(valid_until(now, lease));
+        crate::telemetry::renewed(1);
+        Ok(())
+    }
+}
+
+crate::engine::seam::hold_by_inherent!(impl [] for MemHold);

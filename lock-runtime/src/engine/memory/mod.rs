@@ -1,0 +1,230 @@
+//! The memory engine (DESIGN §12): locks kept in this process, for tests.
+//! Every client of the process whose URL is `memory://<store>` shares
+//! store `<store>`'s locks, so one test can run several instances of a
+//! service; a store is never shared with another process.
+//!
+//! It keeps the whole contract of the other engines: re-entry, fencing
+//! tokens (one counter per store: every token is larger than every earlier
+//! one), leases that end by the clock, the watchdog, loss by the guard's
+//! own clock, fair and read-write locks, `hold_at_least`, multi locks,
+//! `inspect` and `force_unlock`. Quorum locks are
+//! [`LockError::Unsupported`], as on every engine but Redis.
+//!
+//! - **Virtual time.** Every instant is tokio's, read in the task that
+//!   makes the call, and every timer is tokio's: under
+//!   `tokio::time::pause()` (`#[tokio::test(start_paused = true)]`, with
+//!   tokio's `test-util` feature) a 30 s lease ends when the test's clock
+//!   passes 30 s, in no real time, and the watchdog renews on that clock.
+//!   A hold's renewals and timers run on the runtime that acquired it, so
+//!   a client (the global one too) serves one `#[tokio::test]` after
+//!   another.
+//! - **The watchdog.** A hold without a fixed lease is renewed every third
+//!   of [`Config::watchdog_timeout`]; a hold whose renewals fail is lost
+//!   by the guard's clock when its lease ends.
+//! - **Faults.** [`hooks`] (`lock_runtime::memory::store(name)`) ends
+//!   holds, fails a client's renewals, and cuts a client off, so a test
+//!   can drive `on_lost`, `on_busy = "skip"`, `fallback` and
+//!   `hold_at_least` paths without a server.
+//!
+//! The engine goes through the seam alone: it keeps its holds in records
+//! of the shared kind (`kept`), and its own code is this folder.
+
+mod hold;
+pub(crate) mod hooks;
+mod ops;
+mod store;
+mod take;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::runtime::Handle;
+
+use crate::background::Background;
+use crate::config::Config;
+use crate::error::LockError;
+use crate::info::LockInfo;
+use crate::kept::Kind;
+use crate::own::OwnHolds;
+use crate::request::{Options, Target};
+
+pub(crate) use hold::MemHold;
+
+/// The engine's name in errors and metrics.
+pub(crate) const ENGINE: &str = "memory";
+
+/// What the tasks of a client on a memory store share.
+pub(crate) struct Mem {
+    /// Random per client: the first half of every holder id.
+    pub(crate) id: String,
+    pub(crate) config: Config,
+    /// The client's background runtime (its own thread).
+    pub(crate) runtime: Handle,
+    /// The store the URL names.
+    pub(crate) store: Arc<store::Store>,
+    /// Per name, the turns of its mutex acquisitions (FIFO).
+    turns: crate::kept::Turns,
+    /// Per lock name and holder id, its record (for re-entries).
+    records: crate::kept::Records<hold::Record>,
+    /// This client's live guards, for `inspect`.
+    pub(crate) own: OwnHolds,
+    /// Holds the watchdog renews.
+    renewing: AtomicUsize,
+}
+
+/// Which kind of contender an acquisition is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Mutex,
+    Fair,
+    Read,
+    Write,
+}
+
+impl Side {
+    fn of(target: &Target) -> Side {
+        match target {
+            Target::Reentrant { .. } => Side::Mutex,
+            Target::Fair { .. } => Side::Fair,
+            Target::Read { .. } => Side::Read,
+            Target::Write { .. } => Side::Write,
+        }
+    }
+
+    /// What it holds, as re-entry sees it (a fair lock is a mutex).
+    fn kind(self) -> Kind {
+        match self {
+            Side::Mutex | Side::Fair => Kind::Mutex,
+            Side::Read => Kind::Read,
+            Side::Write => Kind::Write,
+        }
+    }
+}
+
+impl Mem {
+    /// A client of the store `config`'s URL names (`memory://<store>`).
+    async fn connect(config: Config, runtime: Handle) -> Result<Arc<Mem>, LockError> {
+        let store = store::named(store_name(config.url())?);
+        Ok(Arc::new(Mem {
+            id: uuid::Uuid::new_v4().to_string(),
+            config,
+            runtime,
+            store,
+            turns: crate::kept::Turns::default(),
+            records: std::sync::Mutex::default(),
+            own: OwnHolds::default(),
+            renewing: AtomicUsize::new(0),
+        }))
+    }
+
+    /// [`LockError::Store`] (transient) when a fault hook cut this client
+    /// off.
+    fn reachable(&self) -> Result<(), LockError> {
+        match self.store.state().is_cut(&self.id) {
+            true => Err(cut_off(&self.store.name)),
+            false => Ok(()),
+        }
+    }
+}
+
+/// The store's name in a `memory://<store>` URL.
+fn store_name(url: &str) -> Result<&str, LockError> {
+    let name = url.strip_prefix("memory://").unwrap_or_default();
+    if name.is_empty() || name.contains(['/', '?', '#', '@']) {
+        return Err(LockError::Config(format!(
+            "{url:?}: a memory URL is memory://<store>, a plain name (`memory://shop`): every \
+             client of this process that names the store shares its locks"
+        )));
+    }
+    Ok(name)
+}
+
+/// The error of a call of a client that a fault hook cut off.
+fn cut_off(store: &str) -> LockError {
+    LockError::Store {
+        engine: ENGINE,
+        message: format!("cut off from memory store `{store}` (a fault hook: heal it)"),
+        transient: true,
+    }
+}
+
+impl crate::engine::seam::Engine for Mem {
+    const NAME: &'static str = ENGINE;
+    type Hold = MemHold;
+
+    fn connect(
+        config: Config,
+        runtime: Handle,
+    ) -> impl Future<Output = Result<Arc<Self>, LockError>> + Send {
+        Mem::connect(config, runtime)
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn config(&self) -> &Config {
+        &self.config
+    }
+
+    fn runtime(&self) -> &Handle {
+        &self.runtime
+    }
+
+    fn renewed(&self) -> usize {
+        self.renewing.load(Ordering::Acquire)
+    }
+
+    fn acquire(
+        self: Arc<Self>,
+        alive: Arc<Background>,
+        target: Target,
+        options: Options,
+    ) -> impl Future<Output = Result<MemHold, LockError>> + Send + 'static {
+        crate::kept::acquire(alive, self, target, options)
+    }
+
+    // The operations are done as they are asked, in the caller's task (on
+    // its clock): what the client then awaits on its runtime is ready.
+    fn inspect(
+        self: Arc<Self>,
+        name: String,
+    ) -> impl Future<Output = Result<Option<LockInfo>, LockError>> + Send + 'static {
+        std::future::ready(ops::inspect(&self, &name))
+    }
+
+    fn locks(
+        self: Arc<Self>,
+        pattern: String,
+    ) -> impl Future<Output = Result<Vec<LockInfo>, LockError>> + Send + 'static {
+        std::future::ready(ops::locks(&self, &pattern))
+    }
+
+    fn force_unlock(
+        self: Arc<Self>,
+        name: String,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static {
+        std::future::ready(ops::force_unlock(&self, &name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_memory_url_names_a_store() {
+        assert_eq!(store_name("memory://shop").ok(), Some("shop"));
+        for bad in [
+            "memory://",
+            "memory://a/b",
+            "memory://x?y=1",
+            "memory://u@x",
+        ] {
+            assert!(
+                matches!(store_name(bad), Err(LockError::Config(_))),
+                "{bad}"
+            );
+        }
+    }
+}
