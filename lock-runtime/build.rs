@@ -6,6 +6,10 @@
 //! - `turns`: a build with an engine that keeps its holds in records of
 //!   the shared kind (`kept`, `turns`: every engine but Redis), which
 //!   those layers need;
+//! - `remote_turns`: a build with such an engine that has a server (every
+//!   one but the memory engine): what only those need (credentials,
+//!   connect errors, records told of a change in the store) is unused
+//!   without one;
 //! - `no_server`: a build whose only engine is the memory engine (a test
 //!   kit's): the parts only engines with a server use (near connections,
 //!   credentials, connect errors) are then unused, and `lib.rs` allows it.
@@ -22,20 +26,27 @@ const ENGINES: &[(&str, bool)] = &[
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rustc-check-cfg=cfg(no_engine, no_server, turns)");
+    println!("cargo::rustc-check-cfg=cfg(no_engine, no_server, turns, remote_turns)");
+    let on = |engine: &str| std::env::var_os(format!("CARGO_FEATURE_{engine}")).is_some();
     let built: Vec<bool> = ENGINES
         .iter()
-        .filter(|(engine, _)| std::env::var_os(format!("CARGO_FEATURE_{engine}")).is_some())
+        .filter(|(engine, _)| on(engine))
+        .map(|&(_, turns)| turns)
+        .collect();
+    // The engines built that have a server (all but the memory engine).
+    let servers: Vec<bool> = ENGINES
+        .iter()
+        .filter(|(engine, _)| *engine != "MEMORY" && on(engine))
         .map(|&(_, turns)| turns)
         .collect();
     if built.is_empty() {
         println!("cargo::rustc-cfg=no_engine");
     }
-    let servers = ENGINES.iter().filter(|(engine, _)| {
-        *engine != "MEMORY" && std::env::var_os(format!("CARGO_FEATURE_{engine}")).is_some()
-    });
-    if !built.is_empty() && servers.count() == 0 {
+    if !built.is_empty() && servers.is_empty() {
         println!("cargo::rustc-cfg=no_server");
+    }
+    if servers.contains(&true) {
+        println!("cargo::rustc-cfg=remote_turns");
     }
     if built.contains(&true) {
         println!("cargo::rustc-cfg=turns");

@@ -164,7 +164,7 @@ impl LockError {
 
     /// The store of `engine` was not reached at `server` (an address
     /// `origin` gave) for `reason`: a fault that may heal by itself.
-    #[cfg_attr(not(turns), allow(dead_code))]
+    #[cfg_attr(not(remote_turns), allow(dead_code))]
     pub(crate) fn unreached(
         engine: &'static str,
         server: String,

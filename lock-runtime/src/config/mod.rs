@@ -216,7 +216,7 @@ impl Config {
     }
 
     /// The username and password set on the configuration, if any.
-    #[cfg_attr(not(turns), allow(dead_code))]
+    #[cfg_attr(not(remote_turns), allow(dead_code))]
     pub(crate) fn credentials(&self) -> (Option<&str>, Option<&str>) {
         (self.username.as_deref(), self.password.as_deref())
     }

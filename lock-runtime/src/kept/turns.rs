@@ -67,6 +67,7 @@ pub(crate) type Records<R> = Mutex<HashMap<(String, String), Weak<R>>>;
 
 /// The live records of lock `name` in `records`. Upgraded with the map
 /// unlocked: dropping a last `Arc` of a record locks the map.
+#[cfg_attr(not(remote_turns), allow(dead_code))]
 pub(crate) fn records_of<R>(records: &Records<R>, name: &str) -> Vec<Arc<R>> {
     let weak: Vec<Weak<R>> = records
         .lock()

@@ -1,27 +1,6 @@
 //! Fault hooks for a memory store (DESIGN §12): what a test does to the
 //! locks of a store to drive its service's loss, busy and fallback paths
 //! without a server.
-//!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), lock_runtime::LockError> {
-//! use lock_runtime::{Config, LockClient};
-//!
-//! let a = LockClient::connect(Config::new("memory://hooks-doc")).await?;
-//! let store = lock_runtime::memory::store("hooks-doc");
-//!
-//! let guard = a.lock("stock:42").acquire().await?;
-//! store.expire("stock:42"); // as if its lease ran out
-//! assert!(guard.is_lost());
-//! assert!(guard.release().await.is_err());
-//!
-//! store.partition(&a); // every call of `a` fails as on a cut link
-//! assert!(a.lock("stock:42").try_acquire().await.is_err());
-//! store.heal(&a);
-//! assert!(a.lock("stock:42").try_acquire().await?.is_some());
-//! # Ok(())
-//! # }
-//! ```
 
 use std::sync::Arc;
 
@@ -88,7 +67,7 @@ impl MemoryStore {
             .state()
             .locks
             .get(name)
-            .map_or(0, |lock| lock.waiting)
+            .map_or(0, |lock| lock.waiting + lock.queue.len())
     }
 
     /// Ends [`partition`](Self::partition): `client`'s calls reach the

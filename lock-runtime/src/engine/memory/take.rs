@@ -150,10 +150,12 @@ async fn take(
             // the try wakes this waiter.
             let mut changed = Box::pin(lock.changed.clone().notified_owned());
             changed.as_mut().enable();
+            let once = options.wait == Some(std::time::Duration::ZERO)
+                || how.deadline.is_some_and(|d| now >= d);
             let tried = lock.try_take(how.holder, how.side, how.under.is_some(), now + lease);
-            made.queued = how.side == Side::Fair && !matches!(tried, Try::Taken);
             match tried {
                 Try::Taken => {
+                    made.queued = false;
                     made.entry = true;
                     return Ok(Taken {
                         token: state.token(),
@@ -161,18 +163,25 @@ async fn take(
                         more: (),
                     });
                 }
+                // Out of time: a fair waiter's place goes with it now, not
+                // once its undo runs (the next try must not find it).
+                Try::Busy(_) if once => {
+                    lock.leave_queue(how.holder);
+                    made.queued = false;
+                    state.tidy(name);
+                    return Err(timed_out(target, options));
+                }
                 Try::Busy(until) => {
-                    if waiting.is_none() && options.wait != Some(std::time::Duration::ZERO) {
+                    made.queued = how.side == Side::Fair;
+                    // A fair waiter is counted by its place in the queue,
+                    // which stays until its undo (when dropped) is done.
+                    if waiting.is_none() && how.side != Side::Fair {
                         waiting = Some(Waiting::count(&mem.store, name, lock));
                     }
                     (until, changed)
                 }
             }
         };
-        if options.wait == Some(std::time::Duration::ZERO) || how.deadline.is_some_and(|d| now >= d)
-        {
-            return Err(timed_out(target, options));
-        }
         let wake = match (busy, how.deadline) {
             (Some(until), Some(deadline)) => Some(until.min(deadline)),
             (until, deadline) => until.or(deadline),
