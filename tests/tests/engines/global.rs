@@ -18,7 +18,8 @@ const ENGINE: &str = "ENGINES_GLOBAL_ENGINE";
 
 in_a_child_on_every_engine!(
     without_init_the_global_client_and_the_attribute_use_lock_url,
-    super::in_child
+    super::in_child,
+    and memory
 );
 
 /// In the test process: starts the store and a Redis decoy, runs this

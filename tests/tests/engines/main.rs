@@ -90,6 +90,13 @@ macro_rules! on_every_server {
 /// their own (see [`run_in_child`]), where the server is started.
 macro_rules! in_a_child_on_every_engine {
     ($case:ident, $run:path) => {
+        in_a_child_on_every_engine!(@tests $case, $run, []);
+    };
+    // And on the memory engine (a case that needs no server to stop).
+    ($case:ident, $run:path, and memory) => {
+        in_a_child_on_every_engine!(@tests $case, $run, [on_memory => memory]);
+    };
+    (@tests $case:ident, $run:path, [$($more:ident => $store:ident)?]) => {
         mod $case {
             use tests::engines::Store;
 
@@ -117,6 +124,13 @@ macro_rules! in_a_child_on_every_engine {
             fn on_mysql() {
                 $run("mysql", Store::mysql);
             }
+
+            $(
+                #[test]
+                fn $more() {
+                    $run(stringify!($store), Store::$store);
+                }
+            )?
         }
     };
 }

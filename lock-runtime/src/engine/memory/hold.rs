@@ -2,7 +2,7 @@
 //! entry (shared by a hold and its re-entries), its renewals, and the
 //! guard's side of it: loss, `extend`, release. Taking one is in `take`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +28,12 @@ pub(crate) struct Record {
     /// The runtime that acquired it: its renewals and timers run there, on
     /// that runtime's clock.
     pub(super) runtime: Handle,
+    /// Whether that runtime still runs the hold's task (see [`Sentinel`]);
+    /// once it does not, the hold's background work (a dropped guard's
+    /// release) runs on the client's own runtime.
+    pub(super) acquirer: AtomicBool,
+    /// Counted among the client's renewed holds.
+    pub(super) counted: AtomicBool,
     /// A fixed lease (no renewals).
     pub(super) fixed: bool,
     /// Until when the hold counts as held, by the client's clock.
@@ -56,6 +62,21 @@ impl Drop for Record {
 /// A hold on a memory store.
 pub(crate) type MemHold = Hold<Record>;
 
+/// Kept by a hold's task on the runtime that acquired it: dropped when
+/// the task ends, or when that runtime shuts down (a test's runtime, gone
+/// before the guard), the record learns that its background work must run
+/// on the client's own runtime from then on, and that nothing renews it.
+struct Sentinel(std::sync::Weak<Record>);
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        if let Some(record) = self.0.upgrade() {
+            record.acquirer.store(false, Ordering::Release);
+            record.uncount();
+        }
+    }
+}
+
 impl Record {
     /// The entry is known gone: the hold is lost, and this client's next
     /// acquisition of the name may go ahead.
@@ -67,13 +88,20 @@ impl Record {
 
     /// Stops the renewals, if they run.
     fn stop_renewing(&self) {
-        let renewal = self
+        let task = self
             .renewal
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        if let Some(renewal) = renewal {
-            renewal.abort();
+        if let Some(task) = task {
+            task.abort();
+        }
+        self.uncount();
+    }
+
+    /// No longer counted among the client's renewed holds.
+    fn uncount(&self) {
+        if self.counted.swap(false, Ordering::AcqRel) {
             self.mem.renewing.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -82,21 +110,30 @@ impl Record {
         *self.until.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Renews the hold every third of the watchdog's lease, on the runtime
-    /// that acquired it, until it is gone; a round whose renewal fails (a
-    /// fault hook) leaves the lease to end.
+    /// Starts the hold's task on the runtime that acquired it: it renews a
+    /// hold without a fixed lease every third of the watchdog's lease
+    /// until the hold is gone (a round whose renewal fails, by a fault
+    /// hook, leaves the lease to end), and tells the record when that
+    /// runtime stops running it (see [`Sentinel`]).
     pub(super) fn start(self: &Arc<Record>) {
-        if self.fixed {
-            return;
-        }
         let record = Arc::downgrade(self);
         let lease = self.mem.config.watchdog_timeout;
+        let fixed = self.fixed;
         let mut renewal = self.renewal.lock().unwrap_or_else(|p| p.into_inner());
         if self.deleted.is_set() {
             return;
         }
-        self.mem.renewing.fetch_add(1, Ordering::AcqRel);
+        if !fixed {
+            self.counted.store(true, Ordering::Release);
+            self.mem.renewing.fetch_add(1, Ordering::AcqRel);
+        }
+        self.acquirer.store(true, Ordering::Release);
+        let sentinel = Sentinel(record.clone());
         let task = self.runtime.spawn(async move {
+            let _sentinel = sentinel;
+            if fixed {
+                return std::future::pending().await;
+            }
             loop {
                 tokio::time::sleep(lease / 3).await;
                 let Some(record) = record.upgrade() else {
@@ -155,7 +192,10 @@ impl crate::kept::Record for Record {
     }
 
     fn runtime(&self) -> &Handle {
-        &self.runtime
+        match self.acquirer.load(Ordering::Acquire) {
+            true => &self.runtime,
+            false => &self.mem.runtime,
+        }
     }
 
     fn kind(&self) -> Kind {
@@ -205,9 +245,12 @@ impl crate::kept::Record for Record {
 /// minimum: it then ends by the clock): whether it was still this hold's.
 fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, LockError> {
     record.mem.reachable()?;
+    // Read where the release runs: on the client's own runtime (a guard
+    // dropped after the runtime that took it shut down) that clock is not
+    // the test's, so no other lease is judged by it here.
     let now = Instant::now();
     let mut state = record.mem.store.state();
-    let there = match state.lock(&record.name, now) {
+    let there = match state.locks.get_mut(&record.name) {
         None => false,
         Some(lock) => match keep.filter(|k| *k > now) {
             Some(keep) => match lock.holders.get_mut(&record.holder) {

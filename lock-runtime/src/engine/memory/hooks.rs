@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use tokio::time::Instant;
-
 use super::store::{self, State, Store};
 use crate::client::LockClient;
 
@@ -38,7 +36,7 @@ impl MemoryStore {
     /// runs, their release is [`LockError::Lost`](crate::LockError::Lost))
     /// and the waiters are woken. Whether it was held.
     pub fn expire(&self, name: &str) -> bool {
-        self.store.free_all(name, Instant::now())
+        self.store.free_all(name)
     }
 
     /// While `failing`, every renewal of `client`'s holds fails: a hold
@@ -88,10 +86,14 @@ fn switch(set: &mut std::collections::HashSet<String>, client: &LockClient, on: 
 }
 
 impl Store {
-    /// Ends every hold of `name` as of `now` (see [`MemoryStore::expire`]).
-    pub(crate) fn free_all(&self, name: &str, now: Instant) -> bool {
+    /// Ends every hold of `name` (see [`MemoryStore::expire`]). Reads no
+    /// clock: a hook may be called off the test's runtime.
+    pub(crate) fn free_all(&self, name: &str) -> bool {
         let mut state = self.state();
-        let freed = state.lock(name, now).is_some_and(|lock| lock.free_all());
+        let freed = state
+            .locks
+            .get_mut(name)
+            .is_some_and(|lock| lock.free_all());
         State::tidy(&mut state, name);
         freed
     }

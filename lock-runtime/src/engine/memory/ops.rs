@@ -86,5 +86,5 @@ pub(crate) fn locks(mem: &Mem, pattern: &str) -> Result<Vec<LockInfo>, LockError
 pub(crate) fn force_unlock(mem: &Mem, name: &str) -> Result<bool, LockError> {
     check_name(name)?;
     mem.reachable()?;
-    Ok(mem.store.free_all(name, Instant::now()))
+    Ok(mem.store.free_all(name))
 }

@@ -4,7 +4,7 @@
 //! waiter holds a place in the name's queue meanwhile ([`Made`], undone
 //! when the acquisition fails or is dropped).
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::OwnedMutexGuard;
@@ -97,6 +97,8 @@ impl Taking for Mem {
             holder: how.holder.to_owned(),
             side: how.side,
             runtime: tokio::runtime::Handle::current(),
+            acquirer: AtomicBool::new(false),
+            counted: AtomicBool::new(false),
             fixed: options.lease.is_some(),
             until: Mutex::new(valid_until(taken.sent, lease)),
             holds: AtomicUsize::new(1),
@@ -227,9 +229,10 @@ impl Undo for Made {
 
     async fn clear(&mut self) -> Result<(), LockError> {
         // Undone whatever the fault hooks say: the waiter's own process
-        // forgets it, as a server forgets a dead session's.
+        // forgets it, as a server forgets a dead session's. On the client's
+        // runtime, whose clock is not the test's: no lease is judged here.
         let mut state = self.mem.store.state();
-        if let Some(lock) = state.lock(&self.name, Instant::now()) {
+        if let Some(lock) = state.locks.get_mut(&self.name) {
             if self.queued {
                 lock.leave_queue(&self.holder);
             }
