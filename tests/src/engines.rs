@@ -29,7 +29,15 @@ pub enum Store {
     MySql(MariaDb),
     /// A memory store of this process (engine `memory`), of a name no
     /// other test uses, with its fault hooks.
-    Memory(String, lock_runtime::memory::MemoryStore),
+    Memory(Memory),
+}
+
+/// A memory store for a test, and the clients handed out for it (which
+/// "stopping" it cuts off: it has no server to stop).
+pub struct Memory {
+    name: String,
+    hooks: lock_runtime::memory::MemoryStore,
+    clients: std::sync::Mutex<Vec<LockClient>>,
 }
 
 impl Store {
@@ -64,7 +72,11 @@ impl Store {
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("test-{}-{n}", std::process::id());
         let hooks = lock_runtime::memory::store(&name);
-        Store::Memory(name, hooks)
+        Store::Memory(Memory {
+            name,
+            hooks,
+            clients: std::sync::Mutex::default(),
+        })
     }
 
     /// The engine's name, as [`LockClient::engine_name`] gives it.
@@ -75,7 +87,7 @@ impl Store {
             Store::ZooKeeper(_) => "zookeeper",
             Store::Postgres(_) => "postgres",
             Store::MySql(_) => "mysql",
-            Store::Memory(..) => "memory",
+            Store::Memory(_) => "memory",
         }
     }
 
@@ -88,7 +100,7 @@ impl Store {
             Store::ZooKeeper(_) => "zk",
             Store::Postgres(_) => "postgres",
             Store::MySql(_) => "mysql",
-            Store::Memory(..) => "memory",
+            Store::Memory(_) => "memory",
         }
     }
 
@@ -100,12 +112,14 @@ impl Store {
             Store::ZooKeeper(zk) => zk.url(),
             Store::Postgres(pg) => pg.url(),
             Store::MySql(my) => my.url(),
-            Store::Memory(name, _) => format!("memory://{name}"),
+            Store::Memory(memory) => format!("memory://{}", memory.name),
         }
     }
 
     /// Stops the server (its data is gone with it, on Redis; etcd and the
-    /// SQL servers keep it on disk): clients of it meet a dead store.
+    /// SQL servers keep it on disk): clients of it meet a dead store. A
+    /// memory store has no server: the clients handed out for it are cut
+    /// off (`MemoryStore::partition`).
     pub fn stop(&mut self) {
         match self {
             Store::Redis(server) => server.stop(),
@@ -113,7 +127,12 @@ impl Store {
             Store::ZooKeeper(zk) => zk.stop(),
             Store::Postgres(pg) => pg.stop(),
             Store::MySql(my) => my.stop(),
-            Store::Memory(..) => panic!("a memory store has no server to stop"),
+            // No server: every client handed out is cut off, for good.
+            Store::Memory(memory) => {
+                for client in memory.clients.lock().unwrap().iter() {
+                    memory.hooks.partition(client);
+                }
+            }
         }
     }
 
@@ -133,6 +152,9 @@ impl Store {
             self.engine(),
             "the URL picks the engine"
         );
+        if let Store::Memory(memory) = self {
+            memory.clients.lock().unwrap().push(client.clone());
+        }
         client
     }
 
@@ -217,7 +239,7 @@ impl Store {
                 .await
                 .parse()
                 .expect("a count"),
-            Store::Memory(_, hooks) => hooks.waiting(name),
+            Store::Memory(memory) => memory.hooks.waiting(name),
             Store::MySql(my) => my
                 .sql_async(&format!(
                     "SELECT count(*) FROM distributed_locks_queue WHERE name = '{name}' \

@@ -172,12 +172,10 @@ on_every_engine!(
     the_watchdog_keeps_a_hold_past_its_lease,
     extend_moves_a_fixed_lease_forward,
     bad_input_is_a_typed_error,
+    a_dead_store_is_an_error_not_a_busy_lock,
 );
 
-on_every_server!(
-    a_dead_store_is_an_error_not_a_busy_lock,
-    a_store_not_there_is_a_connect_error_that_may_heal,
-);
+on_every_server!(a_store_not_there_is_a_connect_error_that_may_heal);
 
 on_every_engine!(
     a_fair_lock_serves_clients_in_arrival_order,

@@ -21,7 +21,8 @@ const ENGINE: &str = "ENGINES_METRICS_ENGINE";
 
 in_a_child_on_every_engine!(
     every_metric_moves_as_locks_are_taken_waited_for_renewed_and_lost,
-    super::in_child
+    super::in_child,
+    and memory
 );
 
 /// In the child process for `engine`: the case, on a store `start` makes.
