@@ -362,6 +362,9 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut f = f.debug_struct("Config");
         match &self.topology {
+            Topology::Standalone if self.url.starts_with("memory://") => f
+                .field("url", &self.redacted_url())
+                .field("shared", &"in this process only (the memory engine)"),
             Topology::Standalone => f.field("url", &self.redacted_url()),
             Topology::Sentinel { sentinels, master } => f
                 .field(

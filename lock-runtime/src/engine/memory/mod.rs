@@ -213,6 +213,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_memory_configuration_says_it_is_of_this_process_only() {
+        let shown = format!("{:?}", Config::new("memory://shop"));
+        assert!(shown.contains("in this process only"), "{shown}");
+        let redis = format!("{:?}", Config::new("redis://127.0.0.1:1"));
+        assert!(!redis.contains("in this process only"), "{redis}");
+    }
+
+    #[test]
     fn a_memory_url_names_a_store() {
         assert_eq!(store_name("memory://shop").ok(), Some("shop"));
         for bad in [

@@ -96,7 +96,9 @@ impl Taking for Mem {
             name: name.to_owned(),
             holder: how.holder.to_owned(),
             side: how.side,
-            runtime: tokio::runtime::Handle::current(),
+            // The acquisition's runtime (the client's own when it is
+            // polled outside one).
+            runtime: tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.runtime.clone()),
             acquirer: AtomicBool::new(false),
             counted: AtomicBool::new(false),
             fixed: options.lease.is_some(),
