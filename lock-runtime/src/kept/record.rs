@@ -60,6 +60,53 @@ pub(crate) trait Record: Send + Sync + Sized + 'static {
     }
 }
 
+/// The accessors of [`Record`] that read an engine's record's own fields
+/// (`name`, `holder`, `side`, `downgrade`, `holds`) and its client's (`id`,
+/// `own`, and `runtime` unless the engine gives its own), reached by
+/// `client`: written once for every engine's record.
+macro_rules! record_fields {
+    (client |$me:ident| $client:expr $(, runtime $($runtime:tt)?)?) => {
+        fn name(&self) -> &str {
+            &self.name
+        }
+
+        fn holder(&self) -> &str {
+            &self.holder
+        }
+
+        fn client_id(&self) -> &str {
+            let $me = self;
+            &$client.id
+        }
+
+        fn own(&self) -> &$crate::own::OwnHolds {
+            let $me = self;
+            &$client.own
+        }
+
+        fn kind(&self) -> $crate::kept::Kind {
+            self.side.kind()
+        }
+
+        fn downgrade(&self) -> &$crate::kept::Downgrade<Self> {
+            &self.downgrade
+        }
+
+        fn count(&self) -> &std::sync::atomic::AtomicUsize {
+            &self.holds
+        }
+
+        $(
+            $($runtime)?
+            fn runtime(&self) -> &tokio::runtime::Handle {
+                let $me = self;
+                &$client.runtime
+            }
+        )?
+    };
+}
+pub(crate) use record_fields;
+
 /// Whether a record is known gone from the store (deleted by someone
 /// else, taken over, or given back), and the wake-up of those who wait to
 /// learn it ([`gone_or_ended`]). A flag and a `Notify` kept in the record:

@@ -158,6 +158,33 @@ pub(crate) trait Taking: Send + Sync + Sized + 'static {
     ) -> Result<Arc<Self::Record>, LockError>;
 }
 
+/// The accessors of [`Taking`] that read the client's shared parts (`id`,
+/// `turns`, `records`), reached by `client`, and a side's kind: written
+/// once for every engine.
+macro_rules! taking_fields {
+    (client |$me:ident| $client:expr) => {
+        fn id(&self) -> &str {
+            let $me = self;
+            &$client.id
+        }
+
+        fn turns(&self) -> &$crate::kept::Turns {
+            let $me = self;
+            &$client.turns
+        }
+
+        fn records(&self) -> &$crate::kept::Records<Self::Record> {
+            let $me = self;
+            &$client.records
+        }
+
+        fn kind(side: Self::Side) -> $crate::kept::Kind {
+            side.kind()
+        }
+    };
+}
+pub(crate) use taking_fields;
+
 /// The count `inspect` shows for holder `id` of lock `name`: its record's
 /// live holds when it is this client's, 0 when its hold is kept only by a
 /// `hold_at_least` minimum, else 1 (another client's).

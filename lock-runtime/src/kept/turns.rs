@@ -86,3 +86,40 @@ pub(crate) enum Kind {
     Read,
     Write,
 }
+
+/// Which kind of contender an acquisition is, on an engine whose fair
+/// locks keep a line of their own (the SQL engines, the memory engine).
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "memory"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// A reentrant lock's.
+    Mutex,
+    /// A fair lock's: in line, then holding.
+    Fair,
+    /// A read-write lock's reader.
+    Read,
+    /// A read-write lock's writer.
+    Write,
+}
+
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "memory"))]
+impl Side {
+    /// The side `target` takes.
+    pub(crate) fn of(target: &Target) -> Side {
+        match target {
+            Target::Reentrant { .. } => Side::Mutex,
+            Target::Fair { .. } => Side::Fair,
+            Target::Read { .. } => Side::Read,
+            Target::Write { .. } => Side::Write,
+        }
+    }
+
+    /// What it holds, as re-entry sees it (a fair lock is a mutex).
+    pub(crate) fn kind(self) -> Kind {
+        match self {
+            Side::Mutex | Side::Fair => Kind::Mutex,
+            Side::Read => Kind::Read,
+            Side::Write => Kind::Write,
+        }
+    }
+}

@@ -18,10 +18,9 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
+use crate::kept::Downgrade;
 pub(super) use crate::kept::lost;
 use crate::kept::{Counted, Deleted, Hold, give_back_retried};
-use crate::kept::{Downgrade, Kind};
-use crate::own::OwnHolds;
 use crate::request::{Options, backoff};
 
 /// The end of a key's value (its holder id) while the key is kept only by
@@ -207,37 +206,7 @@ impl Record {
 pub(crate) type EtcdHold = Hold<Record>;
 
 impl crate::kept::Record for Record {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn holder(&self) -> &str {
-        &self.holder
-    }
-
-    fn client_id(&self) -> &str {
-        &self.etcd.id
-    }
-
-    fn own(&self) -> &OwnHolds {
-        &self.etcd.own
-    }
-
-    fn runtime(&self) -> &tokio::runtime::Handle {
-        &self.etcd.runtime
-    }
-
-    fn kind(&self) -> Kind {
-        self.side.kind()
-    }
-
-    fn downgrade(&self) -> &Downgrade<Record> {
-        &self.downgrade
-    }
-
-    fn count(&self) -> &AtomicUsize {
-        &self.holds
-    }
+    crate::kept::record_fields!(client | r | r.etcd, runtime);
 
     fn is_lost(&self) -> bool {
         Record::is_lost(self)

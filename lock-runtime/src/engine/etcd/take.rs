@@ -21,8 +21,8 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
+use crate::kept::Downgrade;
 use crate::kept::{Deleted, Taking, list};
-use crate::kept::{Downgrade, Kind};
 use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
 
 /// Who takes the hold, and on which side.
@@ -32,30 +32,16 @@ type How<'a> = crate::kept::How<'a, Record, Side>;
 type Taken = crate::kept::Taken<i64>;
 
 impl Taking for Etcd {
+    crate::kept::taking_fields!(client | e | e);
+
     type Record = Record;
     type Side = Side;
     type Made = Made;
     type More = i64;
     const ENGINE: &'static str = ENGINE;
 
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn turns(&self) -> &crate::kept::Turns {
-        &self.turns
-    }
-
-    fn records(&self) -> &crate::kept::Records<Record> {
-        &self.records
-    }
-
     fn side(target: &Target) -> Result<Side, LockError> {
         Side::of(target)
-    }
-
-    fn kind(side: Side) -> Kind {
-        side.kind()
     }
 
     fn reenter<'a>(

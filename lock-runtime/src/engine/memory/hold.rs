@@ -15,8 +15,7 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
-use crate::kept::{Counted, Deleted, Downgrade, Hold, Kind, give_back_retried, lost};
-use crate::own::OwnHolds;
+use crate::kept::{Counted, Deleted, Downgrade, Hold, give_back_retried, lost};
 use crate::request::Options;
 
 /// A client's entry for one name, shared by a hold and its re-entries.
@@ -175,39 +174,13 @@ impl Record {
 }
 
 impl crate::kept::Record for Record {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn holder(&self) -> &str {
-        &self.holder
-    }
-
-    fn client_id(&self) -> &str {
-        &self.mem.id
-    }
-
-    fn own(&self) -> &OwnHolds {
-        &self.mem.own
-    }
+    crate::kept::record_fields!(client | r | r.mem);
 
     fn runtime(&self) -> &Handle {
         match self.acquirer.load(Ordering::Acquire) {
             true => &self.runtime,
             false => &self.mem.runtime,
         }
-    }
-
-    fn kind(&self) -> Kind {
-        self.side.kind()
-    }
-
-    fn downgrade(&self) -> &Downgrade<Record> {
-        &self.downgrade
-    }
-
-    fn count(&self) -> &AtomicUsize {
-        &self.holds
     }
 
     fn is_lost(&self) -> bool {

@@ -44,7 +44,7 @@ use crate::background::Background;
 use crate::config::Config;
 use crate::error::LockError;
 use crate::info::LockInfo;
-use crate::kept::Kind;
+pub(crate) use crate::kept::Side;
 use crate::own::OwnHolds;
 use crate::request::{Options, Target};
 
@@ -70,35 +70,6 @@ pub(crate) struct Mem {
     pub(crate) own: OwnHolds,
     /// Holds the watchdog renews.
     renewing: AtomicUsize,
-}
-
-/// Which kind of contender an acquisition is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Side {
-    Mutex,
-    Fair,
-    Read,
-    Write,
-}
-
-impl Side {
-    fn of(target: &Target) -> Side {
-        match target {
-            Target::Reentrant { .. } => Side::Mutex,
-            Target::Fair { .. } => Side::Fair,
-            Target::Read { .. } => Side::Read,
-            Target::Write { .. } => Side::Write,
-        }
-    }
-
-    /// What it holds, as re-entry sees it (a fair lock is a mutex).
-    fn kind(self) -> Kind {
-        match self {
-            Side::Mutex | Side::Fair => Kind::Mutex,
-            Side::Read => Kind::Read,
-            Side::Write => Kind::Write,
-        }
-    }
 }
 
 impl Mem {

@@ -17,37 +17,23 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
-use crate::kept::{Deleted, Downgrade, Kind, Taken, Taking, Undo, list, lost};
+use crate::kept::{Deleted, Downgrade, Taken, Taking, Undo, list, lost};
 use crate::request::{Options, Target, timed_out};
 
 /// Who takes a hold, and on which side.
 type How<'a> = crate::kept::How<'a, Record, Side>;
 
 impl Taking for Mem {
+    crate::kept::taking_fields!(client | m | m);
+
     type Record = Record;
     type Side = Side;
     type Made = Made;
     type More = ();
     const ENGINE: &'static str = super::ENGINE;
 
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    fn turns(&self) -> &crate::kept::Turns {
-        &self.turns
-    }
-
-    fn records(&self) -> &crate::kept::Records<Record> {
-        &self.records
-    }
-
     fn side(target: &Target) -> Result<Side, LockError> {
         Ok(Side::of(target))
-    }
-
-    fn kind(side: Side) -> Kind {
-        side.kind()
     }
 
     fn reenter<'a>(

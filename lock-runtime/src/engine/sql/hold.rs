@@ -20,9 +20,8 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
+use crate::kept::Downgrade;
 use crate::kept::{Counted, Deleted, give_back_retried, list, lost};
-use crate::kept::{Downgrade, Kind};
-use crate::own::OwnHolds;
 use crate::request::Options;
 
 impl<S: SqlTaking> Record<S> {
@@ -68,37 +67,7 @@ impl<S: SqlTaking> Record<S> {
 }
 
 impl<S: SqlTaking> crate::kept::Record for Record<S> {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn holder(&self) -> &str {
-        &self.holder
-    }
-
-    fn client_id(&self) -> &str {
-        &self.store.common().id
-    }
-
-    fn own(&self) -> &OwnHolds {
-        &self.store.common().own
-    }
-
-    fn runtime(&self) -> &tokio::runtime::Handle {
-        &self.store.common().runtime
-    }
-
-    fn kind(&self) -> Kind {
-        self.side.kind()
-    }
-
-    fn downgrade(&self) -> &Downgrade<Record<S>> {
-        &self.downgrade
-    }
-
-    fn count(&self) -> &AtomicUsize {
-        &self.holds
-    }
+    crate::kept::record_fields!(client | r | r.store.common(), runtime);
 
     fn is_lost(&self) -> bool {
         Record::is_lost(self)

@@ -4,42 +4,10 @@
 
 use tokio::time::Instant;
 
-use crate::kept::Kind;
-use crate::request::Target;
+pub(crate) use crate::kept::Side;
 
-/// Which kind of contender an acquisition is on an SQL engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Side {
-    /// A reentrant lock's: the row alone, no ticket.
-    Mutex,
-    /// A fair lock's: a ticket, then the row.
-    Fair,
-    /// A reader's: a ticket, then the readers' row.
-    Read,
-    /// A writer's: a ticket, then the row.
-    Write,
-}
-
+/// What the SQL engines' statements make of a side.
 impl Side {
-    /// The side `target` takes.
-    pub(crate) fn of(target: &Target) -> Side {
-        match target {
-            Target::Reentrant { .. } => Side::Mutex,
-            Target::Fair { .. } => Side::Fair,
-            Target::Read { .. } => Side::Read,
-            Target::Write { .. } => Side::Write,
-        }
-    }
-
-    /// What it holds, as re-entry sees it (a fair lock is a mutex).
-    pub(crate) fn kind(self) -> Kind {
-        match self {
-            Side::Mutex | Side::Fair => Kind::Mutex,
-            Side::Read => Kind::Read,
-            Side::Write => Kind::Write,
-        }
-    }
-
     /// Its ticket's `side` column.
     pub(crate) fn code(self) -> &'static str {
         match self {

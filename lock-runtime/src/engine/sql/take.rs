@@ -17,35 +17,20 @@ pub(crate) use super::taking::{How, SqlTaking, Taken};
 use crate::background::Background;
 use crate::error::LockError;
 use crate::holder::Chain;
-use crate::kept::Kind;
 use crate::kept::Taking;
 use crate::request::{Options, Target};
 
 impl<S: SqlTaking> Taking for S {
+    crate::kept::taking_fields!(client | s | s.common());
+
     type Record = Record<S>;
     type Side = Side;
     type Made = S::Made;
     type More = ();
     const ENGINE: &'static str = S::ENGINE;
 
-    fn id(&self) -> &str {
-        &self.common().id
-    }
-
-    fn turns(&self) -> &crate::kept::Turns {
-        &self.common().turns
-    }
-
-    fn records(&self) -> &crate::kept::Records<Record<S>> {
-        &self.common().records
-    }
-
     fn side(target: &Target) -> Result<Side, LockError> {
         Ok(Side::of(target))
-    }
-
-    fn kind(side: Side) -> Kind {
-        side.kind()
     }
 
     fn reenter<'a>(

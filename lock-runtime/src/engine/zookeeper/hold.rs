@@ -17,10 +17,9 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
+use crate::kept::Downgrade;
 pub(super) use crate::kept::lost;
 use crate::kept::{Counted, Deleted, Hold, give_back_retried};
-use crate::kept::{Downgrade, Kind};
-use crate::own::OwnHolds;
 use crate::request::Options;
 
 /// A client's one node for one name, shared by a hold and its re-entries.
@@ -160,37 +159,7 @@ impl Record {
 pub(crate) type ZkHold = Hold<Record>;
 
 impl crate::kept::Record for Record {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn holder(&self) -> &str {
-        &self.holder
-    }
-
-    fn client_id(&self) -> &str {
-        &self.zk.id
-    }
-
-    fn own(&self) -> &OwnHolds {
-        &self.zk.own
-    }
-
-    fn runtime(&self) -> &tokio::runtime::Handle {
-        &self.zk.runtime
-    }
-
-    fn kind(&self) -> Kind {
-        self.side.kind()
-    }
-
-    fn downgrade(&self) -> &Downgrade<Record> {
-        &self.downgrade
-    }
-
-    fn count(&self) -> &AtomicUsize {
-        &self.holds
-    }
+    crate::kept::record_fields!(client | r | r.zk, runtime);
 
     fn is_lost(&self) -> bool {
         Record::is_lost(self)
