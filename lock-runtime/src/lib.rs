@@ -442,6 +442,9 @@ mod inventory;
 #[cfg(turns)]
 mod kept;
 mod lock;
+#[cfg(feature = "memory")]
+#[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
+pub mod memory;
 mod near;
 mod own;
 mod request;
@@ -478,64 +481,6 @@ pub mod __scripts {
     pub use crate::engine::redis::scripts::texts::{HANDOFF, REENTRANT_ACQUIRE, UNLOCK};
 }
 
-/// The memory engine (feature `memory`, URLs `memory://<store>`; DESIGN
-/// §12): locks kept in this process, for tests of services that lock, and
-/// its fault hooks ([`store`](memory::store)).
-///
-/// Every client of the process that names the same store shares its
-/// locks: two clients are two instances of a service. It keeps the whole
-/// contract of the other engines, and every timer it uses is tokio's: on a
-/// paused clock (`#[tokio::test(start_paused = true)]`, tokio's
-/// `test-util` feature) a lease ends when the test's clock passes it, in no
-/// real time. A hold's renewals and timers run on the runtime that
-/// acquired it, so one client (the global one too) serves one test's
-/// runtime after another. A store is never shared with another process,
-/// and `lockctl` refuses `memory://` URLs.
-///
-/// ```
-/// use std::time::Duration;
-/// use lock_runtime::{distributed_lock, memory, Config, LockClient, LockError};
-///
-/// #[distributed_lock(key = "report:<day>", on_busy = "skip", client = locks)]
-/// async fn report(locks: &LockClient, day: u32, runs: &mut u32) -> Result<(), LockError> {
-///     *runs += 1;
-///     Ok(())
-/// }
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() -> Result<(), LockError> {
-/// let a = LockClient::connect(Config::new("memory://doc-shop")).await?;
-/// let b = LockClient::connect(Config::new("memory://doc-shop")).await?;
-/// let store = memory::store("doc-shop");
-/// let mut runs = 0;
-///
-/// // Another instance holds the report's lock: this one skips it.
-/// let held = b.lock("report:7").lease(Duration::from_secs(600)).acquire().await?;
-/// report(&a, 7, &mut runs).await?;
-/// assert_eq!(runs, 0);
-///
-/// // Ten minutes later by the test's clock (none really), the lease is over.
-/// tokio::time::sleep(Duration::from_secs(601)).await;
-/// assert!(held.is_lost());
-/// report(&a, 7, &mut runs).await?;
-/// assert_eq!(runs, 1);
-///
-/// // Faults: a hold taken away, a client cut off.
-/// let guard = a.lock("stock:42").acquire().await?;
-/// store.expire("stock:42");
-/// assert!(guard.is_lost());
-/// store.partition(&a);
-/// assert!(a.lock("stock:42").try_acquire().await.unwrap_err().is_transient());
-/// store.heal(&a);
-/// assert!(a.lock("stock:42").try_acquire().await?.is_some());
-/// # Ok(())
-/// # }
-/// ```
-#[cfg(feature = "memory")]
-#[cfg_attr(docsrs, doc(cfg(feature = "memory")))]
-pub mod memory {
-    pub use crate::engine::memory::hooks::{MemoryStore, store};
-}
 pub use client::LockClient;
 pub use config::{Config, DEFAULT_URL, MAX_DURATION, ReplicaSync};
 pub use error::LockError;
