@@ -1,5 +1,5 @@
 //! A hold on an engine whose store keeps one record per client and name
-//! (etcd, ZooKeeper, the SQL engines): what does not depend on the store,
+//! (etcd, ZooKeeper, the SQL engines, memory): what does not depend on the store,
 //! written once below those engines, one idea per file.
 //!
 //! - [`turns`]: the turns of one client's acquisitions of a name, in
