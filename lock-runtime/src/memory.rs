@@ -7,10 +7,17 @@
 //! contract of the other engines, and every timer it uses is tokio's: on a
 //! paused clock (`#[tokio::test(start_paused = true)]`, tokio's
 //! `test-util` feature) a lease ends when the test's clock passes it, in no
-//! real time. A hold's renewals and timers run on the runtime that
-//! acquired it, so one client (the global one too) serves one test's
-//! runtime after another. A store is never shared with another process,
-//! and `lockctl` refuses `memory://` URLs.
+//! real time. A hold's renewals run on the runtime that acquired it, and
+//! a hold reads its instants by that runtime's clock; a guard dropped as
+//! its test ends is given back on the client's own runtime. So one client
+//! (the global one too) serves one test's runtime after another.
+//!
+//! Two tests that run at once each have a clock of their own: when they
+//! share a store, give each its own lock names (or each its own store), as
+//! a lease is judged by the clock of whoever looks at it. Fencing tokens
+//! rise within a store's life (while a client or a handle names it). A
+//! store is never shared with another process, and `lockctl` refuses
+//! `memory://` URLs.
 //!
 //! ```
 //! use std::time::Duration;
@@ -86,7 +93,9 @@ impl MemoryStore {
     /// While `failing`, every renewal of `client`'s holds fails: a hold
     /// without a fixed lease ends when its lease does (the watchdog's
     /// lease, [`Config::watchdog_timeout`](crate::Config::watchdog_timeout)),
-    /// and its guard counts as lost then.
+    /// and its guard counts as lost then (`lost()` resolves, and the
+    /// client's next acquisition of the name goes ahead although the lost
+    /// guard is not dropped yet).
     pub fn fail_renewals(&self, client: &LockClient, failing: bool) {
         self.0.fail_renewals(client.id(), failing);
     }

@@ -214,7 +214,8 @@ async fn on_lost_cancel_stops_a_body_whose_lock_was_taken_away() {
 }
 
 /// One client serves one test's runtime after another (the global
-/// client's case): a hold's timers run on the runtime that took it.
+/// client's case): a hold's renewals run on the runtime that took it, and
+/// a guard dropped as its test ends is still given back.
 #[test]
 fn a_client_serves_one_paused_runtime_after_another() {
     let paused = || {
@@ -242,4 +243,116 @@ fn a_client_serves_one_paused_runtime_after_another() {
             guard.release().await.unwrap();
         });
     }
+    // A guard dropped as its test's runtime ends is given back all the same
+    // (on the client's own runtime), not left to its lease.
+    let kept = client.clone();
+    paused().block_on(async move {
+        let _guard = kept.lock("dropped").acquire().await.unwrap();
+    });
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async move {
+            tests::eventually(
+                "the dropped guard is given back",
+                Duration::from_secs(20),
+                || async { client.inspect("dropped").await.unwrap().is_none() },
+            )
+            .await;
+            assert!(
+                client
+                    .lock("dropped")
+                    .try_acquire()
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+        });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fair_waiter_behind_a_holder_whose_lease_ends_gets_the_lock() {
+    let (store, a, b) = store("fair-lease", Duration::from_secs(30)).await;
+    let lease = Duration::from_secs(10);
+    let first = a.fair_lock("line").acquire().await.unwrap();
+    // In line: b first (it will hold, and let its lease end), then a task
+    // of a's.
+    let second = tokio::spawn({
+        let b = b.clone();
+        async move { b.fair_lock("line").lease(lease).acquire().await.unwrap() }
+    });
+    while store.waiting("line") < 1 {
+        tokio::task::yield_now().await;
+    }
+    let third = tokio::spawn({
+        let a = a.clone();
+        async move {
+            // No wait of its own: only the line's moves wake it.
+            a.fair_lock("line").acquire().await.map(|g| g.token())
+        }
+    });
+    while store.waiting("line") < 2 {
+        tokio::task::yield_now().await;
+    }
+    // b is cut off as the name frees: the third finds it free, but not its
+    // turn, and waits; b takes it once healed.
+    store.partition(&b);
+    first.release().await.unwrap();
+    // The woken waiters try once (a test's runtime has one thread: they run
+    // while this task yields), b in vain; then b is healed.
+    for _ in 0..4 {
+        tokio::task::yield_now().await;
+    }
+    store.heal(&b);
+    let held = second.await.unwrap();
+    // Nobody releases `held`: the third gets the lock when its lease ends.
+    let token = tokio::time::timeout(Duration::from_secs(300), third)
+        .await
+        .expect("the line moved on at the lease's end")
+        .unwrap()
+        .unwrap();
+    assert!(token > held.token());
+    assert!(held.is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_failed_renewals_the_same_client_takes_the_name_again() {
+    let (store, a, _b) = store("retake", Duration::from_secs(3)).await;
+    let old = a.lock("job").acquire().await.unwrap();
+    store.fail_renewals(&a, true);
+    old.lost().await;
+    store.fail_renewals(&a, false);
+    // The lost guard is still alive: it keeps nothing of the client's.
+    let again = a.lock("job").wait(Duration::from_secs(60)).acquire().await;
+    assert!(again.is_ok(), "{again:?}");
+    assert_eq!(
+        a.renewed_locks(),
+        1,
+        "the lost hold is not counted as renewed"
+    );
+    assert!(matches!(old.release().await, Err(LockError::Lost { .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_in_the_scope_of_a_lost_write_waits_for_the_new_writer() {
+    let (_store, a, b) = store("read-under-lost-write", Duration::from_secs(30)).await;
+    let write = a
+        .read_write_lock("doc")
+        .write()
+        .lease(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(write.is_lost());
+    // The write's lease ended and another client's writer holds the name: a
+    // read asked in the lost write's scope is no downgrade of it.
+    let other = b.read_write_lock("doc").write().acquire().await.unwrap();
+    let read = write
+        .scope(async { a.read_write_lock("doc").read().try_acquire().await })
+        .await;
+    assert!(
+        !matches!(read, Ok(Some(_))),
+        "a read beside another client's write: {read:?}"
+    );
+    other.release().await.unwrap();
 }

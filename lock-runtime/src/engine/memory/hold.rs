@@ -24,13 +24,10 @@ pub(crate) struct Record {
     pub(super) name: String,
     pub(super) holder: String,
     pub(super) side: Side,
-    /// The runtime that acquired it: its renewals and timers run there, on
-    /// that runtime's clock.
+    /// The runtime that acquired it: its renewals run there, and every
+    /// instant the record reads is that runtime's (a test's paused clock),
+    /// wherever the record is used (see [`Record::now`]).
     pub(super) runtime: Handle,
-    /// Whether that runtime still runs the hold's task (see [`Sentinel`]);
-    /// once it does not, the hold's background work (a dropped guard's
-    /// release) runs on the client's own runtime.
-    pub(super) acquirer: AtomicBool,
     /// Counted among the client's renewed holds.
     pub(super) counted: AtomicBool,
     /// A fixed lease (no renewals).
@@ -61,16 +58,14 @@ impl Drop for Record {
 /// A hold on a memory store.
 pub(crate) type MemHold = Hold<Record>;
 
-/// Kept by a hold's task on the runtime that acquired it: dropped when
-/// the task ends, or when that runtime shuts down (a test's runtime, gone
-/// before the guard), the record learns that its background work must run
-/// on the client's own runtime from then on, and that nothing renews it.
+/// Kept by a hold's renewal task on the runtime that acquired it: when
+/// the task ends, or that runtime shuts down (a test's, gone before the
+/// guard), the hold is no longer counted among the renewed ones.
 struct Sentinel(std::sync::Weak<Record>);
 
 impl Drop for Sentinel {
     fn drop(&mut self) {
         if let Some(record) = self.0.upgrade() {
-            record.acquirer.store(false, Ordering::Release);
             record.uncount();
         }
     }
@@ -109,40 +104,53 @@ impl Record {
         *self.until.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts the hold's task on the runtime that acquired it: it renews a
-    /// hold without a fixed lease every third of the watchdog's lease
-    /// until the hold is gone (a round whose renewal fails, by a fault
-    /// hook, leaves the lease to end), and tells the record when that
-    /// runtime stops running it (see [`Sentinel`]).
+    /// Now, by the clock of the runtime that acquired the hold (a test's
+    /// paused clock), wherever it is asked: a guard dropped at the end of
+    /// a test is given back on the client's own runtime, whose clock is
+    /// not the test's.
+    pub(super) fn now(&self) -> Instant {
+        let _clock = self.runtime.enter();
+        Instant::now()
+    }
+
+    /// Starts the renewals of a hold without a fixed lease, on the runtime
+    /// that acquired it: every third of the watchdog's lease until the
+    /// hold is gone. A round whose renewal fails (a fault hook) leaves the
+    /// lease to end; once the hold is lost by its own clock it is not
+    /// brought back, and the record counts as gone.
     pub(super) fn start(self: &Arc<Record>) {
+        if self.fixed {
+            return;
+        }
         let record = Arc::downgrade(self);
         let lease = self.mem.config.watchdog_timeout;
-        let fixed = self.fixed;
         let mut renewal = self.renewal.lock().unwrap_or_else(|p| p.into_inner());
         if self.deleted.is_set() {
             return;
         }
-        if !fixed {
-            self.counted.store(true, Ordering::Release);
-            self.mem.renewing.fetch_add(1, Ordering::AcqRel);
-        }
-        self.acquirer.store(true, Ordering::Release);
+        self.counted.store(true, Ordering::Release);
+        self.mem.renewing.fetch_add(1, Ordering::AcqRel);
         let sentinel = Sentinel(record.clone());
         let task = self.runtime.spawn(async move {
             let _sentinel = sentinel;
-            if fixed {
-                return std::future::pending().await;
-            }
             loop {
-                tokio::time::sleep(lease / 3).await;
+                // The next round, or the moment the hold counts as lost if
+                // that comes first (then it is known gone at once).
+                let Some(wake) = record
+                    .upgrade()
+                    .map(|r| (r.now() + lease / 3).min(r.until()))
+                else {
+                    return;
+                };
+                tokio::time::sleep_until(wake).await;
                 let Some(record) = record.upgrade() else {
                     return;
                 };
-                if record.deleted.is_set() {
+                if crate::kept::Record::is_lost(&*record) {
+                    record.gone();
                     return;
                 }
-                let now = Instant::now();
-                if record.renew(now, lease) {
+                if record.renew(lease) {
                     crate::telemetry::renewed(1);
                 }
             }
@@ -150,9 +158,10 @@ impl Record {
         *renewal = Some(task.abort_handle());
     }
 
-    /// One renewal to `lease` from `now`: whether it was made (the entry is
+    /// One renewal to `lease` from now: whether it was made (the entry is
     /// still this hold's, and no fault hook fails it).
-    fn renew(&self, now: Instant, lease: Duration) -> bool {
+    fn renew(&self, lease: Duration) -> bool {
+        let now = self.now();
         let mut state = self.mem.store.state();
         if state.failing.contains(&self.mem.id) || state.is_cut(&self.mem.id) {
             return false;
@@ -161,6 +170,7 @@ impl Record {
             .lock(&self.name, now)
             .and_then(|lock| lock.holders.get_mut(&self.holder));
         let Some(entry) = entry.filter(|e| !e.kept) else {
+            state.tidy(&self.name);
             drop(state);
             self.gone();
             return false;
@@ -174,24 +184,21 @@ impl Record {
 }
 
 impl crate::kept::Record for Record {
-    crate::kept::record_fields!(client | r | r.mem);
-
-    fn runtime(&self) -> &Handle {
-        match self.acquirer.load(Ordering::Acquire) {
-            true => &self.runtime,
-            false => &self.mem.runtime,
-        }
-    }
+    // The runtime is the client's own, which lives while the hold does: a
+    // dropped guard's release runs there even when the runtime that took
+    // the hold (a test's) is gone; the record reads its instants by that
+    // runtime's clock still.
+    crate::kept::record_fields!(client | r | r.mem, runtime);
 
     fn is_lost(&self) -> bool {
-        self.deleted.is_set() || Instant::now() >= self.until()
+        self.deleted.is_set() || self.now() >= self.until()
     }
 
     fn remaining(&self) -> Duration {
         if self.deleted.is_set() {
             return Duration::ZERO;
         }
-        self.until().saturating_duration_since(Instant::now())
+        self.until().saturating_duration_since(self.now())
     }
 
     async fn lost(&self) {
@@ -210,27 +217,28 @@ impl crate::kept::Record for Record {
     }
 
     fn may_outlive(&self) -> bool {
-        !self.deleted.is_set()
+        !crate::kept::Record::is_lost(self)
     }
 }
 
 /// Frees the record's entry, or keeps it until `keep` (a `hold_at_least`
 /// minimum: it then ends by the clock): whether it was still this hold's.
+/// A hold lost by its own clock is not kept.
 fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, LockError> {
     record.mem.reachable()?;
-    // Read where the release runs: on the client's own runtime (a guard
-    // dropped after the runtime that took it shut down) that clock is not
-    // the test's, so no other lease is judged by it here.
-    let now = Instant::now();
+    let now = record.now();
+    let lost = crate::kept::Record::is_lost(record);
     let mut state = record.mem.store.state();
-    let there = match state.locks.get_mut(&record.name) {
+    let there = match state.lock(&record.name, now) {
         None => false,
-        Some(lock) => match keep.filter(|k| *k > now) {
+        Some(lock) => match keep.filter(|k| *k > now && !lost) {
             Some(keep) => match lock.holders.get_mut(&record.holder) {
                 Some(entry) => {
                     entry.kept = true;
                     entry.until = keep;
                     entry.record = std::sync::Weak::new();
+                    // Its end moved: the waiters sleep until the new one.
+                    lock.changed.notify_waiters();
                     true
                 }
                 None => false,
@@ -257,7 +265,7 @@ pub(super) async fn reenter(
     let counted = Counted::count(record, side.kind(), chain)?;
     let record = counted.record().clone();
     record.mem.reachable()?;
-    let now = Instant::now();
+    let now = record.now();
     let token = {
         let mut state = record.mem.store.state();
         let held = state
@@ -285,7 +293,7 @@ impl MemHold {
             )));
         }
         record.mem.reachable()?;
-        let now = Instant::now();
+        let now = record.now();
         if crate::kept::Record::is_lost(&*record) {
             return Err(lost(name));
         }

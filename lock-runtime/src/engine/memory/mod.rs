@@ -5,19 +5,22 @@
 //!
 //! It keeps the whole contract of the other engines: re-entry, fencing
 //! tokens (one counter per store: every token is larger than every earlier
-//! one), leases that end by the clock, the watchdog, loss by the guard's
+//! one of the store's life), leases that end by the clock, the watchdog, loss by the guard's
 //! own clock, fair and read-write locks, `hold_at_least`, multi locks,
 //! `inspect` and `force_unlock`. Quorum locks are
 //! [`LockError::Unsupported`], as on every engine but Redis.
 //!
-//! - **Virtual time.** Every instant is tokio's, read in the task that
-//!   makes the call, and every timer is tokio's: under
-//!   `tokio::time::pause()` (`#[tokio::test(start_paused = true)]`, with
-//!   tokio's `test-util` feature) a 30 s lease ends when the test's clock
-//!   passes 30 s, in no real time, and the watchdog renews on that clock.
-//!   A hold's renewals and timers run on the runtime that acquired it, so
-//!   a client (the global one too) serves one `#[tokio::test]` after
-//!   another.
+//! - **Virtual time.** Every instant is tokio's, and every timer is
+//!   tokio's: under `tokio::time::pause()` (`#[tokio::test(start_paused =
+//!   true)]`, with tokio's `test-util` feature) a 30 s lease ends when the
+//!   test's clock passes 30 s, in no real time, and the watchdog renews on
+//!   that clock. An acquisition and the operations read the clock in the
+//!   task that makes the call; a hold reads it by the runtime that
+//!   acquired it (`Record::now`), wherever it is used, and its renewals
+//!   run there. A dropped guard's release runs on the client's own
+//!   runtime, which lives while the hold does: a guard dropped as its
+//!   test's runtime ends is still given back. So a client (the global one
+//!   too) serves one `#[tokio::test]` after another.
 //! - **The watchdog.** A hold without a fixed lease is renewed every third
 //!   of [`Config::watchdog_timeout`]; a hold whose renewals fail is lost
 //!   by the guard's clock when its lease ends.

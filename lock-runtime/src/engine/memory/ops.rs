@@ -16,9 +16,11 @@ pub(crate) fn inspect(mem: &Mem, name: &str) -> Result<Option<LockInfo>, LockErr
     mem.reachable()?;
     let now = Instant::now();
     let mut state = mem.store.state();
-    Ok(state
+    let info = state
         .lock(name, now)
-        .and_then(|lock| info(mem, name, lock, now)))
+        .and_then(|lock| info(mem, name, lock, now));
+    state.tidy(name);
+    Ok(info)
 }
 
 /// What `lock` looks like as of `now`.
@@ -72,13 +74,17 @@ pub(crate) fn locks(mem: &Mem, pattern: &str) -> Result<Vec<LockInfo>, LockError
         .cloned()
         .collect();
     names.sort();
-    Ok(names
+    let infos = names
         .iter()
         .filter_map(|name| {
             let lock = state.lock(name, now)?;
             info(mem, name, lock, now)
         })
-        .collect())
+        .collect();
+    for name in &names {
+        state.tidy(name);
+    }
+    Ok(infos)
 }
 
 /// Ends every hold of lock `name` (their guards count as lost at once)

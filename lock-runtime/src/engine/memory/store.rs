@@ -148,16 +148,23 @@ impl State {
 impl Lock {
     /// One try of `holder` at the lock as `side`: taken (its entry made,
     /// until `until`; its record learns of it once made) or kept out.
-    /// `under`: a read taken under this client's own write, which keeps
-    /// everyone else out. A fair waiter kept out keeps its place in the
-    /// queue.
+    /// `under`: the holder id of this client's own write that a read is
+    /// taken under, which keeps everyone else out. A fair waiter kept out
+    /// keeps its place in the queue.
     pub(crate) fn try_take(
         &mut self,
         holder: &str,
         side: Side,
-        under: bool,
+        under: Option<&str>,
         until: Instant,
     ) -> Try {
+        // A read under this client's write joins it only while that write
+        // holds the name (a write lost meanwhile keeps nobody out).
+        let under = under.is_some_and(|write| {
+            self.holders
+                .get(write)
+                .is_some_and(|e| e.side == Side::Write && !e.kept)
+        });
         let free = match side {
             Side::Read => under || !self.holders.values().any(|e| e.side != Side::Read),
             Side::Mutex | Side::Fair | Side::Write => self.holders.is_empty(),
@@ -170,7 +177,9 @@ impl Lock {
             return Try::Busy(self.holders.values().map(|e| e.until).min());
         }
         if side == Side::Fair {
+            // The line moved: the waiters behind learn the new holder's end.
             self.queue.pop_front();
+            self.changed.notify_waiters();
         }
         self.holders.insert(
             holder.to_owned(),

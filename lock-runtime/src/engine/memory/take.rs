@@ -85,7 +85,6 @@ impl Taking for Mem {
             // The acquisition's runtime (the client's own when it is
             // polled outside one).
             runtime: tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.runtime.clone()),
-            acquirer: AtomicBool::new(false),
             counted: AtomicBool::new(false),
             fixed: options.lease.is_some(),
             until: Mutex::new(valid_until(taken.sent, lease)),
@@ -126,6 +125,7 @@ async fn take(
 ) -> Result<Taken<()>, LockError> {
     let name = target.name();
     let lease = options.lease.unwrap_or(mem.config.watchdog_timeout);
+    let under = how.under.map(|write| write.holder.as_str());
     made.name = name.to_owned();
     // Counted among the name's waiters from its first wait until it is
     // done (taken, out of time, failed or dropped).
@@ -142,7 +142,7 @@ async fn take(
             changed.as_mut().enable();
             let once = options.wait == Some(std::time::Duration::ZERO)
                 || how.deadline.is_some_and(|d| now >= d);
-            let tried = lock.try_take(how.holder, how.side, how.under.is_some(), now + lease);
+            let tried = lock.try_take(how.holder, how.side, under, now + lease);
             match tried {
                 Try::Taken => {
                     made.queued = false;
