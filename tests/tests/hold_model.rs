@@ -4,7 +4,10 @@
 //! unknown leaves no hold behind; bad input is a typed error.
 //!
 //! Each test names what the old per-task model (holder = tokio task, or the
-//! thread under `block_on`) did wrong there.
+//! thread under `block_on`) did wrong there. The cases that do not depend
+//! on the store run on every engine in `tests/engines/` (joined
+//! acquisitions in `reentry_follows_the_scope_not_the_task`, a reader and
+//! a writer joined in one task).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,29 +58,6 @@ async fn someone_waits_on(raw: &MultiplexedConnection, channel: &str, within: Du
     })
     .await
     .is_ok()
-}
-
-/// Old model: both futures ran in one task, so both were the same holder and
-/// the second re-entered the first's hold: both inside at once.
-#[tokio::test]
-async fn acquisitions_joined_in_one_task_exclude_each_other() {
-    let server = Server::start();
-    let client = server.client().await;
-    let task = tokio::spawn(async move {
-        let section = Section::new();
-        let (a, b) = tokio::join!(
-            exclusive(&client, "j", &section),
-            exclusive(&client, "j", &section)
-        );
-        a.expect("first joined acquisition");
-        b.expect("second joined acquisition");
-        section.max()
-    });
-    let max = timeout(NO_DEADLOCK, task)
-        .await
-        .expect("the joined acquisitions finished")
-        .expect("the task ran");
-    assert_eq!(max, 1, "two joined futures were inside the lock at once");
 }
 
 /// Old model: code run by `block_on` (as in `#[tokio::main]`) was one holder
@@ -683,34 +663,6 @@ async fn an_unbounded_response_timeout_is_a_config_error() {
         matches!(connected, Err(LockError::Config(_))),
         "{connected:?}"
     );
-}
-
-/// Old model: both futures were the same holder, and a holder of a read
-/// lock asking for the write lock is refused at once (no upgrade), so the
-/// writer failed with `NotHeld`. Here the reader keeps its hold until the
-/// writer waits in Redis, then lets it in.
-#[tokio::test]
-async fn a_reader_and_a_writer_joined_in_one_task_both_get_the_lock() {
-    let server = Server::start();
-    let client = server.client().await;
-    let raw = server.raw().await;
-    let rw = client.read_write_lock("rwj");
-
-    let reading = async {
-        let guard = rw.read().acquire().await?;
-        // Bounded, not asserted: what matters is that the writer gets in.
-        let _ = someone_waits_on(&raw, "redisson_rwlock:{rwj}", WITHIN).await;
-        guard.release().await
-    };
-    let writing = async {
-        let guard = rw.write().wait(NO_DEADLOCK).acquire().await?;
-        guard.release().await
-    };
-    let (read, write) = timeout(NO_DEADLOCK, async { tokio::join!(reading, writing) })
-        .await
-        .expect("the joined reader and writer finished");
-    read.expect("the reader");
-    write.expect("the writer waits for the reader, then writes");
 }
 
 /// Old model: the deductions all ran in one task, so they all re-entered the

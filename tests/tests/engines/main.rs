@@ -182,7 +182,38 @@ on_every_engine!(
     a_fair_lock_serves_tasks_and_clients_in_arrival_order,
     readers_share_and_a_writer_excludes,
     a_read_taken_under_a_write_is_a_read_hold_once_the_write_is_released,
+    a_reader_and_a_writer_joined_in_one_task_both_get_the_lock,
 );
+
+/// A reader and a writer of one client joined in one task are two holders
+/// (neither runs in the other's scope): the reader keeps its hold until
+/// the writer waits in the store, then lets it in. (The per-task model
+/// made them one holder, and the writer was refused as an upgrade.)
+async fn a_reader_and_a_writer_joined_in_one_task_both_get_the_lock(store: &Store) {
+    let client = store.client().await;
+    let rw = client.read_write_lock("rwj");
+    let reading = async {
+        let guard = rw.read().acquire().await?;
+        // Bounded, not asserted (what matters is that the writer gets in):
+        // on ZooKeeper the writer is not seen waiting while this read holds.
+        let _ = timeout(WITHIN, async {
+            while store.waiting(Kind::Write, "rwj").await < 1 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        guard.release().await
+    };
+    let writing = async {
+        let guard = rw.write().wait(WITHIN).acquire().await?;
+        guard.release().await
+    };
+    let (read, write) = timeout(WITHIN * 3, async { tokio::join!(reading, writing) })
+        .await
+        .expect("the joined reader and writer finished");
+    read.expect("the reader");
+    write.expect("the writer waits for the reader, then writes");
+}
 
 /// The lock's holders' ids, as `client` inspects them (none when free).
 async fn holder_ids(client: &LockClient, name: &str) -> Vec<String> {
