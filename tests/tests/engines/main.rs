@@ -186,26 +186,30 @@ on_every_engine!(
 );
 
 /// A reader and a writer of one client joined in one task are two holders
-/// (neither runs in the other's scope): the reader keeps its hold until
-/// the writer waits in the store, then lets it in. (The per-task model
-/// made them one holder, and the writer was refused as an upgrade.)
+/// (neither runs in the other's scope): whichever the store lets in first,
+/// the other gets the lock after it; a reader that holds first keeps its
+/// hold until the writer waits in the store, then lets it in. (The
+/// per-task model made them one holder, and the writer was refused as an
+/// upgrade.)
 async fn a_reader_and_a_writer_joined_in_one_task_both_get_the_lock(store: &Store) {
     let client = store.client().await;
     let rw = client.read_write_lock("rwj");
+    let written = std::sync::atomic::AtomicBool::new(false);
     let reading = async {
         let guard = rw.read().acquire().await?;
-        // Bounded, not asserted (what matters is that the writer gets in):
-        // on ZooKeeper the writer is not seen waiting while this read holds.
-        let _ = timeout(WITHIN, async {
-            while store.waiting(Kind::Write, "rwj").await < 1 {
+        // The writer either came first (and is done) or waits for this read.
+        let seen = timeout(WITHIN, async {
+            while !written.load(Ordering::Acquire) && store.waiting(Kind::Write, "rwj").await < 1 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
         .await;
+        assert!(seen.is_ok(), "the writer neither came first nor waits");
         guard.release().await
     };
     let writing = async {
         let guard = rw.write().wait(WITHIN).acquire().await?;
+        written.store(true, Ordering::Release);
         guard.release().await
     };
     let (read, write) = timeout(WITHIN * 3, async { tokio::join!(reading, writing) })
