@@ -59,24 +59,26 @@
 //! # }
 //! ```
 
+use std::sync::Arc;
+
 use crate::client::LockClient;
-use crate::engine::memory::hooks::Hooks;
+use crate::engine::memory::store::{self, Store};
 
 /// A handle on memory store `name` (the store of every client whose URL is
 /// `memory://<name>`), made when no client names it yet; the store lives
 /// while a client or a handle names it.
 pub fn store(name: &str) -> MemoryStore {
-    MemoryStore(Hooks::named(name))
+    MemoryStore(store::named(name))
 }
 
 /// The fault hooks of one memory store (see [`store`]).
 #[derive(Clone)]
-pub struct MemoryStore(Hooks);
+pub struct MemoryStore(Arc<Store>);
 
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
-            .field("name", &self.0.name())
+            .field("name", &self.0.name)
             .finish()
     }
 }

@@ -62,10 +62,10 @@ pub(crate) trait Record: Send + Sync + Sized + 'static {
 
 /// The accessors of [`Record`] that read an engine's record's own fields
 /// (`name`, `holder`, `side`, `downgrade`, `holds`) and its client's (`id`,
-/// `own`, and `runtime` unless the engine gives its own), reached by
-/// `client`: written once for every engine's record.
+/// `own`, `runtime`), reached by `client`: written once for every
+/// engine's record.
 macro_rules! record_fields {
-    (client |$me:ident| $client:expr $(, runtime $($runtime:tt)?)?) => {
+    (client |$me:ident| $client:expr) => {
         fn name(&self) -> &str {
             &self.name
         }
@@ -84,6 +84,11 @@ macro_rules! record_fields {
             &$client.own
         }
 
+        fn runtime(&self) -> &tokio::runtime::Handle {
+            let $me = self;
+            &$client.runtime
+        }
+
         fn kind(&self) -> $crate::kept::Kind {
             self.side.kind()
         }
@@ -95,14 +100,6 @@ macro_rules! record_fields {
         fn count(&self) -> &std::sync::atomic::AtomicUsize {
             &self.holds
         }
-
-        $(
-            $($runtime)?
-            fn runtime(&self) -> &tokio::runtime::Handle {
-                let $me = self;
-                &$client.runtime
-            }
-        )?
     };
 }
 pub(crate) use record_fields;

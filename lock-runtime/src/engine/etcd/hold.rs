@@ -206,7 +206,7 @@ impl Record {
 pub(crate) type EtcdHold = Hold<Record>;
 
 impl crate::kept::Record for Record {
-    crate::kept::record_fields!(client | r | r.etcd, runtime);
+    crate::kept::record_fields!(client | r | r.etcd);
 
     fn is_lost(&self) -> bool {
         Record::is_lost(self)

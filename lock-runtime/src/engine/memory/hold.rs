@@ -2,14 +2,15 @@
 //! entry (shared by a hold and its re-entries), its renewals, and the
 //! guard's side of it: loss, `extend`, release. Taking one is in `take`.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
+use super::store::State;
 use super::{Mem, Side};
 use crate::background::Background;
 use crate::clock::valid_until;
@@ -28,8 +29,6 @@ pub(crate) struct Record {
     /// instant the record reads is that runtime's (a test's paused clock),
     /// wherever the record is used (see [`Record::now`]).
     pub(super) runtime: Handle,
-    /// Counted among the client's renewed holds.
-    pub(super) counted: AtomicBool,
     /// A fixed lease (no renewals).
     pub(super) fixed: bool,
     /// Until when the hold counts as held, by the client's clock.
@@ -43,8 +42,9 @@ pub(crate) struct Record {
     pub(super) turn: Mutex<Option<OwnedMutexGuard<()>>>,
     /// A read's write, or a write's reads (see [`Downgrade`]).
     pub(super) downgrade: Downgrade<Record>,
-    /// The task renewing the hold, counted in the client's renewed holds
-    /// while it runs.
+    /// The task renewing the hold: the hold counts among the client's
+    /// renewed ones while it runs (it ends with the hold, or with the
+    /// runtime that took it).
     pub(super) renewal: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
@@ -57,19 +57,6 @@ impl Drop for Record {
 
 /// A hold on a memory store.
 pub(crate) type MemHold = Hold<Record>;
-
-/// Kept by a hold's renewal task on the runtime that acquired it: when
-/// the task ends, or that runtime shuts down (a test's, gone before the
-/// guard), the hold is no longer counted among the renewed ones.
-struct Sentinel(std::sync::Weak<Record>);
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        if let Some(record) = self.0.upgrade() {
-            record.uncount();
-        }
-    }
-}
 
 impl Record {
     /// The entry is known gone: the hold is lost, and this client's next
@@ -90,14 +77,15 @@ impl Record {
         if let Some(task) = task {
             task.abort();
         }
-        self.uncount();
     }
 
-    /// No longer counted among the client's renewed holds.
-    fn uncount(&self) {
-        if self.counted.swap(false, Ordering::AcqRel) {
-            self.mem.renewing.fetch_sub(1, Ordering::AcqRel);
-        }
+    /// Whether the hold's renewals run.
+    pub(super) fn renewing(&self) -> bool {
+        self.renewal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|task| !task.is_finished())
     }
 
     fn until(&self) -> Instant {
@@ -128,11 +116,7 @@ impl Record {
         if self.deleted.is_set() {
             return;
         }
-        self.counted.store(true, Ordering::Release);
-        self.mem.renewing.fetch_add(1, Ordering::AcqRel);
-        let sentinel = Sentinel(record.clone());
         let task = self.runtime.spawn(async move {
-            let _sentinel = sentinel;
             loop {
                 // The next round, or the moment the hold counts as lost if
                 // that comes first (then it is known gone at once).
@@ -158,18 +142,26 @@ impl Record {
         *renewal = Some(task.abort_handle());
     }
 
-    /// One renewal to `lease` from now: whether it was made (the entry is
-    /// still this hold's, and no fault hook fails it).
+    /// One renewal to `lease` from now: whether it was made (no fault hook
+    /// fails it, and the entry is still this hold's).
     fn renew(&self, lease: Duration) -> bool {
         let now = self.now();
-        let mut state = self.mem.store.state();
+        let state = self.mem.store.state();
         if state.failing.contains(&self.mem.id) || state.is_cut(&self.mem.id) {
             return false;
         }
-        let entry = state
-            .lock(&self.name, now)
-            .and_then(|lock| lock.holders.get_mut(&self.holder));
-        let Some(entry) = entry.filter(|e| !e.kept) else {
+        self.prolong(state, now, lease)
+    }
+
+    /// Moves the end of the hold's entry, and of the hold by the client's
+    /// clock, to `lease` from `now` if that is later (a renewal, an
+    /// `extend`): whether the entry is still this hold's (else the record
+    /// is gone).
+    fn prolong(&self, mut state: MutexGuard<'_, State>, now: Instant, lease: Duration) -> bool {
+        let Some(entry) = state
+            .entry(&self.name, &self.holder, now)
+            .filter(|e| !e.kept)
+        else {
             state.tidy(&self.name);
             drop(state);
             self.gone();
@@ -188,7 +180,7 @@ impl crate::kept::Record for Record {
     // dropped guard's release runs there even when the runtime that took
     // the hold (a test's) is gone; the record reads its instants by that
     // runtime's clock still.
-    crate::kept::record_fields!(client | r | r.mem, runtime);
+    crate::kept::record_fields!(client | r | r.mem);
 
     fn is_lost(&self) -> bool {
         self.deleted.is_set() || self.now() >= self.until()
@@ -225,10 +217,9 @@ impl crate::kept::Record for Record {
 /// minimum: it then ends by the clock): whether it was still this hold's.
 /// A hold lost by its own clock is not kept.
 fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, LockError> {
-    record.mem.reachable()?;
     let now = record.now();
     let lost = crate::kept::Record::is_lost(record);
-    let mut state = record.mem.store.state();
+    let mut state = record.mem.state()?;
     let there = match state.lock(&record.name, now) {
         None => false,
         Some(lock) => match keep.filter(|k| *k > now && !lost) {
@@ -264,13 +255,10 @@ pub(super) async fn reenter(
 ) -> Result<MemHold, LockError> {
     let counted = Counted::count(record, side.kind(), chain)?;
     let record = counted.record().clone();
-    record.mem.reachable()?;
     let now = record.now();
     let token = {
-        let mut state = record.mem.store.state();
-        let held = state
-            .lock(&record.name, now)
-            .is_some_and(|lock| lock.holders.contains_key(&record.holder));
+        let mut state = record.mem.state()?;
+        let held = state.entry(&record.name, &record.holder, now).is_some();
         held.then(|| state.token())
     };
     let Some(token) = token else {
@@ -292,24 +280,13 @@ impl MemHold {
                  watchdog keeps this guard's hold until release"
             )));
         }
-        record.mem.reachable()?;
         let now = record.now();
         if crate::kept::Record::is_lost(&*record) {
             return Err(lost(name));
         }
-        let mut state = record.mem.store.state();
-        let entry = state
-            .lock(name, now)
-            .and_then(|lock| lock.holders.get_mut(&record.holder));
-        let Some(entry) = entry else {
-            drop(state);
-            record.gone();
+        if !record.prolong(record.mem.state()?, now, lease) {
             return Err(lost(name));
-        };
-        entry.until = entry.until.max(now + lease);
-        drop(state);
-        let mut until = record.until.lock().unwrap_or_else(|p| p.into_inner());
-        *until = (*until).max(valid_until(now, lease));
+        }
         crate::telemetry::renewed(1);
         Ok(())
     }

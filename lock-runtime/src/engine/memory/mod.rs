@@ -33,13 +33,12 @@
 //! of the shared kind (`kept`), and its own code is this folder.
 
 mod hold;
-pub(crate) mod hooks;
+mod hooks;
 mod ops;
-mod store;
+pub(crate) mod store;
 mod take;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::runtime::Handle;
 
@@ -71,8 +70,6 @@ pub(crate) struct Mem {
     records: crate::kept::Records<hold::Record>,
     /// This client's live guards, for `inspect`.
     pub(crate) own: OwnHolds,
-    /// Holds the watchdog renews.
-    renewing: AtomicUsize,
 }
 
 impl Mem {
@@ -87,17 +84,34 @@ impl Mem {
             turns: crate::kept::Turns::default(),
             records: std::sync::Mutex::default(),
             own: OwnHolds::default(),
-            renewing: AtomicUsize::new(0),
         }))
     }
 
-    /// [`LockError::Store`] (transient) when a fault hook cut this client
-    /// off.
-    fn reachable(&self) -> Result<(), LockError> {
-        match self.store.state().is_cut(&self.id) {
+    /// The store's state, locked for one step of this client; a transient
+    /// [`LockError::Store`] when a fault hook cut the client off.
+    fn state(&self) -> Result<std::sync::MutexGuard<'_, store::State>, LockError> {
+        let state = self.store.state();
+        match state.is_cut(&self.id) {
             true => Err(cut_off(&self.store.name)),
-            false => Ok(()),
+            false => Ok(state),
         }
+    }
+
+    /// How many of the client's holds are renewed now. Upgraded with the
+    /// map unlocked: dropping a last `Arc` of a record locks the map.
+    fn renewed(&self) -> usize {
+        let records: Vec<_> = self
+            .records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        records
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter(|record| record.renewing())
+            .count()
     }
 }
 
@@ -146,7 +160,7 @@ impl crate::engine::seam::Engine for Mem {
     }
 
     fn renewed(&self) -> usize {
-        self.renewing.load(Ordering::Acquire)
+        Mem::renewed(self)
     }
 
     fn acquire(

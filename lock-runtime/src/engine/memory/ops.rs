@@ -13,9 +13,8 @@ use crate::request::check_name;
 /// What lock `name` looks like; `None` when nobody holds it.
 pub(crate) fn inspect(mem: &Mem, name: &str) -> Result<Option<LockInfo>, LockError> {
     check_name(name)?;
-    mem.reachable()?;
     let now = Instant::now();
-    let mut state = mem.store.state();
+    let mut state = mem.state()?;
     let info = state
         .lock(name, now)
         .and_then(|lock| info(mem, name, lock, now));
@@ -64,9 +63,8 @@ fn info(mem: &Mem, name: &str, lock: &Lock, now: Instant) -> Option<LockInfo> {
 /// The held locks whose names match `pattern` (`*` and `?` wildcards), by
 /// name.
 pub(crate) fn locks(mem: &Mem, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
-    mem.reachable()?;
     let now = Instant::now();
-    let mut state = mem.store.state();
+    let mut state = mem.state()?;
     let mut names: Vec<String> = state
         .locks
         .keys()
@@ -91,6 +89,5 @@ pub(crate) fn locks(mem: &Mem, pattern: &str) -> Result<Vec<LockInfo>, LockError
 /// and wakes its waiters: whether it was held.
 pub(crate) fn force_unlock(mem: &Mem, name: &str) -> Result<bool, LockError> {
     check_name(name)?;
-    mem.reachable()?;
-    Ok(mem.store.free_all(name))
+    Ok(mem.state()?.free_all(name))
 }

@@ -122,6 +122,11 @@ impl State {
         Some(lock)
     }
 
+    /// `holder`'s live entry of lock `name` as of `now`.
+    pub(crate) fn entry(&mut self, name: &str, holder: &str, now: Instant) -> Option<&mut Entry> {
+        self.lock(name, now)?.holders.get_mut(holder)
+    }
+
     /// Lock `name`, made when missing, as of `now`.
     pub(crate) fn lock_or_new(&mut self, name: &str, now: Instant) -> &mut Lock {
         if self.lock(name, now).is_none() {

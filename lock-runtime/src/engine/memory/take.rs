@@ -4,7 +4,7 @@
 //! waiter holds a place in the name's queue meanwhile ([`Made`], undone
 //! when the acquisition fails or is dropped).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::OwnedMutexGuard;
@@ -85,7 +85,6 @@ impl Taking for Mem {
             // The acquisition's runtime (the client's own when it is
             // polled outside one).
             runtime: tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.runtime.clone()),
-            counted: AtomicBool::new(false),
             fixed: options.lease.is_some(),
             until: Mutex::new(valid_until(taken.sent, lease)),
             holds: AtomicUsize::new(1),
@@ -96,12 +95,8 @@ impl Taking for Mem {
         });
         // The entry learns its record, so that whatever ends it tells the
         // hold; one that ended meanwhile is a hold lost.
-        let now = Instant::now();
         let mut state = self.store.state();
-        let entry = state
-            .lock(name, now)
-            .and_then(|lock| lock.holders.get_mut(how.holder));
-        let Some(entry) = entry else {
+        let Some(entry) = state.entry(name, how.holder, Instant::now()) else {
             return Err(lost(name));
         };
         entry.record = Arc::downgrade(&record);
@@ -131,10 +126,9 @@ async fn take(
     // done (taken, out of time, failed or dropped).
     let mut waiting = None;
     loop {
-        mem.reachable()?;
         let now = Instant::now();
         let (busy, mut changed) = {
-            let mut state = mem.store.state();
+            let mut state = mem.state()?;
             let lock = state.lock_or_new(name, now);
             // Armed before the try, under the store's lock: a change after
             // the try wakes this waiter.

@@ -67,7 +67,7 @@ impl<S: SqlTaking> Record<S> {
 }
 
 impl<S: SqlTaking> crate::kept::Record for Record<S> {
-    crate::kept::record_fields!(client | r | r.store.common(), runtime);
+    crate::kept::record_fields!(client | r | r.store.common());
 
     fn is_lost(&self) -> bool {
         Record::is_lost(self)

@@ -159,7 +159,7 @@ impl Record {
 pub(crate) type ZkHold = Hold<Record>;
 
 impl crate::kept::Record for Record {
-    crate::kept::record_fields!(client | r | r.zk, runtime);
+    crate::kept::record_fields!(client | r | r.zk);
 
     fn is_lost(&self) -> bool {
         Record::is_lost(self)
