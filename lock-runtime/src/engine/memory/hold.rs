@@ -10,7 +10,7 @@ use tokio::runtime::Handle;
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
-use super::store::State;
+use super::store::{State, Told};
 use super::{Mem, Side};
 use crate::background::Background;
 use crate::clock::valid_until;
@@ -175,6 +175,12 @@ impl Record {
     }
 }
 
+impl Told for Record {
+    fn gone(&self) {
+        Record::gone(self);
+    }
+}
+
 impl crate::kept::Record for Record {
     // The runtime is the client's own, which lives while the hold does: a
     // dropped guard's release runs there even when the runtime that took
@@ -227,7 +233,7 @@ fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, LockEr
                 Some(entry) => {
                     entry.kept = true;
                     entry.until = keep;
-                    entry.record = std::sync::Weak::new();
+                    entry.record = None;
                     // Its end moved: the waiters sleep until the new one.
                     lock.changed.notify_waiters();
                     true

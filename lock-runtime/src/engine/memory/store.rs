@@ -14,7 +14,6 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::Side;
-use super::hold::Record;
 
 /// Every store of the process, by name: a store lives while a client or a
 /// hooks handle names it.
@@ -78,7 +77,13 @@ pub(crate) struct Entry {
     pub(crate) kept: bool,
     /// The holder's record, told when the entry goes for another reason
     /// than its own release.
-    pub(crate) record: Weak<Record>,
+    pub(crate) record: Option<Weak<dyn Told>>,
+}
+
+/// A holder's record, as an entry tells it that the entry is gone (ended,
+/// taken away).
+pub(crate) trait Told: Send + Sync {
+    fn gone(&self);
 }
 
 /// The answer of one try at a name.
@@ -192,7 +197,7 @@ impl Lock {
                 side,
                 until,
                 kept: false,
-                record: Weak::new(),
+                record: None,
             },
         );
         Try::Taken
@@ -231,7 +236,7 @@ impl Lock {
 
 /// Tells an entry's record that its entry is gone.
 fn tell(entry: &Entry) {
-    if let Some(record) = entry.record.upgrade() {
+    if let Some(record) = entry.record.as_ref().and_then(Weak::upgrade) {
         record.gone();
     }
 }

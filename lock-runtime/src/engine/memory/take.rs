@@ -99,7 +99,8 @@ impl Taking for Mem {
         let Some(entry) = state.entry(name, how.holder, Instant::now()) else {
             return Err(lost(name));
         };
-        entry.record = Arc::downgrade(&record);
+        let told: std::sync::Weak<dyn super::store::Told> = Arc::downgrade(&record) as _;
+        entry.record = Some(told);
         drop(state);
         made.entry = false;
         list(&self.records, &record, how.under);
