@@ -81,6 +81,26 @@ pub(crate) fn id(client: &str, number: u64) -> String {
     [client, ":", itoa::Buffer::new().format(number)].concat()
 }
 
+/// The holder of a new hold: the id written into the store and its
+/// number (the part after the client's id).
+#[derive(Debug)]
+pub(crate) struct Holder {
+    pub(crate) id: String,
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) number: u64,
+}
+
+impl Holder {
+    /// Holder `number` of `client` (`None`: a fresh number).
+    pub(crate) fn new(client: &str, number: Option<u64>) -> Holder {
+        let number = number.unwrap_or_else(fresh_number);
+        Holder {
+            id: id(client, number),
+            number,
+        }
+    }
+}
+
 /// A fresh id for one call (an acquire attempt, a release request: the
 /// names of their latches), `<client>:r<number>`: unique across clients (the
 /// client id is random) and never reused in this process. Counted, not

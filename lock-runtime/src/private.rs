@@ -8,9 +8,9 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::lock::acquire_hold;
 use crate::lock::multi::MultiLock;
-use crate::lock::{Options, acquire_hold};
-use crate::request::Target;
+use crate::request::{Kind, Request};
 
 pub use std::format;
 
@@ -158,12 +158,14 @@ impl<T, E: From<LockError>> LockResult for Result<T, E> {
     }
 }
 
-fn target(kind: AttrKind, name: String) -> Result<Target, LockError> {
-    match kind {
-        AttrKind::Reentrant => Ok(Target::Reentrant { name }),
-        AttrKind::Fair => Ok(Target::Fair { name }),
-        AttrKind::Read => Ok(Target::Read { name }),
-        AttrKind::Write => Ok(Target::Write { name }),
+impl AttrKind {
+    fn kind(self) -> Kind {
+        match self {
+            AttrKind::Reentrant => Kind::Reentrant,
+            AttrKind::Fair => Kind::Fair,
+            AttrKind::Read => Kind::Read,
+            AttrKind::Write => Kind::Write,
+        }
     }
 }
 
@@ -176,27 +178,25 @@ async fn acquire(
         Some(client) => client,
         None => crate::client().await?,
     };
-    let options = Options {
-        wait: spec.wait,
-        lease: spec.lease,
-        number: None,
-        metric: None,
-        hold_at_least: spec.hold_at_least,
-    };
     match keys.len() {
         0 => Err(LockError::Config(
             "a #[distributed_lock] function locks at least one key".into(),
         )),
         1 => {
             let name = keys.into_iter().next().unwrap_or_default();
-            let held = acquire_hold(client.clone(), target(spec.kind, name)?, options).await?;
+            let request = Request::new(name, spec.kind.kind(), client.config());
+            let request = Request {
+                hold_at_least: spec.hold_at_least,
+                ..request.asking(spec.wait, spec.lease)
+            };
+            let held = acquire_hold(client.clone(), request).await?;
             Ok(LockGuard::single(held))
         }
         // Several keys: a multi lock, each key of the attribute's kind.
         _ => {
             let mut multi = MultiLock::new();
             for name in keys {
-                multi = multi.with_target(client, target(spec.kind, name)?);
+                multi = multi.with_kind(client, name, spec.kind.kind());
             }
             if let Some(wait) = spec.wait {
                 multi = multi.wait(wait);

@@ -1,61 +1,183 @@
-//! What one acquisition asks for, whatever the engine: which lock
-//! ([`Target`]), with which options ([`Options`]), and the shared rules of
-//! its wait (the backoff between tries, the error of a wait that ran out).
+//! What one acquisition asks for, whatever the engine, resolved once by
+//! its builder ([`Request`]: which lock, of which [`Kind`], waiting how
+//! long, with which [`Lease`]), and the shared rules of its wait (the
+//! backoff between tries, the error of a wait that ran out).
 //!
 //! Below the engines and the acquire loop, which both read it.
 
 use std::time::Duration;
+use tokio::time::Instant;
 
+use crate::config::Config;
 use crate::error::LockError;
 
-/// What one hold is on: the kind of lock and its name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Target {
+/// Which lock of Redisson's family an acquisition is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
     /// Redisson's `RLock`.
-    Reentrant { name: String },
+    Reentrant,
     /// Redisson's `RFairLock`.
-    Fair { name: String },
+    Fair,
     /// The read side of Redisson's `RReadWriteLock`.
-    Read { name: String },
+    Read,
     /// The write side of Redisson's `RReadWriteLock`.
-    Write { name: String },
+    Write,
 }
 
-impl Target {
-    pub(crate) fn name(&self) -> &str {
+impl Kind {
+    /// Its name in metrics, spans and `inspect`.
+    pub(crate) fn label(self) -> &'static str {
         match self {
-            Target::Reentrant { name }
-            | Target::Fair { name }
-            | Target::Read { name }
-            | Target::Write { name } => name,
-        }
-    }
-
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            Target::Reentrant { .. } => "reentrant",
-            Target::Fair { .. } => "fair",
-            Target::Read { .. } => "read",
-            Target::Write { .. } => "write",
+            Kind::Reentrant => "reentrant",
+            Kind::Fair => "fair",
+            Kind::Read => "read",
+            Kind::Write => "write",
         }
     }
 }
 
-/// Options of one acquisition, shared by every kind's builder.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Options {
+/// How long a hold's lease is, decided once per acquisition: the
+/// builder's fixed lease, or the client's watchdog timeout renewed by the
+/// watchdog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Lease {
+    /// The lease's length.
+    pub(crate) length: Duration,
+    /// Whether the watchdog renews it (no fixed lease was asked for).
+    pub(crate) renewed: bool,
+}
+
+impl Lease {
+    /// The fixed lease, when the acquisition asked for one.
+    pub(crate) fn fixed(self) -> Option<Duration> {
+        (!self.renewed).then_some(self.length)
+    }
+}
+
+/// One acquisition, resolved once by its builder and passed down by
+/// reference: the lock's name and kind, the wait, the lease decided once,
+/// the holder number, the label it is counted under, and the minimum it
+/// is kept taken.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    pub(crate) name: String,
+    pub(crate) kind: Kind,
+    /// `None`: wait until acquired. `Duration::ZERO`: one attempt.
     pub(crate) wait: Option<Duration>,
-    pub(crate) lease: Option<Duration>,
-    /// The holder number of a new hold (a multi lock's parts share one);
-    /// `None`: a fresh one. Ignored when the scope re-enters.
-    pub(crate) number: Option<u64>,
-    /// The `kind` label of a part of a multi or quorum lock (`"multi"`,
-    /// `"quorum"`), which records its own acquisition; `None`: the lock's
-    /// own kind, and the acquisition is recorded here.
-    pub(crate) metric: Option<&'static str>,
+    pub(crate) lease: Lease,
     /// Keep the lock taken at least this long after it was acquired, even
     /// when released sooner (`hold_at_least`).
     pub(crate) hold_at_least: Option<Duration>,
+    /// The holder number of a new hold (a multi lock's parts share one);
+    /// `None`: a fresh one. Ignored when the scope re-enters.
+    pub(crate) number: Option<u64>,
+    /// The `kind` label its metrics carry: the lock's own, or the whole's
+    /// (`"multi"`, `"quorum"`) for a part of a lock of several.
+    pub(crate) metric: &'static str,
+    /// Whether the acquisition records its own outcome (a part's whole
+    /// records it instead).
+    pub(crate) recorded: bool,
+    /// When the wait ends (`None`: never), set as the acquisition starts
+    /// ([`start`](Self::start)).
+    pub(crate) deadline: Option<Instant>,
+}
+
+impl Request {
+    /// An acquisition of lock `name` of `kind` on a client of `config`:
+    /// waiting until acquired, its lease kept by the watchdog.
+    pub(crate) fn new(name: String, kind: Kind, config: &Config) -> Request {
+        Request {
+            name,
+            kind,
+            wait: None,
+            lease: Lease {
+                length: config.watchdog_timeout,
+                renewed: true,
+            },
+            hold_at_least: None,
+            number: None,
+            metric: kind.label(),
+            recorded: true,
+            deadline: None,
+        }
+    }
+
+    /// With the wait and the fixed lease (`None`: the watchdog's) a
+    /// builder of several locks was given.
+    pub(crate) fn asking(mut self, wait: Option<Duration>, lease: Option<Duration>) -> Request {
+        self.wait = wait;
+        if let Some(lease) = lease {
+            self.fixed_lease(lease);
+        }
+        self
+    }
+
+    /// A fixed lease: the lock expires after it unless released first.
+    pub(crate) fn fixed_lease(&mut self, lease: Duration) {
+        self.lease = Lease {
+            length: lease,
+            renewed: false,
+        };
+    }
+
+    /// A part of a lock of several, counted under `metric` (which records
+    /// the whole's outcome), held by holder `number` (`None`: a fresh one).
+    pub(crate) fn part_of(mut self, metric: &'static str, number: Option<u64>) -> Request {
+        self.metric = metric;
+        self.recorded = false;
+        self.number = number;
+        self
+    }
+
+    /// Whether it is one attempt (a zero wait).
+    #[cfg_attr(not(turns), allow(dead_code))]
+    pub(crate) fn once(&self) -> bool {
+        self.wait == Some(Duration::ZERO)
+    }
+
+    /// Starts the acquisition now: its deadline is set (a deadline the
+    /// clock cannot represent is none). Returns when it started.
+    pub(crate) fn start(&mut self) -> Instant {
+        let started = Instant::now();
+        self.deadline = self.wait.and_then(|w| started.checked_add(w));
+        started
+    }
+
+    /// The error of its wait that ran out.
+    pub(crate) fn timed_out(&self) -> LockError {
+        LockError::Timeout {
+            name: self.name.clone(),
+            waited: self.wait.unwrap_or_default(),
+        }
+    }
+
+    /// What is checked before anything is sent: the name, the lease and
+    /// the minimum.
+    pub(crate) fn check(&self) -> Result<(), LockError> {
+        check_name(&self.name)?;
+        crate::config::check_lease(self.lease.fixed())?;
+        let Some(minimum) = self.hold_at_least else {
+            return Ok(());
+        };
+        crate::config::check_duration("hold_at_least", minimum)?;
+        if matches!(self.kind, Kind::Read | Kind::Write) {
+            return Err(LockError::Config(format!(
+                "lock `{}`: hold_at_least is for reentrant and fair locks, not read-write locks",
+                self.name
+            )));
+        }
+        if let Some(lease) = self.lease.fixed()
+            && minimum > lease
+        {
+            return Err(LockError::Config(format!(
+                "lock `{}`: hold_at_least ({minimum:?}) is longer than the fixed lease \
+                 ({lease:?}), which ends the hold first; make the lease at least as long, \
+                 or leave it out (the watchdog then keeps the lock until the minimum)",
+                self.name
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The pause before the `n`-th retry in a row that has no lease to sleep
@@ -73,14 +195,6 @@ pub(crate) async fn pause_within(deadline: Option<tokio::time::Instant>, pause: 
     }
 }
 
-/// The error of a wait that ran out.
-pub(crate) fn timed_out(target: &Target, options: &Options) -> LockError {
-    LockError::Timeout {
-        name: target.name().to_owned(),
-        waited: options.wait.unwrap_or_default(),
-    }
-}
-
 /// `$wait` (a future's expression), or the error of a wait that ran out at
 /// `$deadline`. What is ready is taken first, however late; a waiter
 /// without a deadline carries no room for a timer (it is boxed). A macro,
@@ -88,7 +202,7 @@ pub(crate) fn timed_out(target: &Target, options: &Options) -> LockError {
 /// (as passed, and as polled), and a waiter carries that state.
 #[cfg_attr(not(turns), allow(unused_macros))]
 macro_rules! within {
-    ($wait:expr, $deadline:expr, $target:expr, $options:expr) => {
+    ($wait:expr, $deadline:expr, $request:expr) => {
         match $deadline {
             None => Ok($wait.await),
             Some(deadline) => {
@@ -96,7 +210,7 @@ macro_rules! within {
                 tokio::select! {
                     biased;
                     ready = $wait => Ok(ready),
-                    () = expired => Err($crate::request::timed_out($target, $options)),
+                    () = expired => Err($crate::request::Request::timed_out($request)),
                 }
             }
         }
@@ -117,33 +231,6 @@ pub(crate) fn glob(pattern: &[u8], text: &[u8]) -> bool {
         (Some((p, rest)), Some((c, t))) if p == c => glob(rest, t),
         _ => false,
     }
-}
-
-/// What an acquisition's options are checked for before anything is sent.
-pub(crate) fn check_options(target: &Target, options: &Options) -> Result<(), LockError> {
-    check_name(target.name())?;
-    crate::config::check_lease(options.lease)?;
-    let Some(minimum) = options.hold_at_least else {
-        return Ok(());
-    };
-    crate::config::check_duration("hold_at_least", minimum)?;
-    if matches!(target, Target::Read { .. } | Target::Write { .. }) {
-        return Err(LockError::Config(format!(
-            "lock `{}`: hold_at_least is for reentrant and fair locks, not read-write locks",
-            target.name()
-        )));
-    }
-    if let Some(lease) = options.lease
-        && minimum > lease
-    {
-        return Err(LockError::Config(format!(
-            "lock `{}`: hold_at_least ({minimum:?}) is longer than the fixed lease \
-             ({lease:?}), which ends the hold first; make the lease at least as long, \
-             or leave it out (the watchdog then keeps the lock until the minimum)",
-            target.name()
-        )));
-    }
-    Ok(())
 }
 
 /// Rejects names that cannot be a lock.

@@ -43,7 +43,7 @@ use crate::config::Config;
 use crate::error::LockError;
 use crate::holder::ScopedHold;
 use crate::info::LockInfo;
-use crate::request::{Options, Target};
+use crate::request::Request;
 use seam::{Engine, Hold};
 
 /// A future of an operation on whichever engine (`inspect`, `locks`,
@@ -170,12 +170,11 @@ macro_rules! engine_list {
             pub(crate) fn acquire(
                 &self,
                 alive: Arc<Background>,
-                target: Target,
-                options: Options,
+                request: Request,
             ) -> impl Future<Output = Result<Held, LockError>> + Send + 'static + use<> {
                 match self {
                     $(Connected::$variant(e) => Acquiring::$variant {
-                        acquiring: Engine::acquire(e.clone(), alive, target, options).map(map_held(Held::$variant)),
+                        acquiring: Engine::acquire(e.clone(), alive, request).map(map_held(Held::$variant)),
                     },)+
                 }
             }

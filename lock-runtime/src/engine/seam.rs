@@ -4,7 +4,7 @@
 //! in `engine/mod.rs` dispatches to them statically.
 //!
 //! The signatures name no engine's types: only the crate's shared ones
-//! (the configuration, an acquisition's target and options, `inspect`'s
+//! (the configuration, an acquisition's request, `inspect`'s
 //! info, the holder's scope), so that the trait could later be made
 //! public for engines outside the crate.
 //!
@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::error::LockError;
 use crate::holder::ScopedHold;
 use crate::info::LockInfo;
-use crate::request::{Options, Target};
+use crate::request::Request;
 
 /// A store locks can live on: what a client shares there, and the
 /// operations the shared layers ask of it.
@@ -53,13 +53,12 @@ pub(crate) trait Engine: Sized + Send + Sync + 'static {
     /// How many holds the client keeps alive (watchdog leases).
     fn renewed(&self) -> usize;
 
-    /// One acquisition of `target` with `options`, waiting as they say;
-    /// `alive` keeps the client's runtime running while a hold lasts.
+    /// One acquisition, waiting as `request` says; `alive` keeps the
+    /// client's runtime running while a hold lasts.
     fn acquire(
         self: Arc<Self>,
         alive: Arc<Background>,
-        target: Target,
-        options: Options,
+        request: Request,
     ) -> impl Future<Output = Result<Self::Hold, LockError>> + Send + 'static;
 
     /// The statements that make the store's tables (`lockctl schema`);
@@ -187,7 +186,7 @@ macro_rules! engine_by_parts {
     (
         $engine:ty, name $name:literal, hold $hold:ty,
         connect $connect:path,
-        acquire |$me:ident, $alive:ident, $target:ident, $options:ident| $acquire:expr,
+        acquire |$me:ident, $alive:ident, $request:ident| $acquire:expr,
         renewed |$it:ident| $renewed:expr,
         inspect $inspect:path, locks $locks:path, force_unlock $force:path
         $(, schema $schema:path)? $(,)?
@@ -225,8 +224,7 @@ macro_rules! engine_by_parts {
             fn acquire(
                 self: std::sync::Arc<Self>,
                 $alive: std::sync::Arc<$crate::background::Background>,
-                $target: $crate::request::Target,
-                $options: $crate::request::Options,
+                $request: $crate::request::Request,
             ) -> impl std::future::Future<Output = Result<$hold, $crate::error::LockError>>
                    + Send
                    + 'static {
@@ -310,8 +308,7 @@ impl Engine for Absent {
     async fn acquire(
         self: Arc<Self>,
         _alive: Arc<Background>,
-        _target: Target,
-        _options: Options,
+        _request: Request,
     ) -> Result<Absent, LockError> {
         match *self {}
     }

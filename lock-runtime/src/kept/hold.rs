@@ -8,12 +8,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::record::{Record, lost, may_reenter};
-use super::turns::Kind;
+use super::turns::Access;
 use crate::background::Background;
 use crate::error::{LockError, transient};
 use crate::holder::{Chain, ScopedHold};
 use crate::own::Listed;
-use crate::request::{Options, backoff};
+use crate::request::{Request, backoff};
 use crate::telemetry::HeldMetric;
 
 /// A hold: the record it shares with its chain, and its own token.
@@ -31,19 +31,24 @@ pub(crate) struct Hold<R: Record> {
 }
 
 impl<R: Record> Hold<R> {
-    /// A hold of `record` with `token`, confirmed by a call sent at `sent`.
+    /// A hold of `record` with `token`, confirmed by a call sent at `sent`,
+    /// for `request`.
     pub(crate) fn new(
         alive: Arc<Background>,
         record: Arc<R>,
         token: u64,
         sent: Instant,
-        options: &Options,
-        metric: &'static str,
+        request: &Request,
     ) -> Hold<R> {
-        let listed = record
-            .own()
-            .list(record.name(), record.holder(), token, sent, options.lease);
-        let keep = options
+        let listed = record.own().list(
+            record.name(),
+            record.holder(),
+            token,
+            sent,
+            request.lease.fixed(),
+        );
+        let metric = request.metric;
+        let keep = request
             .hold_at_least
             .and_then(|minimum| Instant::now().checked_add(minimum));
         Hold {
@@ -183,12 +188,12 @@ impl<R: Record> Counted<R> {
     /// the hold is lost or its last release is under way.
     pub(crate) fn count(
         record: Arc<R>,
-        asked: Kind,
+        asked: Access,
         chain: Chain,
     ) -> Result<Counted<R>, LockError> {
         let mut record = record;
         while let Some(write) =
-            may_reenter(record.name(), record.kind(), asked, record.downgrade())?
+            may_reenter(record.name(), record.access(), asked, record.downgrade())?
         {
             // A read under this chain's own write: the write re-entered.
             record = write;
@@ -225,11 +230,10 @@ impl<R: Record> Counted<R> {
         alive: Arc<Background>,
         token: u64,
         sent: Instant,
-        options: &Options,
-        metric: &'static str,
+        request: &Request,
     ) -> Hold<R> {
         self.armed = false;
-        let held = Hold::new(alive, self.record.clone(), token, sent, options, metric);
+        let held = Hold::new(alive, self.record.clone(), token, sent, request);
         let _ = held.chain.set(self.chain.clone());
         if let (Some(chain), Some(keep)) = (held.chain.get(), held.keep) {
             chain.keep_until(keep);

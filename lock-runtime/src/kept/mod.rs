@@ -29,9 +29,7 @@ pub(crate) mod undo;
 
 pub(crate) use hold::{Counted, Hold, give_back_retried};
 pub(crate) use record::{Deleted, Downgrade, Record, gone_or_ended, lost, record_fields};
-pub(crate) use take::{How, Taken, Taking, acquire, holds_of, list, taking_fields, unlist};
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "memory"))]
-pub(crate) use turns::Side;
+pub(crate) use take::{Taken, Taking, acquire, holds_of, list, taking_fields, unlist};
 #[cfg_attr(not(remote_turns), allow(unused_imports))]
-pub(crate) use turns::{Kind, Records, Turns, records_of};
+pub(crate) use turns::{Access, Records, Turns, records_of};
 pub(crate) use undo::Undo;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 
-use super::turns::Kind;
+use super::turns::Access;
 use crate::error::LockError;
 use crate::own::OwnHolds;
 
@@ -26,7 +26,7 @@ pub(crate) trait Record: Send + Sync + Sized + 'static {
     /// The client's runtime: background work on the record runs there.
     fn runtime(&self) -> &tokio::runtime::Handle;
     /// What the record holds.
-    fn kind(&self) -> Kind;
+    fn access(&self) -> Access;
     /// A read's write, or a write's reads.
     fn downgrade(&self) -> &Downgrade<Self>;
     /// Live holds of the chain (a hold and its re-entries).
@@ -89,8 +89,8 @@ macro_rules! record_fields {
             &$client.runtime
         }
 
-        fn kind(&self) -> $crate::kept::Kind {
-            self.side.kind()
+        fn access(&self) -> $crate::kept::Access {
+            self.side.access()
         }
 
         fn downgrade(&self) -> &$crate::kept::Downgrade<Self> {
@@ -177,8 +177,8 @@ pub(crate) fn lost(name: &str) -> LockError {
 /// re-entry: the engine takes it as a record of its own.
 pub(crate) fn may_reenter<R: Record>(
     name: &str,
-    held: Kind,
-    asked: Kind,
+    held: Access,
+    asked: Access,
     downgrade: &Downgrade<R>,
 ) -> Result<Option<Arc<R>>, LockError> {
     let refused = |reason: String| {
@@ -188,16 +188,16 @@ pub(crate) fn may_reenter<R: Record>(
         })
     };
     match (held, asked) {
-        (Kind::Mutex, Kind::Mutex) | (Kind::Read, Kind::Read) | (Kind::Write, Kind::Write) => {
-            Ok(None)
-        }
-        (Kind::Read, Kind::Write) if downgrade.over.as_ref().is_some_and(|w| w.holds() > 0) => {
+        (Access::Mutex, Access::Mutex)
+        | (Access::Read, Access::Read)
+        | (Access::Write, Access::Write) => Ok(None),
+        (Access::Read, Access::Write) if downgrade.over.as_ref().is_some_and(|w| w.holds() > 0) => {
             Ok(downgrade.over.clone())
         }
-        (Kind::Write, Kind::Read) => {
+        (Access::Write, Access::Read) => {
             refused("a read under a write is taken as a record of its own".into())
         }
-        (Kind::Read, Kind::Write) => refused(
+        (Access::Read, Access::Write) => refused(
             "this scope holds it for reading; a reader cannot take the write lock (release the \
              read hold first)"
                 .into(),

@@ -4,19 +4,18 @@
 //! [`take_hold`]) until taken or out of time ([`try_again`]).
 
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::time::Instant;
 
 use tokio::sync::OwnedMutexGuard;
 
 use super::hold::Hold;
 use super::record::{Record, lost};
-use super::turns::{Kind, Records, Turns};
+use super::turns::{Access, Records, Turns};
 use super::undo::{Pending, Undo};
 use crate::background::Background;
 use crate::error::{LockError, transient};
-use crate::holder::{self, Chain};
-use crate::request::{Options, Target, backoff, check_options, pause_within, timed_out};
+use crate::holder::{self, Chain, Holder};
+use crate::request::{Kind, Request, backoff, pause_within};
 
 /// How an acquisition in the scope of this client's own hold of the name
 /// goes on.
@@ -35,7 +34,7 @@ pub(crate) fn in_scope<R: Record>(
     records: &Records<R>,
     name: &str,
     holder: String,
-    asked: Kind,
+    asked: Access,
 ) -> Result<InScope<R>, LockError> {
     let record = records
         .lock()
@@ -47,7 +46,7 @@ pub(crate) fn in_scope<R: Record>(
     let Some(record) = record.and_then(|r| r.upgrade()) else {
         return Err(lost(name));
     };
-    if !(record.kind() == Kind::Write && asked == Kind::Read) {
+    if !(record.access() == Access::Write && asked == Access::Read) {
         return Ok(InScope::Reenter(record));
     }
     if record.holds() == 0 {
@@ -82,20 +81,6 @@ pub(crate) fn unlist<R>(records: &Records<R>, name: &mut String, holder: &mut St
     }
 }
 
-/// Who takes a hold, and on which side: what each try of an acquisition
-/// knows.
-pub(crate) struct How<'a, R, S> {
-    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
-    pub(crate) side: S,
-    pub(crate) holder: &'a str,
-    /// The holder number (the part of the holder id after the client's).
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    pub(crate) number: u64,
-    pub(crate) deadline: Option<Instant>,
-    /// A read's: this client's write hold whose scope it is taken in.
-    pub(crate) under: Option<&'a Arc<R>>,
-}
-
 /// A hold taken in the store: its token, when the call that confirmed it
 /// was sent, and what else the engine learnt.
 pub(crate) struct Taken<X> {
@@ -109,8 +94,6 @@ pub(crate) struct Taken<X> {
 /// in its store, and the record a hold taken gets.
 pub(crate) trait Taking: Send + Sync + Sized + 'static {
     type Record: Record;
-    /// Which kind of contender an acquisition is, in the store's terms.
-    type Side: Copy + Send + Sync + 'static;
     type Made: Undo;
     type More: Send;
     /// The engine's name, for the log.
@@ -121,26 +104,27 @@ pub(crate) trait Taking: Send + Sync + Sized + 'static {
     fn turns(&self) -> &Turns;
     /// The client's records, per lock name and holder id.
     fn records(&self) -> &Records<Self::Record>;
-    /// The side `target` takes (a name the store refuses is an error).
-    fn side(target: &Target) -> Result<Self::Side, LockError>;
-    fn kind(side: Self::Side) -> Kind;
+    /// Whether the store can keep lock `request.name` (a name it refuses
+    /// is an error); what every store keeps by default.
+    fn check(_request: &Request) -> Result<(), LockError> {
+        Ok(())
+    }
     /// A re-entry of `record`'s hold.
     fn reenter<'a>(
         alive: Arc<Background>,
         record: Arc<Self::Record>,
-        side: Self::Side,
         chain: Chain,
-        options: &'a Options,
-        metric: &'static str,
+        request: &'a Request,
     ) -> impl Future<Output = Result<Hold<Self::Record>, LockError>> + Send + 'a;
     /// Nothing made yet, by `holder`.
-    fn made(self: &Arc<Self>, holder: &str) -> Self::Made;
-    /// One try at the hold.
+    fn made(self: &Arc<Self>, holder: &Holder) -> Self::Made;
+    /// One try at the hold of `request` by `holder`; `under`: a read's,
+    /// this client's write hold whose scope it is taken in.
     fn take<'a>(
         self: &'a Arc<Self>,
-        target: &'a Target,
-        options: &'a Options,
-        how: &'a How<'a, Self::Record, Self::Side>,
+        request: &'a Request,
+        holder: &'a Holder,
+        under: Option<&'a Arc<Self::Record>>,
         made: &'a mut Self::Made,
     ) -> impl Future<Output = Result<Taken<Self::More>, LockError>> + Send + 'a;
     /// The record of the hold `taken` (what `made` made), listed in the
@@ -149,9 +133,9 @@ pub(crate) trait Taking: Send + Sync + Sized + 'static {
     /// made is gone.
     fn record(
         self: &Arc<Self>,
-        name: &str,
-        options: &Options,
-        how: &How<'_, Self::Record, Self::Side>,
+        request: &Request,
+        holder: &Holder,
+        under: Option<&Arc<Self::Record>>,
         taken: &Taken<Self::More>,
         made: &mut Self::Made,
         turn: Option<OwnedMutexGuard<()>>,
@@ -159,8 +143,8 @@ pub(crate) trait Taking: Send + Sync + Sized + 'static {
 }
 
 /// The accessors of [`Taking`] that read the client's shared parts (`id`,
-/// `turns`, `records`), reached by `client`, and a side's kind: written
-/// once for every engine.
+/// `turns`, `records`), reached by `client`: written once for every
+/// engine.
 macro_rules! taking_fields {
     (client |$me:ident| $client:expr) => {
         fn id(&self) -> &str {
@@ -176,10 +160,6 @@ macro_rules! taking_fields {
         fn records(&self) -> &$crate::kept::Records<Self::Record> {
             let $me = self;
             &$client.records
-        }
-
-        fn kind(side: Self::Side) -> $crate::kept::Kind {
-            side.kind()
         }
     };
 }
@@ -203,10 +183,11 @@ pub(crate) fn holds_of<R: Record>(records: &Records<R>, name: &str, id: &str, ke
     }
 }
 
-/// An acquisition on a [`Taking`] engine once the options are checked and
-/// its turn is in: a re-entry when the caller runs in the scope of this
-/// client's hold, else tries in the store (the undo of what they made
-/// when the acquisition fails or is dropped) until the hold is taken.
+/// An acquisition on a [`Taking`] engine once the request is checked and
+/// its turn is in (`turn`, a mutex's): a re-entry when the caller runs in
+/// the scope of this client's hold (`reentry`: its holder id and chain),
+/// else tries in the store (the undo of what they made when the
+/// acquisition fails or is dropped) until the hold is taken.
 #[expect(
     clippy::manual_async_fn,
     reason = "an async fn keeps its arguments twice (see the comment inside)"
@@ -214,49 +195,35 @@ pub(crate) fn holds_of<R: Record>(records: &Records<R>, name: &str, id: &str, ke
 pub(crate) fn take_hold<S: Taking>(
     alive: Arc<Background>,
     store: Arc<S>,
-    target: &Target,
-    options: Options,
-    queued: Queued,
+    request: &Request,
+    reentry: Option<(String, holder::Chain)>,
+    turn: Option<OwnedMutexGuard<()>>,
 ) -> impl Future<Output = Result<Hold<S::Record>, LockError>> + Send + '_ {
     // An async block, not an async fn: a head waits in it, and an async
     // fn keeps its arguments twice (as they came and as moved).
     async move {
-        let Queued {
-            reentry,
-            turn,
-            deadline,
-        } = queued;
         let mut under = None;
-        let side = S::side(target)?;
-        let name = target.name();
-        let metric = options.metric.unwrap_or(target.kind());
+        S::check(request)?;
+        let name = request.name.as_str();
         if let Some((holder, chain)) = reentry {
-            match in_scope(store.records(), name, holder, S::kind(side))? {
+            match in_scope(store.records(), name, holder, request.kind.access())? {
                 InScope::Reenter(record) => {
-                    return S::reenter(alive, record, side, chain, &options, metric).await;
+                    return S::reenter(alive, record, chain, request).await;
                 }
                 InScope::Under(write) => under = Some(write),
             }
         }
-        let number = options.number.unwrap_or_else(crate::holder::fresh_number);
-        let holder = crate::holder::id(store.id(), number);
-        let _waiting = crate::telemetry::WaiterMetric::start(metric);
+        let holder = Holder::new(store.id(), request.number);
+        let _waiting = crate::telemetry::WaiterMetric::start(request.metric);
         let mut pending = Pending::new(alive.clone(), turn, store.made(&holder));
-        let how = How {
-            side,
-            holder: &holder,
-            number,
-            deadline,
-            under: under.as_ref(),
-        };
+        let under = under.as_ref();
         let mut tries = 0;
         let taken = loop {
             tries += 1;
-            match store.take(target, &options, &how, &mut pending.made).await {
+            match store.take(request, &holder, under, &mut pending.made).await {
                 Ok(taken) => break taken,
                 Err(e) => {
-                    if let Err(e) = try_again(e, tries, deadline, target, &options, S::ENGINE).await
-                    {
+                    if let Err(e) = try_again(e, tries, request, S::ENGINE).await {
                         pending.give_up().await;
                         return Err(e);
                     }
@@ -264,15 +231,8 @@ pub(crate) fn take_hold<S: Taking>(
             }
         };
         let turn = pending.turn.take();
-        let record = store.record(name, &options, &how, &taken, &mut pending.made, turn)?;
-        Ok(Hold::new(
-            alive,
-            record,
-            taken.token,
-            taken.sent,
-            &options,
-            metric,
-        ))
+        let record = store.record(request, &holder, under, &taken, &mut pending.made, turn)?;
+        Ok(Hold::new(alive, record, taken.token, taken.sent, request))
     }
 }
 
@@ -283,40 +243,29 @@ pub(crate) fn take_hold<S: Taking>(
 pub(crate) async fn try_again(
     e: LockError,
     tries: u32,
-    deadline: Option<Instant>,
-    target: &Target,
-    options: &Options,
+    request: &Request,
     store: &'static str,
 ) -> Result<(), LockError> {
+    let deadline = request.deadline;
     if transient(&e) && deadline.is_none_or(|d| Instant::now() < d) {
         if tries == 1 && deadline.is_none() {
-            tracing::warn!(lock = target.name(), error = %e, store, "an attempt failed; waiting without a deadline, so trying again with backoff until the store answers");
+            tracing::warn!(lock = request.name, error = %e, store, "an attempt failed; waiting without a deadline, so trying again with backoff until the store answers");
         }
         pause_within(deadline, backoff(tries)).await;
         return Ok(());
     }
-    let waited = options.wait != Some(Duration::ZERO);
-    Err(if transient(&e) && waited {
-        timed_out(target, options)
+    Err(if transient(&e) && !request.once() {
+        request.timed_out()
     } else {
         e
     })
 }
 
-/// What [`acquire`] knows when it stops queueing in the process.
-pub(crate) struct Queued {
-    /// The holder id and chain of this client's hold, when the caller runs
-    /// in its scope.
-    pub(crate) reentry: Option<(String, holder::Chain)>,
-    /// The turn at a mutex record, when it is one.
-    pub(crate) turn: Option<OwnedMutexGuard<()>>,
-    pub(crate) deadline: Option<Instant>,
-}
-
-/// Takes a hold of `target` on `engine`: a re-entry when the caller runs
-/// in the scope of this client's hold of it, else a new holder that
-/// queues in the process (a mutex), then in the store ([`take_hold`]). A queued waiter carries this future and
-/// the queue's only: the rest is boxed once it has its turn.
+/// Takes the hold `request` asks for on `engine`: a re-entry when the
+/// caller runs in the scope of this client's hold of it, else a new holder
+/// that queues in the process (a mutex), then in the store ([`take_hold`]).
+/// A queued waiter carries this future and the queue's only: the rest is
+/// boxed once it has its turn.
 #[expect(
     clippy::manual_async_fn,
     reason = "an async fn keeps its arguments twice (see the comment inside)"
@@ -324,15 +273,13 @@ pub(crate) struct Queued {
 pub(crate) fn acquire<E: Taking>(
     alive: Arc<Background>,
     engine: Arc<E>,
-    target: Target,
-    options: Options,
+    mut request: Request,
 ) -> impl Future<Output = Result<Hold<E::Record>, LockError>> + Send {
     // An async block, not an async fn: what it takes is kept once, not
     // twice (its arguments and their moved copies).
     async move {
-        check_options(&target, &options)?;
-        let started = Instant::now();
-        let deadline = options.wait.and_then(|w| started.checked_add(w));
+        request.check()?;
+        let started = request.start();
         // A plain lock's record is one per client and name: this client's
         // turn first (a re-entry has the turn already: its scope's hold
         // keeps it). A name the store refuses is refused once it has its
@@ -340,14 +287,10 @@ pub(crate) fn acquire<E: Taking>(
         // so that the store's line keeps arrival order across this
         // client's tasks as across clients (issue 34), as do a read-write
         // lock's.
-        let mutex = matches!(target, Target::Reentrant { .. })
-            && holder::in_scope(engine.id(), target.name()).is_none();
+        let mutex = request.kind == Kind::Reentrant
+            && holder::in_scope(engine.id(), &request.name).is_none();
         let queued = if mutex {
-            engine
-                .turns()
-                .turn(&target, &options, deadline)
-                .await
-                .map(Some)
+            engine.turns().turn(&request).await.map(Some)
         } else {
             Ok(None)
         };
@@ -357,18 +300,13 @@ pub(crate) fn acquire<E: Taking>(
                 // scope: the same answer).
                 let reentry = match mutex {
                     true => None,
-                    false => holder::in_scope(engine.id(), target.name()),
+                    false => holder::in_scope(engine.id(), &request.name),
                 };
-                let queued = Queued {
-                    reentry,
-                    turn,
-                    deadline,
-                };
-                Box::pin(take_hold(alive, engine, &target, options, queued)).await
+                Box::pin(take_hold(alive, engine, &request, reentry, turn)).await
             }
             Err(e) => Err(e),
         };
-        let kind = options.metric.is_none().then(|| target.kind());
+        let kind = request.recorded.then_some(request.metric);
         crate::telemetry::record_acquired(kind, started, &result);
         result
     }

@@ -6,13 +6,11 @@
 
 use foldhash::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
-use tokio::time::Instant;
 
 use tokio::sync::OwnedMutexGuard;
 
 use crate::error::LockError;
-use crate::request::{Options, Target, timed_out, within};
+use crate::request::{Kind, Request, within};
 
 /// Per name, the queue its acquisitions wait in (FIFO).
 #[derive(Default)]
@@ -42,22 +40,15 @@ impl Turns {
         queue
     }
 
-    /// Waits, within the wait, for this client's turn at `target`'s name
-    /// (FIFO); a zero wait takes it only if free. The turn is the client's
-    /// until the guard drops.
-    pub(crate) async fn turn(
-        &self,
-        target: &Target,
-        options: &Options,
-        deadline: Option<Instant>,
-    ) -> Result<OwnedMutexGuard<()>, LockError> {
-        let queue = self.queue(target.name());
-        if options.wait == Some(Duration::ZERO) {
-            return queue
-                .try_lock_owned()
-                .map_err(|_| timed_out(target, options));
+    /// Waits, within the wait, for this client's turn at `request`'s
+    /// name (FIFO); a zero wait takes it only if free. The turn is the
+    /// client's until the guard drops.
+    pub(crate) async fn turn(&self, request: &Request) -> Result<OwnedMutexGuard<()>, LockError> {
+        let queue = self.queue(&request.name);
+        if request.once() {
+            return queue.try_lock_owned().map_err(|_| request.timed_out());
         }
-        within!(queue.lock_owned(), deadline, target, options)
+        within!(queue.lock_owned(), request.deadline, request)
     }
 }
 
@@ -81,45 +72,20 @@ pub(crate) fn records_of<R>(records: &Records<R>, name: &str) -> Vec<Arc<R>> {
 
 /// What a record holds, or a re-entry asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub(crate) enum Access {
     Mutex,
     Read,
     Write,
 }
 
-/// Which kind of contender an acquisition is, on an engine whose fair
-/// locks keep a line of their own (the SQL engines, the memory engine).
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "memory"))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Side {
-    /// A reentrant lock's.
-    Mutex,
-    /// A fair lock's: in line, then holding.
-    Fair,
-    /// A read-write lock's reader.
-    Read,
-    /// A read-write lock's writer.
-    Write,
-}
-
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "memory"))]
-impl Side {
-    /// The side `target` takes.
-    pub(crate) fn of(target: &Target) -> Side {
-        match target {
-            Target::Reentrant { .. } => Side::Mutex,
-            Target::Fair { .. } => Side::Fair,
-            Target::Read { .. } => Side::Read,
-            Target::Write { .. } => Side::Write,
-        }
-    }
-
-    /// What it holds, as re-entry sees it (a fair lock is a mutex).
-    pub(crate) fn kind(self) -> Kind {
+/// What a lock of each kind holds, as re-entry sees it (a fair lock is a
+/// mutex).
+impl Kind {
+    pub(crate) fn access(self) -> Access {
         match self {
-            Side::Mutex | Side::Fair => Kind::Mutex,
-            Side::Read => Kind::Read,
-            Side::Write => Kind::Write,
+            Kind::Reentrant | Kind::Fair => Access::Mutex,
+            Kind::Read => Access::Read,
+            Kind::Write => Access::Write,
         }
     }
 }

@@ -20,8 +20,7 @@ use tracing::Instrument;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::guard::{Held, LockGuard};
-pub(crate) use crate::request::Options;
-use crate::request::Target;
+use crate::request::{Kind, Request};
 
 /// Builds one acquisition of a lock: [`wait`](Self::wait) and
 /// [`lease`](Self::lease), then [`acquire`](Self::acquire) or
@@ -34,29 +33,26 @@ use crate::request::Target;
 #[must_use = "a lock builder does nothing until acquired"]
 pub struct LockBuilder {
     client: LockClient,
-    target: Target,
-    options: Options,
+    request: Request,
 }
 
 impl LockBuilder {
-    pub(crate) fn new(client: LockClient, target: Target) -> Self {
-        LockBuilder {
-            client,
-            target,
-            options: Options::default(),
-        }
+    /// An acquisition of lock `name` of `kind` on `client`.
+    pub(crate) fn new(client: LockClient, name: String, kind: Kind) -> Self {
+        let request = Request::new(name, kind, client.config());
+        LockBuilder { client, request }
     }
 
     /// Longest time to wait for the lock; then `Err(LockError::Timeout)`.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = Some(wait);
+        self.request.wait = Some(wait);
         self
     }
 
     /// A fixed lease: the lock expires after it unless released first, and
     /// the watchdog leaves it alone.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.options.lease = Some(lease);
+        self.request.fixed_lease(lease);
         self
     }
 
@@ -79,7 +75,7 @@ impl LockBuilder {
     /// minimum any hold of the chain asked for. Waiters told a longer lease
     /// are woken to retry. A lost lease is reported as usual.
     pub fn hold_at_least(mut self, minimum: Duration) -> Self {
-        self.options.hold_at_least = Some(minimum);
+        self.request.hold_at_least = Some(minimum);
         self
     }
 
@@ -87,12 +83,12 @@ impl LockBuilder {
     // Not an `async fn`: one would keep the builder twice (its argument and
     // the local it is moved to), and every waiting task carries this future.
     pub fn acquire(self) -> impl Future<Output = Result<LockGuard, LockError>> + Send + 'static {
-        acquire_hold(self.client, self.target, self.options).map(|held| held.map(LockGuard::single))
+        acquire_hold(self.client, self.request).map(|held| held.map(LockGuard::single))
     }
 
     /// One attempt: `Ok(None)` when someone else holds the lock.
     pub async fn try_acquire(mut self) -> Result<Option<LockGuard>, LockError> {
-        self.options.wait = Some(Duration::ZERO);
+        self.request.wait = Some(Duration::ZERO);
         match self.acquire().await {
             Ok(guard) => Ok(Some(guard)),
             Err(LockError::Timeout { .. }) => Ok(None),
@@ -102,25 +98,24 @@ impl LockBuilder {
 }
 
 /// The acquisition every single-name kind shares, on whichever engine the
-/// client has (each checks the options first, with
-/// [`check_options`](crate::request::check_options), and records the outcome).
+/// client has (each checks the request first, with
+/// [`Request::check`], and records the outcome).
 ///
 /// Not an `async fn`, for the size of the future (see [`LockBuilder::acquire`]).
 pub(crate) fn acquire_hold(
     client: LockClient,
-    target: Target,
-    options: Options,
+    request: Request,
 ) -> impl Future<Output = Result<Held, LockError>> + Send + 'static {
     let span = tracing::debug_span!(
         "acquire",
-        lock = target.name(),
-        kind = target.kind(),
+        lock = request.name.as_str(),
+        kind = request.kind.label(),
         reenter = tracing::field::Empty,
     );
     // Polled where it stands (no async block that would keep what it
     // moves in twice, no box): every waiting task carries it (a Redis
     // waiter's is kept small for it: see `engine::redis::acquire`).
-    let acquiring = client.engine().acquire(client.alive(), target, options);
+    let acquiring = client.engine().acquire(client.alive(), request);
     acquiring.instrument(span)
 }
 
@@ -129,7 +124,7 @@ impl LockClient {
     /// A reentrant lock (Redisson's `RLock`): one holder at a time, which may
     /// take it again inside its guard's [`scope`](crate::LockGuard::scope).
     pub fn lock(&self, name: impl Into<String>) -> LockBuilder {
-        LockBuilder::new(self.clone(), Target::Reentrant { name: name.into() })
+        LockBuilder::new(self.clone(), name.into(), Kind::Reentrant)
     }
 
     /// A fair lock (Redisson's `RFairLock`): a reentrant lock that goes to
@@ -137,6 +132,6 @@ impl LockClient {
     /// clients. A waiter that gives up or dies does not block those behind
     /// it (see [`Config::fair_wait_timeout`](crate::Config::fair_wait_timeout)).
     pub fn fair_lock(&self, name: impl Into<String>) -> LockBuilder {
-        LockBuilder::new(self.clone(), Target::Fair { name: name.into() })
+        LockBuilder::new(self.clone(), name.into(), Kind::Fair)
     }
 }

@@ -17,8 +17,8 @@ use tracing::Instrument;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::lock::{LockBuilder, Options, acquire_hold};
-use crate::request::Target;
+use crate::lock::{LockBuilder, acquire_hold};
+use crate::request::{Kind, Request};
 
 /// Several locks taken and released as one: [`acquire`](Self::acquire)
 /// returns once every lock is held, and the one [`LockGuard`] releases them
@@ -63,8 +63,9 @@ use crate::request::Target;
 #[derive(Clone, Default)]
 #[must_use = "a lock builder does nothing until acquired"]
 pub struct MultiLock {
-    locks: Vec<(LockClient, Target)>,
-    options: Options,
+    locks: Vec<(LockClient, Request)>,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
 }
 
 impl MultiLock {
@@ -76,31 +77,33 @@ impl MultiLock {
 
     /// Adds the reentrant lock `name` of `client`.
     pub fn with(self, client: &LockClient, name: impl Into<String>) -> Self {
-        self.with_target(client, Target::Reentrant { name: name.into() })
+        self.with_kind(client, name.into(), Kind::Reentrant)
     }
 
     /// Adds a lock of any kind, as its builder (e.g. `client.lock("a")`).
-    /// The builder's own `wait` and `lease` are not used: the multi lock's
-    /// apply to every lock in it.
+    /// The builder's own `wait`, `lease` and `hold_at_least` are not used:
+    /// the multi lock's apply to every lock in it.
     pub fn with_lock(self, lock: LockBuilder) -> Self {
-        self.with_target(&lock.client, lock.target)
+        self.with_kind(&lock.client, lock.request.name, lock.request.kind)
     }
 
-    pub(crate) fn with_target(mut self, client: &LockClient, target: Target) -> Self {
-        self.locks.push((client.clone(), target));
+    /// Adds the lock `name` of `kind` on `client`.
+    pub(crate) fn with_kind(mut self, client: &LockClient, name: String, kind: Kind) -> Self {
+        let request = Request::new(name, kind, client.config());
+        self.locks.push((client.clone(), request));
         self
     }
 
     /// Longest time to wait for all the locks; then `Err(LockError::Timeout)`.
     /// Left out: wait until acquired. `Duration::ZERO`: one attempt.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = Some(wait);
+        self.wait = Some(wait);
         self
     }
 
     /// A fixed lease for every lock (else the watchdog keeps them alive).
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.options.lease = Some(lease);
+        self.lease = Some(lease);
         self
     }
 
@@ -117,21 +120,21 @@ impl MultiLock {
     }
 
     async fn acquire_all(self) -> Result<LockGuard, LockError> {
-        let locks = plan(self.locks)?;
+        let (wait, lease) = (self.wait, self.lease);
+        let mut locks = plan(self.locks)?;
+        if let Some(lease) = lease {
+            locks.iter_mut().for_each(|l| l.request.fixed_lease(lease));
+        }
         let name = locks
             .iter()
-            .map(|l| l.target.name())
+            .map(|l| l.request.name.as_str())
             .collect::<Vec<_>>()
             .join("+");
-        let options = Options {
-            metric: Some("multi"),
-            ..self.options
+        let timeout = |busy: &Request| LockError::Timeout {
+            name: busy.name.clone(),
+            waited: wait.unwrap_or_default(),
         };
-        let timeout = |busy: &Target| LockError::Timeout {
-            name: busy.name().to_owned(),
-            waited: options.wait.unwrap_or_default(),
-        };
-        let deadline = options.wait.and_then(|w| Instant::now().checked_add(w));
+        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
         let span = tracing::debug_span!("acquire_multi", lock = %name);
         async move {
             // The lock to wait for; the others get one attempt each.
@@ -142,26 +145,22 @@ impl MultiLock {
                 // lock's holds on one client share one holder id), new each
                 // round: a give-back of an earlier round that failed or is
                 // late can never meet this round's holds.
-                let options = Options {
-                    number: Some(crate::holder::fresh_number()),
-                    ..options
+                let number = crate::holder::fresh_number();
+                let part = |lock: &Planned, wait| Request {
+                    wait,
+                    ..lock.request.clone().part_of("multi", Some(number))
                 };
                 let mut taken = LockGuard::group(name.clone(), 0, Vec::new());
                 let first = &locks[lead];
-                let options_first = Options { wait, ..options };
-                match acquire_hold(first.client.clone(), first.target.clone(), options_first).await
-                {
+                match acquire_hold(first.client.clone(), part(first, wait)).await {
                     Ok(held) => taken.absorb(LockGuard::single(held)),
-                    Err(LockError::Timeout { .. }) => return Err(timeout(&first.target)),
+                    Err(LockError::Timeout { .. }) => return Err(timeout(&first.request)),
                     Err(e) => return Err(e),
                 }
                 let mut busy = None;
                 for (i, lock) in locks.iter().enumerate().filter(|(i, _)| *i != lead) {
-                    let once = Options {
-                        wait: Some(Duration::ZERO),
-                        ..options
-                    };
-                    match acquire_hold(lock.client.clone(), lock.target.clone(), once).await {
+                    let once = part(lock, Some(Duration::ZERO));
+                    match acquire_hold(lock.client.clone(), once).await {
                         Ok(held) => taken.absorb(LockGuard::single(held)),
                         Err(LockError::Timeout { .. }) => {
                             busy = Some(i);
@@ -180,11 +179,11 @@ impl MultiLock {
                 // Holding nothing while waiting is what rules out deadlocks.
                 give_back(taken).await;
                 tracing::debug!(
-                    busy = locks[busy].target.name(),
+                    busy = %locks[busy].request.name,
                     "one lock busy; retrying from it"
                 );
                 if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(timeout(&locks[busy].target));
+                    return Err(timeout(&locks[busy].request));
                 }
                 lead = busy;
             }
@@ -196,7 +195,7 @@ impl MultiLock {
     /// One attempt at every lock: `Ok(None)` when one of them is busy (and
     /// then none is held).
     pub async fn try_acquire(mut self) -> Result<Option<LockGuard>, LockError> {
-        self.options.wait = Some(Duration::ZERO);
+        self.wait = Some(Duration::ZERO);
         match self.acquire().await {
             Ok(guard) => Ok(Some(guard)),
             Err(LockError::Timeout { .. }) => Ok(None),
@@ -207,11 +206,11 @@ impl MultiLock {
 
 impl fmt::Debug for MultiLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.locks.iter().map(|(_, t)| t.name()).collect();
+        let names: Vec<&str> = self.locks.iter().map(|(_, r)| r.name.as_str()).collect();
         f.debug_struct("MultiLock")
             .field("locks", &names)
-            .field("wait", &self.options.wait)
-            .field("lease", &self.options.lease)
+            .field("wait", &self.wait)
+            .field("lease", &self.lease)
             .finish()
     }
 }
@@ -220,11 +219,11 @@ impl fmt::Debug for MultiLock {
 struct Planned {
     server: String,
     client: LockClient,
-    target: Target,
+    request: Request,
 }
 
 /// Sorts the set into acquisition order and drops repeats.
-fn plan(locks: Vec<(LockClient, Target)>) -> Result<Vec<Planned>, LockError> {
+fn plan(locks: Vec<(LockClient, Request)>) -> Result<Vec<Planned>, LockError> {
     if locks.is_empty() {
         return Err(LockError::Config(
             "a multi lock needs at least one lock".into(),
@@ -232,25 +231,25 @@ fn plan(locks: Vec<(LockClient, Target)>) -> Result<Vec<Planned>, LockError> {
     }
     let mut planned: Vec<Planned> = locks
         .into_iter()
-        .map(|(client, target)| Planned {
+        .map(|(client, request)| Planned {
             // The first sort key: every caller orders the same locks alike.
             server: client.config().server_identity(),
             client,
-            target,
+            request,
         })
         .collect();
     // Stable: of repeats, the one given first stays.
-    planned.sort_by(|a, b| (&a.server, a.target.name()).cmp(&(&b.server, b.target.name())));
+    planned.sort_by(|a, b| (&a.server, &a.request.name).cmp(&(&b.server, &b.request.name)));
     let mut kept: Vec<Planned> = Vec::with_capacity(planned.len());
     for lock in planned {
         if let Some(last) = kept.last()
             && last.server == lock.server
-            && last.target.name() == lock.target.name()
+            && last.request.name == lock.request.name
         {
-            if last.target != lock.target {
+            if last.request.kind != lock.request.kind {
                 return Err(LockError::Config(format!(
                     "lock `{}` appears twice in a multi lock with different kinds",
-                    lock.target.name()
+                    lock.request.name
                 )));
             }
             continue;

@@ -21,8 +21,8 @@ use crate::engine::redis::Core;
 use crate::engine::redis::keys;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::lock::{Options, acquire_hold};
-use crate::request::Target;
+use crate::lock::acquire_hold;
+use crate::request::{Kind, Request};
 
 /// A lock held by a majority of independent Redis servers (the Redlock
 /// algorithm): it survives the loss of a minority of them. Same builder
@@ -94,7 +94,8 @@ use crate::request::Target;
 pub struct QuorumLock {
     name: String,
     clients: Vec<LockClient>,
-    options: Options,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
     node_timeout: Option<Duration>,
 }
 
@@ -105,7 +106,8 @@ impl QuorumLock {
         QuorumLock {
             name: name.into(),
             clients: clients.to_vec(),
-            options: Options::default(),
+            wait: None,
+            lease: None,
             node_timeout: None,
         }
     }
@@ -114,13 +116,13 @@ impl QuorumLock {
     /// `Err(LockError::NoQuorum)`. Left out: wait until acquired.
     /// `Duration::ZERO`: one round.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = Some(wait);
+        self.wait = Some(wait);
         self
     }
 
     /// A fixed lease on every node (else each client's watchdog renews it).
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.options.lease = Some(lease);
+        self.lease = Some(lease);
         self
     }
 
@@ -141,7 +143,7 @@ impl QuorumLock {
 
     /// One round: `Ok(None)` when the lock is held by someone else.
     pub async fn try_acquire(mut self) -> Result<Option<LockGuard>, LockError> {
-        self.options.wait = Some(Duration::ZERO);
+        self.wait = Some(Duration::ZERO);
         match self.measured().await {
             Ok(guard) => Ok(Some(guard)),
             Err((_, true)) => Ok(None),
@@ -168,9 +170,9 @@ impl QuorumLock {
     async fn run(self) -> Result<LockGuard, (LockError, bool)> {
         let refuse = |e| (e, false);
         crate::request::check_name(&self.name).map_err(refuse)?;
-        crate::config::check_lease(self.options.lease).map_err(refuse)?;
+        crate::config::check_lease(self.lease).map_err(refuse)?;
         let nodes = self.nodes().map_err(refuse)?;
-        let lease = match self.options.lease {
+        let lease = match self.lease {
             Some(lease) => lease,
             None => nodes
                 .iter()
@@ -184,17 +186,11 @@ impl QuorumLock {
         let round = Round {
             name: &self.name,
             nodes: &nodes,
-            options: Options {
-                metric: Some("quorum"),
-                ..self.options
-            },
+            fixed: self.lease,
             lease,
             node_timeout,
         };
-        let deadline = self
-            .options
-            .wait
-            .and_then(|w| Instant::now().checked_add(w));
+        let deadline = self.wait.and_then(|w| Instant::now().checked_add(w));
         let span = tracing::debug_span!("acquire_quorum", lock = %self.name, nodes = nodes.len());
         async {
             // Waiters of this process take turns, so they do not split the votes.
@@ -278,8 +274,8 @@ impl fmt::Debug for QuorumLock {
         f.debug_struct("QuorumLock")
             .field("name", &self.name)
             .field("nodes", &self.clients.len())
-            .field("wait", &self.options.wait)
-            .field("lease", &self.options.lease)
+            .field("wait", &self.wait)
+            .field("lease", &self.lease)
             .field("node_timeout", &self.node_timeout)
             .finish()
     }
@@ -351,7 +347,8 @@ impl Failure {
 struct Round<'a> {
     name: &'a str,
     nodes: &'a [Node],
-    options: Options,
+    /// The fixed lease asked for (`None`: each client's watchdog's).
+    fixed: Option<Duration>,
     /// The lease the validity is counted against.
     lease: Duration,
     node_timeout: Duration,
@@ -364,18 +361,15 @@ impl Round<'_> {
 
     async fn run(&self) -> Result<LockGuard, Failure> {
         let started = Instant::now();
-        let once = Options {
-            wait: Some(Duration::ZERO),
-            ..self.options
-        };
         let attempts = self.nodes.iter().map(|node| async move {
-            let target = Target::Reentrant {
-                name: self.name.to_owned(),
-            };
+            let config = node.client.config();
+            let request = Request::new(self.name.to_owned(), Kind::Reentrant, config)
+                .asking(Some(Duration::ZERO), self.fixed)
+                .part_of("quorum", None);
             // A grant that lands after the timeout is undone by attempt_once.
             match tokio::time::timeout(
                 self.node_timeout,
-                acquire_hold(node.client.clone(), target, once),
+                acquire_hold(node.client.clone(), request),
             )
             .await
             {

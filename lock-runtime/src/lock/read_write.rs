@@ -8,7 +8,7 @@
 
 use crate::client::LockClient;
 use crate::lock::LockBuilder;
-use crate::request::Target;
+use crate::request::Kind;
 
 /// A read-write lock (Redisson's `RReadWriteLock`), from
 /// [`LockClient::read_write_lock`]: any number of readers at a time, or one
@@ -61,22 +61,12 @@ impl ReadWriteLock {
 
     /// The read side: shared with other readers.
     pub fn read(&self) -> LockBuilder {
-        LockBuilder::new(
-            self.client.clone(),
-            Target::Read {
-                name: self.name.clone(),
-            },
-        )
+        LockBuilder::new(self.client.clone(), self.name.clone(), Kind::Read)
     }
 
     /// The write side: exclusive.
     pub fn write(&self) -> LockBuilder {
-        LockBuilder::new(
-            self.client.clone(),
-            Target::Write {
-                name: self.name.clone(),
-            },
-        )
+        LockBuilder::new(self.client.clone(), self.name.clone(), Kind::Write)
     }
 }
 

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::lock::{Options, acquire_hold};
-use crate::request::Target;
+use crate::lock::acquire_hold;
+use crate::request::{Kind, Request};
 
 /// Where the first "free segment" attempt starts: rotates over every
 /// acquisition in the process, from a random start so that processes do not
@@ -164,7 +164,8 @@ impl SegmentedLock {
         SegmentBuilder {
             lock: self.clone(),
             which: Which::Any { skip: Vec::new() },
-            options: Options::default(),
+            wait: None,
+            lease: None,
         }
     }
 
@@ -174,7 +175,8 @@ impl SegmentedLock {
         SegmentBuilder {
             lock: self.clone(),
             which: Which::Any { skip },
-            options: Options::default(),
+            wait: None,
+            lease: None,
         }
     }
 
@@ -184,7 +186,8 @@ impl SegmentedLock {
         SegmentBuilder {
             lock: self.clone(),
             which: Which::Given(segment),
-            options: Options::default(),
+            wait: None,
+            lease: None,
         }
     }
 
@@ -192,7 +195,8 @@ impl SegmentedLock {
     pub fn all(&self) -> AllSegmentsBuilder {
         AllSegmentsBuilder {
             lock: self.clone(),
-            options: Options::default(),
+            wait: None,
+            lease: None,
         }
     }
 
@@ -236,15 +240,21 @@ impl SegmentedLock {
         }
     }
 
+    /// Takes segment `segment` on `client`, waiting `wait`, with the
+    /// fixed `lease` (`None`: the watchdog's), as holder `number` (`None`:
+    /// a fresh one).
     async fn take(
         &self,
         client: &LockClient,
         segment: usize,
-        options: Options,
+        (wait, lease): (Option<Duration>, Option<Duration>),
+        number: Option<u64>,
     ) -> Result<SegmentGuard, LockError> {
         let name = self.segment_name(segment);
         let claim = Claim::new(client, &name);
-        let held = acquire_hold(client.clone(), Target::Reentrant { name }, options).await?;
+        let request = Request::new(name, Kind::Reentrant, client.config()).asking(wait, lease);
+        let request = Request { number, ..request };
+        let held = acquire_hold(client.clone(), request).await?;
         Ok(SegmentGuard {
             guard: LockGuard::single(held),
             segment,
@@ -278,7 +288,8 @@ enum Which {
 pub struct SegmentBuilder {
     lock: SegmentedLock,
     which: Which,
-    options: Options,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
 }
 
 impl SegmentBuilder {
@@ -287,13 +298,13 @@ impl SegmentBuilder {
     /// (for [`SegmentedLock::any`], segments this client's other tasks hold
     /// or wait for count as busy without an attempt).
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = Some(wait);
+        self.wait = Some(wait);
         self
     }
 
     /// A fixed lease instead of the watchdog's renewal.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.options.lease = Some(lease);
+        self.lease = Some(lease);
         self
     }
 
@@ -302,15 +313,16 @@ impl SegmentBuilder {
         let SegmentBuilder {
             lock,
             which,
-            options,
+            wait,
+            lease,
         } = self;
         let client = lock.resolve().await?;
         match which {
             Which::Given(segment) => {
                 lock.check_segment(segment)?;
-                lock.take(&client, segment, options)
+                lock.take(&client, segment, (wait, lease), None)
                     .await
-                    .map_err(|e| rename_timeout(e, &lock, options.wait))
+                    .map_err(|e| rename_timeout(e, &lock, wait))
             }
             Which::Any { skip } => {
                 let started = Instant::now();
@@ -325,10 +337,6 @@ impl SegmentBuilder {
                         .filter(|&i| !skipped(i))
                         .collect(),
                 };
-                let once = Options {
-                    wait: Some(Duration::ZERO),
-                    ..options
-                };
                 // Segments this client's other tasks hold or wait for are
                 // busy: not worth a round trip.
                 let claimed = |segment| Claim::count(&client, &lock.segment_name(segment));
@@ -336,7 +344,8 @@ impl SegmentBuilder {
                     if claimed(segment) > 0 {
                         continue;
                     }
-                    match lock.take(&client, segment, once).await {
+                    let once = (Some(Duration::ZERO), lease);
+                    match lock.take(&client, segment, once, None).await {
                         Ok(guard) => return Ok(guard),
                         Err(LockError::Timeout { .. }) => {}
                         Err(e) => return Err(e),
@@ -345,16 +354,12 @@ impl SegmentBuilder {
                 // All busy: wait for the one with the fewest of our tasks
                 // waiting, the first from `start` on a tie, with what is left
                 // of the wait.
-                let rest = match options.wait {
+                let rest = match wait {
                     None => None,
                     Some(wait) => match wait.checked_sub(started.elapsed()) {
                         Some(rest) if !rest.is_zero() => Some(rest),
-                        _ => return Err(lock.timeout(options.wait)),
+                        _ => return Err(lock.timeout(Some(wait))),
                     },
-                };
-                let waiting = Options {
-                    wait: rest,
-                    ..options
                 };
                 // A segment the caller's scope holds would be re-entered:
                 // never by accident, only when nothing else is left.
@@ -366,9 +371,9 @@ impl SegmentBuilder {
                     .copied()
                     .min_by_key(|&segment| (held_here(segment), claimed(segment)))
                     .unwrap_or(start);
-                lock.take(&client, shortest, waiting)
+                lock.take(&client, shortest, (rest, lease), None)
                     .await
-                    .map_err(|e| rename_timeout(e, &lock, options.wait))
+                    .map_err(|e| rename_timeout(e, &lock, wait))
             }
         }
     }
@@ -376,7 +381,7 @@ impl SegmentBuilder {
     /// One attempt (per segment, for [`SegmentedLock::any`], see
     /// [`wait`](Self::wait)): `Ok(None)` when every segment asked for is busy.
     pub async fn try_acquire(mut self) -> Result<Option<SegmentGuard>, LockError> {
-        self.options.wait = Some(Duration::ZERO);
+        self.wait = Some(Duration::ZERO);
         match self.acquire().await {
             Ok(guard) => Ok(Some(guard)),
             Err(LockError::Timeout { .. }) => Ok(None),
@@ -397,20 +402,21 @@ fn rename_timeout(e: LockError, lock: &SegmentedLock, wait: Option<Duration>) ->
 #[must_use = "a lock builder does nothing until acquired"]
 pub struct AllSegmentsBuilder {
     lock: SegmentedLock,
-    options: Options,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
 }
 
 impl AllSegmentsBuilder {
     /// Longest time to wait for all segments together; then
     /// `Err(LockError::Timeout)`, with none of them held.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.options.wait = Some(wait);
+        self.wait = Some(wait);
         self
     }
 
     /// A fixed lease (for each segment) instead of the watchdog's renewal.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.options.lease = Some(lease);
+        self.lease = Some(lease);
         self
     }
 
@@ -418,23 +424,19 @@ impl AllSegmentsBuilder {
     /// taken are given back (in the background), as they are when the
     /// returned future is dropped half-way.
     pub async fn acquire(self) -> Result<SegmentsGuard, LockError> {
-        let AllSegmentsBuilder { lock, options } = self;
+        let AllSegmentsBuilder { lock, wait, lease } = self;
         let client = lock.resolve().await?;
         // A deadline the clock cannot represent is no deadline.
-        let deadline = options.wait.and_then(|w| Instant::now().checked_add(w));
-        let options = Options {
-            number: Some(crate::holder::fresh_number()),
-            ..options
-        };
+        let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+        let number = Some(crate::holder::fresh_number());
         let mut guards = Vec::with_capacity(lock.segments);
         for segment in 0..lock.segments {
-            let wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let step = Options { wait, ..options };
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             // Dropping `guards` on an error releases what was taken.
             let guard = lock
-                .take(&client, segment, step)
+                .take(&client, segment, (left, lease), number)
                 .await
-                .map_err(|e| rename_timeout(e, &lock, options.wait))?;
+                .map_err(|e| rename_timeout(e, &lock, wait))?;
             guards.push(guard);
         }
         Ok(SegmentsGuard {
@@ -445,7 +447,7 @@ impl AllSegmentsBuilder {
 
     /// One attempt at each segment: `Ok(None)` (holding none) when any is busy.
     pub async fn try_acquire(mut self) -> Result<Option<SegmentsGuard>, LockError> {
-        self.options.wait = Some(Duration::ZERO);
+        self.wait = Some(Duration::ZERO);
         match self.acquire().await {
             Ok(guard) => Ok(Some(guard)),
             Err(LockError::Timeout { .. }) => Ok(None),

@@ -21,7 +21,7 @@ use crate::holder::Chain;
 use crate::kept::Downgrade;
 pub(super) use crate::kept::lost;
 use crate::kept::{Counted, Deleted, Hold, give_back_retried};
-use crate::request::{Options, backoff};
+use crate::request::{Request, backoff};
 
 /// The end of a key's value (its holder id) while the key is kept only by
 /// a `hold_at_least` minimum.
@@ -242,12 +242,10 @@ impl crate::kept::Record for Record {
 pub(super) async fn reenter(
     alive: Arc<Background>,
     record: Arc<Record>,
-    side: Side,
     chain: Chain,
-    options: &Options,
-    metric: &'static str,
+    request: &Request,
 ) -> Result<EtcdHold, LockError> {
-    let counted = Counted::count(record, side.kind(), chain)?;
+    let counted = Counted::count(record, request.kind.access(), chain)?;
     let record = counted.record().clone();
     let etcd = record.etcd.clone();
     let sent = Instant::now();
@@ -262,7 +260,7 @@ pub(super) async fn reenter(
         return Err(lost(&record.name));
     }
     let token = revision(answer.header());
-    Ok(counted.hold(alive, token, sent, options, metric))
+    Ok(counted.hold(alive, token, sent, request))
 }
 
 pub(super) fn revision(header: Option<&etcd_client::ResponseHeader>) -> u64 {

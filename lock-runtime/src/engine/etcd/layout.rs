@@ -23,7 +23,7 @@
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
 use crate::error::LockError;
-use crate::request::Target;
+use crate::request::Kind;
 
 /// Which kind of contender a key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,23 +38,21 @@ pub(crate) enum Side {
 
 impl Side {
     /// The shared name of this side (see `turns::may_reenter`).
-    pub(crate) fn kind(self) -> crate::kept::Kind {
+    pub(crate) fn access(self) -> crate::kept::Access {
         match self {
-            Side::Mutex => crate::kept::Kind::Mutex,
-            Side::Read => crate::kept::Kind::Read,
-            Side::Write => crate::kept::Kind::Write,
+            Side::Mutex => crate::kept::Access::Mutex,
+            Side::Read => crate::kept::Access::Read,
+            Side::Write => crate::kept::Access::Write,
         }
     }
 
-    /// The side `target` takes; refuses a name with a `/`, whose keys
-    /// would look like another lock's (`a/` is a prefix of `a/b/`).
-    pub(crate) fn of(target: &Target) -> Result<Side, LockError> {
-        check_name(target.name())?;
-        Ok(match target {
-            Target::Reentrant { .. } | Target::Fair { .. } => Side::Mutex,
-            Target::Read { .. } => Side::Read,
-            Target::Write { .. } => Side::Write,
-        })
+    /// The side a lock of `kind` takes (a fair lock's is a mutex's).
+    pub(crate) fn of(kind: Kind) -> Side {
+        match kind {
+            Kind::Reentrant | Kind::Fair => Side::Mutex,
+            Kind::Read => Side::Read,
+            Kind::Write => Side::Write,
+        }
     }
 
     /// The key of a contender on this side: a mutex key of its own (a

@@ -78,7 +78,7 @@ pub(crate) use ops::{force_unlock, inspect, locks};
 crate::engine::seam::engine_by_parts!(
     Etcd, name "etcd", hold EtcdHold,
     connect Etcd::connect,
-    acquire |etcd, alive, site, options| crate::kept::acquire(alive, etcd, site, options),
+    acquire |etcd, alive, request| crate::kept::acquire(alive, etcd, request),
     renewed |etcd| etcd.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
 );

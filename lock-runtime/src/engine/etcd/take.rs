@@ -12,7 +12,7 @@ use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, SortOrder, Txn, TxnO
 use tokio::sync::{OwnedMutexGuard, oneshot};
 
 use super::hold::{EtcdHold, Lease, Record, lost, reenter, revision};
-use super::layout::{Side, one_of};
+use super::layout::{Side, check_name, one_of};
 use super::session::{Session, ttl_secs};
 use super::undo::Made;
 use super::watches::Note;
@@ -20,13 +20,10 @@ use super::{ENGINE, Etcd, Here};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::Chain;
+use crate::holder::{Chain, Holder};
 use crate::kept::Downgrade;
 use crate::kept::{Deleted, Taking, list};
-use crate::request::{Options, Target, backoff, pause_within, timed_out, within};
-
-/// Who takes the hold, and on which side.
-type How<'a> = crate::kept::How<'a, Record, Side>;
+use crate::request::{Kind, Request, backoff, pause_within, within};
 
 /// A hold taken in etcd: its key's create revision beside the token.
 type Taken = crate::kept::Taken<i64>;
@@ -35,27 +32,24 @@ impl Taking for Etcd {
     crate::kept::taking_fields!(client | e | e);
 
     type Record = Record;
-    type Side = Side;
     type Made = Made;
     type More = i64;
     const ENGINE: &'static str = ENGINE;
 
-    fn side(target: &Target) -> Result<Side, LockError> {
-        Side::of(target)
+    fn check(request: &Request) -> Result<(), LockError> {
+        check_name(&request.name)
     }
 
     fn reenter<'a>(
         alive: Arc<Background>,
         record: Arc<Record>,
-        side: Side,
         chain: Chain,
-        options: &'a Options,
-        metric: &'static str,
+        request: &'a Request,
     ) -> impl Future<Output = Result<EtcdHold, LockError>> + Send + 'a {
-        reenter(alive, record, side, chain, options, metric)
+        reenter(alive, record, chain, request)
     }
 
-    fn made(self: &Arc<Self>, holder: &str) -> Made {
+    fn made(self: &Arc<Self>, holder: &Holder) -> Made {
         Made {
             etcd: self.clone(),
             session: None,
@@ -63,30 +57,31 @@ impl Taking for Etcd {
             fixed: None,
             answered: None,
             sent: false,
-            holder: holder.to_owned(),
+            holder: holder.id.clone(),
         }
     }
 
     fn take<'a>(
         self: &'a Arc<Self>,
-        target: &'a Target,
-        options: &'a Options,
-        how: &'a How<'a>,
+        request: &'a Request,
+        holder: &'a Holder,
+        under: Option<&'a Arc<Record>>,
         made: &'a mut Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        take(self, target, options, how, made)
+        take(self, request, holder, under, made)
     }
 
     fn record(
         self: &Arc<Self>,
-        name: &str,
-        _options: &Options,
-        how: &How<'_>,
+        request: &Request,
+        holder: &Holder,
+        under: Option<&Arc<Record>>,
         taken: &Taken,
         made: &mut Made,
         turn: Option<OwnedMutexGuard<()>>,
     ) -> Result<Arc<Record>, LockError> {
         // The claim on the key is kept until the hold is bound to the session.
+        let name = request.name.as_str();
         let (Some(session), Some(claim)) = (made.session.take(), made.key.take()) else {
             return Err(lost(name));
         };
@@ -103,18 +98,18 @@ impl Taking for Etcd {
         let record = Arc::new(Record {
             etcd: self.clone(),
             name: name.to_owned(),
-            side: how.side,
+            side: Side::of(request.kind),
             key: claim.key().to_owned(),
-            holder: how.holder.to_owned(),
+            holder: holder.id.clone(),
             create_revision: taken.more,
             lease,
             holds: AtomicUsize::new(1),
             deleted: Deleted::default(),
             watcher: OnceLock::new(),
             turn: Mutex::new(turn),
-            downgrade: Downgrade::new(how.under.cloned()),
+            downgrade: Downgrade::new(under.cloned()),
         });
-        list(&self.records, &record, how.under);
+        list(&self.records, &record, under);
         match record.lease {
             Lease::Fixed { .. } => record.watch_deletion(),
             Lease::Session { .. } => record.bind(),
@@ -130,12 +125,12 @@ impl Taking for Etcd {
 /// hold is taken (its time counts from then) and the key moved to it.
 async fn take(
     etcd: &Arc<Etcd>,
-    target: &Target,
-    options: &Options,
-    how: &How<'_>,
+    request: &Request,
+    holder: &Holder,
+    under: Option<&Arc<Record>>,
     pending: &mut Made,
 ) -> Result<Taken, LockError> {
-    let name = target.name();
+    let (name, side) = (request.name.as_str(), Side::of(request.kind));
     let session = match pending.session.take().filter(|s| s.is_usable()) {
         Some(session) => session,
         None => match etcd.sessions.live() {
@@ -151,12 +146,12 @@ async fn take(
             }
         },
     };
-    let number = itoa::Buffer::new().format(how.number).to_owned();
-    let fair = matches!(target, Target::Fair { .. });
-    let key = how.side.key(name, session.lease, &number, fair);
+    let number = itoa::Buffer::new().format(holder.number).to_owned();
+    let fair = request.kind == Kind::Fair;
+    let key = side.key(name, session.lease, &number, fair);
     pending.session = Some(session.clone());
     pending.key = Some(session.claim(key.clone()));
-    let blockers = how.side.blockers(name);
+    let blockers = side.blockers(name);
     let firsts = || {
         blockers.iter().map(|range| {
             let (start, options) = one_of(range, SortOrder::Ascend, None);
@@ -168,7 +163,7 @@ async fn take(
         .and_then(
             std::iter::once(TxnOp::put(
                 key.as_str(),
-                how.holder,
+                holder.id.as_str(),
                 Some(PutOptions::new().with_lease(session.lease)),
             ))
             .chain(firsts())
@@ -211,7 +206,7 @@ async fn take(
         // holds our holder id.
         let found = (!answer.succeeded()).then(|| {
             reads.remove(0).first().map_or((0, false), |kv| {
-                (kv.create_revision(), kv.value() == how.holder.as_bytes())
+                (kv.create_revision(), kv.value() == holder.id.as_bytes())
             })
         });
         let first = reads
@@ -230,7 +225,7 @@ async fn take(
             // try again.
             pending.sent = false;
             pending.key = None;
-            wait_gone(etcd, target, options, key.as_bytes(), found, how.deadline).await?;
+            wait_gone(etcd, request, key.as_bytes(), found).await?;
             return Err(LockError::Store {
                 engine: ENGINE,
                 message: format!("lock `{name}`: this client's earlier key went"),
@@ -241,7 +236,7 @@ async fn take(
         Some((found, _)) => found,
     };
     let blocked = first.is_some_and(|first| first < create_revision);
-    if let Some(write) = how.under {
+    if let Some(write) = under {
         // Under this client's write: ours at once if the write's key is
         // still there now that ours is made (it keeps everyone else out).
         sent = Instant::now();
@@ -251,8 +246,8 @@ async fn take(
         }
         token = at;
     } else if blocked {
-        if options.wait == Some(Duration::ZERO) {
-            return Err(timed_out(target, options));
+        if request.once() {
+            return Err(request.timed_out());
         }
         // Wait for every key before ours that keeps us out to go.
         let turn = Turn {
@@ -260,10 +255,9 @@ async fn take(
             session: &session,
             create_revision,
             blockers: &blockers,
-            deadline: how.deadline,
         };
-        match wait_for_turn(etcd, target, options, &turn).await? {
-            Some(_) if how.side == Side::Read => {
+        match wait_for_turn(etcd, request, &turn).await? {
+            Some(_) if side == Side::Read => {
                 // Readers let in by one release would share the read's
                 // revision: a write of its own gives each its token.
                 sent = Instant::now();
@@ -275,7 +269,7 @@ async fn take(
                     )])
                     .and_then([TxnOp::put(
                         key.as_str(),
-                        how.holder,
+                        holder.id.as_str(),
                         Some(PutOptions::new().with_ignore_lease()),
                     )]);
                 let bumped = etcd.kv(|mut kv| async move { kv.txn(bump).await }).await?;
@@ -301,7 +295,7 @@ async fn take(
             }
         }
     }
-    if let Some(lease) = options.lease {
+    if let Some(lease) = request.lease.fixed() {
         sent = Instant::now();
         let ttl = ttl_secs(lease);
         let granted = etcd
@@ -320,7 +314,7 @@ async fn take(
             )])
             .and_then([TxnOp::put(
                 key.as_str(),
-                how.holder,
+                holder.id.as_str(),
                 Some(PutOptions::new().with_lease(granted.id())),
             )]);
         if !etcd
@@ -346,7 +340,6 @@ struct Turn<'a> {
     session: &'a Session,
     create_revision: i64,
     blockers: &'a [(String, String)],
-    deadline: Option<Instant>,
 }
 
 /// Waits until no key of the `blockers` ranges was created before ours:
@@ -363,8 +356,7 @@ struct Turn<'a> {
 /// session is lost, which this client's clock tells at once.
 async fn wait_for_turn(
     etcd: &Etcd,
-    target: &Target,
-    options: &Options,
+    request: &Request,
     turn: &Turn<'_>,
 ) -> Result<Option<u64>, LockError> {
     loop {
@@ -408,15 +400,7 @@ async fn wait_for_turn(
         else {
             return Ok(Some(at));
         };
-        let gone_at = wait_gone(
-            etcd,
-            target,
-            options,
-            &predecessor,
-            predecessor_created,
-            turn.deadline,
-        )
-        .await?;
+        let gone_at = wait_gone(etcd, request, &predecessor, predecessor_created).await?;
         if alone && !turn.session.is_lost() {
             return Ok(Some(u64::try_from(gone_at).unwrap_or(0)));
         }
@@ -430,22 +414,21 @@ async fn wait_for_turn(
 /// it).
 async fn wait_gone(
     etcd: &Etcd,
-    target: &Target,
-    options: &Options,
+    request: &Request,
     key: &[u8],
     create_revision: i64,
-    deadline: Option<Instant>,
 ) -> Result<i64, LockError> {
+    let deadline = request.deadline;
     let mut broken = 0;
     loop {
         let mut watch = etcd.watches.watch(key, 0);
-        let mut note = next_within(&mut watch, deadline, target, options).await?;
+        let mut note = next_within(&mut watch, request).await?;
         if note == Note::Created {
             let (there, at) = still_there(etcd, key, create_revision).await?;
             if !there {
                 return Ok(i64::try_from(at).unwrap_or(i64::MAX));
             }
-            note = next_within(&mut watch, deadline, target, options).await?;
+            note = next_within(&mut watch, request).await?;
         }
         match note {
             Note::Deleted(revision) => return Ok(revision),
@@ -479,11 +462,9 @@ async fn still_there(
 /// The next note of `watch`, or the error of a wait that ran out.
 async fn next_within(
     watch: &mut super::watches::Watch,
-    deadline: Option<Instant>,
-    target: &Target,
-    options: &Options,
+    request: &Request,
 ) -> Result<Note, LockError> {
-    within!(watch.next(), deadline, target, options)
+    within!(watch.next(), request.deadline, request)
 }
 
 /// The answers of a txn's operations that read keys, in order.

@@ -10,21 +10,22 @@ use tokio::runtime::Handle;
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
+use super::Mem;
 use super::store::{State, Told};
-use super::{Mem, Side};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Chain;
 use crate::kept::{Counted, Deleted, Downgrade, Hold, give_back_retried, lost};
-use crate::request::Options;
+use crate::request::Kind;
+use crate::request::Request;
 
 /// A client's entry for one name, shared by a hold and its re-entries.
 pub(crate) struct Record {
     pub(super) mem: Arc<Mem>,
     pub(super) name: String,
     pub(super) holder: String,
-    pub(super) side: Side,
+    pub(super) side: Kind,
     /// The runtime that acquired it: its renewals run there, and every
     /// instant the record reads is that runtime's (a test's paused clock),
     /// wherever the record is used (see [`Record::now`]).
@@ -254,12 +255,10 @@ fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, LockEr
 pub(super) async fn reenter(
     alive: Arc<Background>,
     record: Arc<Record>,
-    side: Side,
     chain: Chain,
-    options: &Options,
-    metric: &'static str,
+    request: &Request,
 ) -> Result<MemHold, LockError> {
-    let counted = Counted::count(record, side.kind(), chain)?;
+    let counted = Counted::count(record, request.kind.access(), chain)?;
     let record = counted.record().clone();
     let now = record.now();
     let token = {
@@ -271,7 +270,7 @@ pub(super) async fn reenter(
         record.gone();
         return Err(lost(&record.name));
     };
-    Ok(counted.hold(alive, token, now, options, metric))
+    Ok(counted.hold(alive, token, now, request))
 }
 
 impl MemHold {

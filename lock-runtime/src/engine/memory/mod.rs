@@ -46,9 +46,8 @@ use crate::background::Background;
 use crate::config::Config;
 use crate::error::LockError;
 use crate::info::LockInfo;
-pub(crate) use crate::kept::Side;
 use crate::own::OwnHolds;
-use crate::request::{Options, Target};
+use crate::request::Request;
 
 pub(crate) use hold::MemHold;
 
@@ -166,10 +165,9 @@ impl crate::engine::seam::Engine for Mem {
     fn acquire(
         self: Arc<Self>,
         alive: Arc<Background>,
-        target: Target,
-        options: Options,
+        request: Request,
     ) -> impl Future<Output = Result<MemHold, LockError>> + Send + 'static {
-        crate::kept::acquire(alive, self, target, options)
+        crate::kept::acquire(alive, self, request)
     }
 
     // The operations are done as they are asked, in the caller's task (on

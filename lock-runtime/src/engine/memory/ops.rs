@@ -4,10 +4,11 @@
 
 use tokio::time::Instant;
 
+use super::Mem;
 use super::store::Lock;
-use super::{Mem, Side};
 use crate::error::LockError;
 use crate::info::{HolderInfo, LockInfo, LockKind, RwMode};
+use crate::request::Kind;
 use crate::request::check_name;
 
 /// What lock `name` looks like; `None` when nobody holds it.
@@ -30,19 +31,19 @@ fn info(mem: &Mem, name: &str, lock: &Lock, now: Instant) -> Option<LockInfo> {
     let read_write = lock
         .holders
         .values()
-        .any(|e| matches!(e.side, Side::Read | Side::Write));
+        .any(|e| matches!(e.side, Kind::Read | Kind::Write));
     let holders = lock
         .holders
         .iter()
         .map(|(id, entry)| HolderInfo {
             id: id.clone(),
             count: crate::kept::holds_of(&mem.records, name, id, entry.kept),
-            write: entry.side == Side::Write,
+            write: entry.side == Kind::Write,
             guards: mem.own.guards(name, id),
         })
         .collect();
     let (kind, mode) = match read_write {
-        true if lock.holders.values().any(|e| e.side == Side::Write) => {
+        true if lock.holders.values().any(|e| e.side == Kind::Write) => {
             (LockKind::ReadWrite, Some(RwMode::Write))
         }
         true => (LockKind::ReadWrite, Some(RwMode::Read)),

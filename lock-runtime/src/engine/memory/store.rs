@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::Side;
+use crate::request::Kind;
 
 /// Every store of the process, by name: a store lives while a client or a
 /// hooks handle names it.
@@ -70,7 +70,7 @@ pub(crate) struct Lock {
 
 /// One holder's hold of a name.
 pub(crate) struct Entry {
-    pub(crate) side: Side,
+    pub(crate) side: Kind,
     /// The lease's end (a `hold_at_least` minimum's, once kept).
     pub(crate) until: Instant,
     /// Released, and kept only by a `hold_at_least` minimum.
@@ -164,7 +164,7 @@ impl Lock {
     pub(crate) fn try_take(
         &mut self,
         holder: &str,
-        side: Side,
+        side: Kind,
         under: Option<&str>,
         until: Instant,
     ) -> Try {
@@ -173,20 +173,20 @@ impl Lock {
         let under = under.is_some_and(|write| {
             self.holders
                 .get(write)
-                .is_some_and(|e| e.side == Side::Write && !e.kept)
+                .is_some_and(|e| e.side == Kind::Write && !e.kept)
         });
         let free = match side {
-            Side::Read => under || !self.holders.values().any(|e| e.side != Side::Read),
-            Side::Mutex | Side::Fair | Side::Write => self.holders.is_empty(),
+            Kind::Read => under || !self.holders.values().any(|e| e.side != Kind::Read),
+            Kind::Reentrant | Kind::Fair | Kind::Write => self.holders.is_empty(),
         };
-        if side == Side::Fair && !self.queue.iter().any(|h| h == holder) {
+        if side == Kind::Fair && !self.queue.iter().any(|h| h == holder) {
             self.queue.push_back(holder.to_owned());
         }
-        let first = side != Side::Fair || self.queue.front().is_some_and(|h| h == holder);
+        let first = side != Kind::Fair || self.queue.front().is_some_and(|h| h == holder);
         if !(free && first) {
             return Try::Busy(self.holders.values().map(|e| e.until).min());
         }
-        if side == Side::Fair {
+        if side == Kind::Fair {
             // The line moved: the waiters behind learn the new holder's end.
             self.queue.pop_front();
             self.changed.notify_waiters();

@@ -10,48 +10,38 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
+use super::Mem;
 use super::hold::{MemHold, Record, reenter};
 use super::store::{Try, Waiting};
-use super::{Mem, Side};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::Chain;
+use crate::holder::{Chain, Holder};
 use crate::kept::{Deleted, Downgrade, Taken, Taking, Undo, list, lost};
-use crate::request::{Options, Target, timed_out};
-
-/// Who takes a hold, and on which side.
-type How<'a> = crate::kept::How<'a, Record, Side>;
+use crate::request::{Kind, Request};
 
 impl Taking for Mem {
     crate::kept::taking_fields!(client | m | m);
 
     type Record = Record;
-    type Side = Side;
     type Made = Made;
     type More = ();
     const ENGINE: &'static str = super::ENGINE;
 
-    fn side(target: &Target) -> Result<Side, LockError> {
-        Ok(Side::of(target))
-    }
-
     fn reenter<'a>(
         alive: Arc<Background>,
         record: Arc<Record>,
-        side: Side,
         chain: Chain,
-        options: &'a Options,
-        metric: &'static str,
+        request: &'a Request,
     ) -> impl Future<Output = Result<MemHold, LockError>> + Send + 'a {
-        reenter(alive, record, side, chain, options, metric)
+        reenter(alive, record, chain, request)
     }
 
-    fn made(self: &Arc<Self>, holder: &str) -> Made {
+    fn made(self: &Arc<Self>, holder: &Holder) -> Made {
         Made {
             mem: self.clone(),
             name: String::new(),
-            holder: holder.to_owned(),
+            holder: holder.id.clone(),
             queued: false,
             entry: false,
         }
@@ -59,51 +49,51 @@ impl Taking for Mem {
 
     fn take<'a>(
         self: &'a Arc<Self>,
-        target: &'a Target,
-        options: &'a Options,
-        how: &'a How<'a>,
+        request: &'a Request,
+        holder: &'a Holder,
+        under: Option<&'a Arc<Record>>,
         made: &'a mut Made,
     ) -> impl Future<Output = Result<Taken<()>, LockError>> + Send + 'a {
-        take(self, target, options, how, made)
+        take(self, request, &holder.id, under, made)
     }
 
     fn record(
         self: &Arc<Self>,
-        name: &str,
-        options: &Options,
-        how: &How<'_>,
+        request: &Request,
+        holder: &Holder,
+        under: Option<&Arc<Record>>,
         taken: &Taken<()>,
         made: &mut Made,
         turn: Option<OwnedMutexGuard<()>>,
     ) -> Result<Arc<Record>, LockError> {
-        let lease = options.lease.unwrap_or(self.config.watchdog_timeout);
+        let name = request.name.as_str();
         let record = Arc::new(Record {
             mem: self.clone(),
             name: name.to_owned(),
-            holder: how.holder.to_owned(),
-            side: how.side,
+            holder: holder.id.clone(),
+            side: request.kind,
             // The acquisition's runtime (the client's own when it is
             // polled outside one).
             runtime: tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.runtime.clone()),
-            fixed: options.lease.is_some(),
-            until: Mutex::new(valid_until(taken.sent, lease)),
+            fixed: !request.lease.renewed,
+            until: Mutex::new(valid_until(taken.sent, request.lease.length)),
             holds: AtomicUsize::new(1),
             deleted: Deleted::default(),
             turn: Mutex::new(turn),
-            downgrade: Downgrade::new(how.under.cloned()),
+            downgrade: Downgrade::new(under.cloned()),
             renewal: Mutex::new(None),
         });
         // The entry learns its record, so that whatever ends it tells the
         // hold; one that ended meanwhile is a hold lost.
         let mut state = self.store.state();
-        let Some(entry) = state.entry(name, how.holder, Instant::now()) else {
+        let Some(entry) = state.entry(name, &holder.id, Instant::now()) else {
             return Err(lost(name));
         };
         let told: std::sync::Weak<dyn super::store::Told> = Arc::downgrade(&record) as _;
         entry.record = Some(told);
         drop(state);
         made.entry = false;
-        list(&self.records, &record, how.under);
+        list(&self.records, &record, under);
         record.start();
         Ok(record)
     }
@@ -114,14 +104,13 @@ impl Taking for Mem {
 /// again, until the deadline.
 async fn take(
     mem: &Arc<Mem>,
-    target: &Target,
-    options: &Options,
-    how: &How<'_>,
+    request: &Request,
+    holder: &str,
+    under: Option<&Arc<Record>>,
     made: &mut Made,
 ) -> Result<Taken<()>, LockError> {
-    let name = target.name();
-    let lease = options.lease.unwrap_or(mem.config.watchdog_timeout);
-    let under = how.under.map(|write| write.holder.as_str());
+    let (name, side, lease) = (request.name.as_str(), request.kind, request.lease.length);
+    let under = under.map(|write| write.holder.as_str());
     made.name = name.to_owned();
     // Counted among the name's waiters from its first wait until it is
     // done (taken, out of time, failed or dropped).
@@ -135,9 +124,8 @@ async fn take(
             // the try wakes this waiter.
             let mut changed = Box::pin(lock.changed.clone().notified_owned());
             changed.as_mut().enable();
-            let once = options.wait == Some(std::time::Duration::ZERO)
-                || how.deadline.is_some_and(|d| now >= d);
-            let tried = lock.try_take(how.holder, how.side, under, now + lease);
+            let once = request.once() || request.deadline.is_some_and(|d| now >= d);
+            let tried = lock.try_take(holder, side, under, now + lease);
             match tried {
                 Try::Taken => {
                     made.queued = false;
@@ -151,23 +139,23 @@ async fn take(
                 // Out of time: a fair waiter's place goes with it now, not
                 // once its undo runs (the next try must not find it).
                 Try::Busy(_) if once => {
-                    lock.leave_queue(how.holder);
+                    lock.leave_queue(holder);
                     made.queued = false;
                     state.tidy(name);
-                    return Err(timed_out(target, options));
+                    return Err(request.timed_out());
                 }
                 Try::Busy(until) => {
-                    made.queued = how.side == Side::Fair;
+                    made.queued = side == Kind::Fair;
                     // A fair waiter is counted by its place in the queue,
                     // which stays until its undo (when dropped) is done.
-                    if waiting.is_none() && how.side != Side::Fair {
+                    if waiting.is_none() && side != Kind::Fair {
                         waiting = Some(Waiting::count(&mem.store, name, lock));
                     }
                     (until, changed)
                 }
             }
         };
-        let wake = match (busy, how.deadline) {
+        let wake = match (busy, request.deadline) {
             (Some(until), Some(deadline)) => Some(until.min(deadline)),
             (until, deadline) => until.or(deadline),
         };

@@ -85,7 +85,7 @@ pub(crate) use ops::{force_unlock, inspect, locks};
 crate::engine::seam::engine_by_parts!(
     My, name "mysql", hold MyHold,
     connect My::connect,
-    acquire |my, alive, site, options| crate::kept::acquire(alive, my, site, options),
+    acquire |my, alive, request| crate::kept::acquire(alive, my, request),
     renewed |my| my.common.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
     schema ddl,

@@ -14,14 +14,11 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::{Answer, ENGINE, My, Pooled, Slot, Stmt};
 use crate::engine::sql::micros;
-use crate::engine::sql::queue::{FIRST_POLL, Line, Side, leave};
+use crate::engine::sql::queue::{FIRST_POLL, Line, leave};
 use crate::engine::sql::take::{SqlTaking, Taken};
 use crate::error::LockError;
 use crate::kept::Undo;
-use crate::request::{Options, Target, timed_out, within};
-
-/// Who takes the hold.
-type How<'a> = crate::engine::sql::take::How<'a, My>;
+use crate::request::{Kind, Request, within};
 
 impl SqlTaking for My {
     type Made = Made;
@@ -80,7 +77,7 @@ impl SqlTaking for My {
         made: &mut Made,
         name: &str,
         holder: &str,
-        side: Side,
+        side: Kind,
         ttl: Duration,
     ) -> Result<i64, LockError> {
         made.name = name.to_owned();
@@ -101,7 +98,7 @@ impl SqlTaking for My {
         made: &mut Made,
         name: &str,
         seq: i64,
-        side: Side,
+        side: Kind,
         ttl: Duration,
     ) -> Result<Option<bool>, LockError> {
         let line = &self.st.line;
@@ -110,7 +107,7 @@ impl SqlTaking for My {
         if refreshed.affected == 0 && made.on(&line.there, (seq,).into()).await?.rows.is_empty() {
             return Ok(None);
         }
-        let reader = u8::from(side == Side::Read);
+        let reader = u8::from(side == Kind::Read);
         let first = made
             .on_rows::<Option<bool>>(&line.first, (name, seq, reader).into())
             .await?;
@@ -224,12 +221,11 @@ impl SqlTaking for My {
 
     fn take<'a>(
         self: &'a Arc<Self>,
-        target: &'a Target,
-        options: &'a Options,
-        how: &'a How<'a>,
+        request: &'a Request,
+        holder: &'a str,
         made: &'a mut Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        take(self, target, options, how, made)
+        take(self, request, holder, made)
     }
 
     fn owned(made: &mut Made) {
@@ -350,14 +346,13 @@ impl Undo for Made {
 /// taken over by this one (its holder id is ours).
 async fn take(
     my: &Arc<My>,
-    target: &Target,
-    options: &Options,
-    how: &How<'_>,
+    request: &Request,
+    holder_id: &str,
     made: &mut Made,
 ) -> Result<Taken, LockError> {
-    let name = target.name();
+    let name = request.name.as_str();
     my.check_name(name)?;
-    let lease = options.lease.unwrap_or(my.config.watchdog_timeout);
+    let lease = request.lease.length;
     let lease_us = micros(lease);
     made.name = name.to_owned();
     let mut pause = FIRST_POLL.min(my.config.poll_cap);
@@ -383,7 +378,7 @@ async fn take(
             .on::<Row>(
                 &mut conn,
                 claimed.unwrap_or(&my.st.acquire),
-                (name, lease_us, how.holder, name).into(),
+                (name, lease_us, holder_id, name).into(),
             )
             .await?;
         // A claim that made its row with warnings made it with a value
@@ -403,15 +398,15 @@ async fn take(
             // try's whose answer was lost): the undo stays armed until the
             // look below shows another's, and the upsert takes a row of
             // ours over. One attempt sends it now; a waiter looks first.
-            if options.wait == Some(Duration::ZERO) || refused {
+            if request.once() || refused {
                 continue;
             }
         } else {
             // Not taken: no row of ours is there (a row an earlier try
             // made would have been taken over by this one).
             made.until = before;
-            if options.wait == Some(Duration::ZERO) {
-                return Err(timed_out(target, options));
+            if request.once() {
+                return Err(request.timed_out());
             }
         }
         let near = holder_until.is_none_or(|until| until <= Instant::now() + pause);
@@ -421,7 +416,7 @@ async fn take(
                 .on::<(Option<i64>, String)>(&mut conn, &my.st.look, (name,).into())
                 .await?;
             match look.rows.first() {
-                Some((Some(left), holder)) if *left > 0 && holder != how.holder => {
+                Some((Some(left), holder)) if *left > 0 && holder != holder_id => {
                     // Another's row: none of ours is there.
                     made.until = before;
                     let left = Duration::from_micros(u64::try_from(*left).unwrap_or(0));
@@ -442,6 +437,6 @@ async fn take(
         let sleep = pause.min(left);
         pause = (pause * 2).min(my.config.poll_cap);
         let _waiting = my.waiting(name);
-        within!(tokio::time::sleep(sleep), how.deadline, target, options)?;
+        within!(tokio::time::sleep(sleep), request.deadline, request)?;
     }
 }

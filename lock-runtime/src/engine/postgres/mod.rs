@@ -107,7 +107,7 @@ pub(crate) use ops::{force_unlock, inspect, locks};
 crate::engine::seam::engine_by_parts!(
     Pg, name "postgres", hold PgHold,
     connect Pg::connect,
-    acquire |pg, alive, site, options| crate::kept::acquire(alive, pg, site, options),
+    acquire |pg, alive, request| crate::kept::acquire(alive, pg, request),
     renewed |pg| pg.common.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
     schema ddl,

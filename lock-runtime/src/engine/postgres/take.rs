@@ -8,19 +8,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Conn, ENGINE, Interval, Pg, Prepared, layout};
-use crate::engine::sql::queue::{Line, Side, leave};
+use crate::engine::sql::queue::{Line, leave};
 use crate::engine::sql::take::{SqlTaking, Taken};
 use crate::error::LockError;
 use crate::kept::Undo;
-use crate::request::{Options, Target, timed_out, within};
+use crate::request::{Kind, Request, within};
 
 /// How long a waiter sleeps at most while it cannot count on an
 /// announcement: the listener is not listening, or the holder is not one
 /// of ours (ShedLock frees its row by an update and announces nothing).
 const DEAF: Duration = Duration::from_millis(500);
-
-/// Who takes the hold.
-type How<'a> = crate::engine::sql::take::How<'a, Pg>;
 
 impl SqlTaking for Pg {
     type Made = Made;
@@ -100,7 +97,7 @@ impl SqlTaking for Pg {
         made: &mut Made,
         name: &str,
         holder: &str,
-        side: Side,
+        side: Kind,
         ttl: Duration,
     ) -> Result<i64, LockError> {
         made.name = name.to_owned();
@@ -120,10 +117,10 @@ impl SqlTaking for Pg {
         made: &mut Made,
         name: &str,
         seq: i64,
-        side: Side,
+        side: Kind,
         ttl: Duration,
     ) -> Result<Option<bool>, LockError> {
-        let reader = side == Side::Read;
+        let reader = side == Kind::Read;
         let rows = made
             .on_line(|l| &l.look, &[&name, &seq, &reader, &Interval(ttl)])
             .await?;
@@ -215,12 +212,11 @@ impl SqlTaking for Pg {
 
     fn take<'a>(
         self: &'a Arc<Self>,
-        target: &'a Target,
-        options: &'a Options,
-        how: &'a How<'a>,
+        request: &'a Request,
+        holder: &'a str,
         made: &'a mut Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        take(self, target, options, how, made)
+        take(self, request, holder, made)
     }
 
     fn owned(made: &mut Made) {
@@ -397,14 +393,13 @@ enum Step {
 /// is ours): `first_try` or `acquire`, not a `claim`.
 async fn take(
     pg: &Arc<Pg>,
-    target: &Target,
-    options: &Options,
-    how: &How<'_>,
+    request: &Request,
+    holder_id: &str,
     made: &mut Made,
 ) -> Result<Taken, LockError> {
-    let name = target.name();
+    let name = request.name.as_str();
     layout::check_name(name, pg.longest)?;
-    let lease = options.lease.unwrap_or(pg.config.watchdog_timeout);
+    let lease = request.lease.length;
     let lease_param = Interval(lease);
     made.name = name.to_owned();
     // An acquisition not registered as a waiter tries first with a
@@ -418,7 +413,7 @@ async fn take(
     // once (the row may be free by its lease, or its own), then is done.
     let mut step = match made.registered {
         Some(_) => Step::Look,
-        None if pg.site.keep_rows || options.lease.is_some() => Step::First,
+        None if pg.site.keep_rows || !request.lease.renewed => Step::First,
         None => Step::Claim,
     };
     loop {
@@ -431,7 +426,7 @@ async fn take(
         let sent = Instant::now();
         made.until = Some(sent + lease);
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-            [&name, &how.holder, &lease_param];
+            [&name, &holder_id, &lease_param];
         let (statement, params): (fn(&Prepared) -> &tokio_postgres::Statement, _) = match step {
             // The claim's lease is the watchdog's, written in.
             Step::Claim => (|s| &s.claim, &params[..2]),
@@ -469,12 +464,12 @@ async fn take(
         if tried != Step::Claim {
             made.until = made.stray;
         }
-        if options.wait == Some(Duration::ZERO) {
+        if request.once() {
             if tried == Step::Claim {
                 step = Step::First;
                 continue;
             }
-            return Err(timed_out(target, options));
+            return Err(request.timed_out());
         }
         let Some(left) = left else {
             // Freed between the statement's two looks, or a first try's
@@ -494,7 +489,7 @@ async fn take(
             let ttl = pg.config.watchdog_timeout;
             let sent = Instant::now();
             made.registered = Some(sent + ttl);
-            pg.query_on(&conn, |s| &s.wait, &[&name, &how.holder, &Interval(ttl)])
+            pg.query_on(&conn, |s| &s.wait, &[&name, &holder_id, &Interval(ttl)])
                 .await?;
             continue;
         };
@@ -518,6 +513,6 @@ async fn take(
                 () = tokio::time::sleep_until(until) => {}
             }
         };
-        within!(wait, how.deadline, target, options)?;
+        within!(wait, request.deadline, request)?;
     }
 }

@@ -23,30 +23,28 @@ use crate::background::Background;
 use crate::engine::redis::local::Handed;
 use crate::error::LockError;
 use crate::holder;
-use crate::request::{Options, Target, backoff, check_options, pause_within, timed_out};
+use crate::request::{Kind, Request, backoff, pause_within};
 
-/// Takes a hold of `target` (see the module docs). Not an `async fn`, for
-/// the size of the future: every waiting task carries it.
+/// Takes the hold `request` asks for (see the module docs). Not an `async
+/// fn`, for the size of the future: every waiting task carries it.
 pub(crate) fn acquire(
     core: Arc<Core>,
     alive: Arc<Background>,
-    target: Target,
-    options: Options,
+    request: Request,
 ) -> impl Future<Output = Result<RedisHold, LockError>> + Send + 'static {
     let mut acquisition = Acquisition {
         core,
         alive,
-        target,
-        options,
+        request,
         started: Instant::now(),
         unsettled: std::sync::Mutex::new(None),
     };
     async move {
-        check_options(&acquisition.target, &acquisition.options)?;
-        acquisition.started = Instant::now();
+        acquisition.request.check()?;
+        acquisition.started = acquisition.request.start();
         let result = acquisition.take().await;
-        let kind = acquisition.options.metric.is_none();
-        let kind = kind.then(|| acquisition.target.kind());
+        let request = &acquisition.request;
+        let kind = request.recorded.then_some(request.metric);
         crate::telemetry::record_acquired(kind, acquisition.started, &result);
         result
     }
@@ -90,7 +88,7 @@ impl GiveUpOnDrop<'_> {
     fn disarm(&mut self) -> Option<(GiveUp, &Handle)> {
         let core = &self.acquisition.core;
         let how = self.how.take()?;
-        let give_up = self.acquisition.target.give_up(core, &how.holder)?;
+        let give_up = self.acquisition.request.give_up(core, &how.holder)?;
         Some((give_up, &core.runtime))
     }
 }
@@ -126,8 +124,7 @@ struct Acquisition {
     core: Arc<Core>,
     /// Keeps the client's runtime running (a hold taken keeps it on).
     alive: Arc<Background>,
-    target: Target,
-    options: Options,
+    request: Request,
     /// When it was first polled: its wait counts from then.
     started: Instant,
     /// The reconcile of a failed attempt, still under way: the next attempt
@@ -141,15 +138,13 @@ impl Acquisition {
     /// hold of this lock on this client (a re-entry), else a new one.
     fn how(&self) -> Try {
         let core = &self.core;
-        let scoped = holder::in_scope(&core.id, self.target.name()).map(|(holder, _)| holder);
+        let request = &self.request;
+        let scoped = holder::in_scope(&core.id, &request.name).map(|(holder, _)| holder);
         let reenter = scoped.is_some();
-        let holder = scoped.unwrap_or_else(|| {
-            let number = self.options.number.unwrap_or_else(holder::fresh_number);
-            holder::id(&core.id, number)
-        });
+        let holder = scoped.unwrap_or_else(|| holder::Holder::new(&core.id, request.number).id);
         Try {
             holder,
-            lease: self.options.lease.unwrap_or(core.config.watchdog_timeout),
+            lease: request.lease.length,
             reenter,
             attempt: String::new(),
         }
@@ -159,7 +154,7 @@ impl Acquisition {
     /// holder queues behind (FIFO inside the client) instead of attempting.
     /// Not in [`take`](Self::take): the queue's key would stay in its future.
     fn behind_others(&self, how: &Try) -> bool {
-        !how.reenter && (self.core.local).is_queued(&self.target.local_queue(&how.holder))
+        !how.reenter && (self.core.local).is_queued(&self.request.local_queue(&how.holder))
     }
 
     /// One acquire script call: the hold taken (a streak of its own, at 0),
@@ -179,7 +174,7 @@ impl Acquisition {
             Box::pin(self.settled(*unsettled)).await?;
         }
         let sent = Instant::now();
-        let (answer, unsettled) = Box::pin(attempt_once(&self.core, &self.target, how)).await;
+        let (answer, unsettled) = Box::pin(attempt_once(&self.core, &self.request, how)).await;
         *self.unsettled.lock().unwrap_or_else(|p| p.into_inner()) = unsettled.map(Box::new);
         match answer? {
             Attempt::Acquired { token } => Ok(Tried::Taken(Handed {
@@ -189,7 +184,7 @@ impl Acquisition {
                 streak: 0,
             })),
             Attempt::Busy(busy) => Ok(Tried::Busy(busy)),
-            Attempt::Gone => Err(lost(&self.target)),
+            Attempt::Gone => Err(lost(&self.request)),
         }
     }
 
@@ -203,7 +198,7 @@ impl Acquisition {
         let settled = match self.deadline() {
             Some(d) => match tokio::time::timeout_at(d, ended).await {
                 Ok(settled) => settled,
-                Err(_) => return Err(timed_out(&self.target, &self.options)),
+                Err(_) => return Err(self.request.timed_out()),
             },
             None => ended.await,
         };
@@ -215,7 +210,7 @@ impl Acquisition {
             "an earlier attempt whose answer was lost could not be reconciled",
             format!(
                 "lock `{}`: not trying again under its holder id",
-                self.target.name()
+                self.request.name
             ),
         ))))
     }
@@ -293,19 +288,17 @@ impl Acquisition {
     /// acquisition runs: in that scope).
     fn held(&self, taken: Handed, reentered: bool) -> RedisHold {
         tracing::debug!(token = taken.token, streak = taken.streak, "acquired");
-        let (target, options) = (&self.target, &self.options);
+        let request = &self.request;
         let mut held = RedisHold::new(
             self.core.clone(),
             self.alive.clone(),
-            target.clone(),
+            request.clone(),
             taken,
-            options.lease,
-            options.metric.unwrap_or(target.kind()),
         );
-        if reentered && let Some((_, chain)) = holder::in_scope(&self.core.id, target.name()) {
+        if reentered && let Some((_, chain)) = holder::in_scope(&self.core.id, &request.name) {
             held.reentered(chain);
         }
-        if let Some(minimum) = options.hold_at_least {
+        if let Some(minimum) = request.hold_at_least {
             // From the answer: the lock was taken no later than now.
             held.hold_at_least(Instant::now(), minimum);
         }
@@ -326,17 +319,15 @@ impl Acquisition {
     ) -> impl Future<Output = Result<Handed, LockError>> + Send + 'a {
         async move {
             if self.deadline().is_some_and(|d| Instant::now() >= d) {
-                return Err(timed_out(&self.target, &self.options));
+                return Err(self.request.timed_out());
             }
-            let _waiting = crate::telemetry::WaiterMetric::start(
-                self.options.metric.unwrap_or(self.target.kind()),
-            );
+            let _waiting = crate::telemetry::WaiterMetric::start(self.request.metric);
             let handoffs = self.takes_handoffs(how);
-            let queue = self.target.local_queue(&how.holder);
+            let queue = self.request.local_queue(&how.holder);
             let mut ticket = self.core.local.ticket(queue);
             let offers = ticket.offers();
             let mut offer = if handoffs {
-                offers.offer(self.options.lease)
+                offers.offer(self.request.lease.length)
             } else {
                 None
             };
@@ -369,12 +360,12 @@ impl Acquisition {
                     Woken::Handed(Some(handed)) => return Ok(handed),
                     // Taken but not handed over: offer again (only a waiter
                     // that takes handoffs has an offer).
-                    Woken::Handed(None) => offer = offers.offer(self.options.lease),
+                    Woken::Handed(None) => offer = offers.offer(self.request.lease.length),
                     Woken::Head(seat) => {
                         ticket.sit(seat);
                         break;
                     }
-                    Woken::Expired => return Err(timed_out(&self.target, &self.options)),
+                    Woken::Expired => return Err(self.request.timed_out()),
                 }
             }
             // Boxed: the many waiters still queued (in `turn` above) do not carry
@@ -415,7 +406,7 @@ impl Acquisition {
                 // Offered before each attempt, so that a release racing the
                 // attempt can hand the lock over.
                 if offer.is_none() && self.takes_handoffs(how) {
-                    offer = offers.offer(self.options.lease);
+                    offer = offers.offer(self.request.lease.length);
                 }
                 match self.attempt(how).await {
                     Ok(Tried::Taken(taken)) => return Ok(taken),
@@ -438,7 +429,7 @@ impl Acquisition {
             };
             if let Some(d) = self.deadline() {
                 if now >= d {
-                    return Err(timed_out(&self.target, &self.options));
+                    return Err(self.request.timed_out());
                 }
                 sleep = sleep.min(d - now);
             }
@@ -485,12 +476,12 @@ impl Acquisition {
         match self.deadline() {
             Some(d) if Instant::now() >= d => false,
             Some(_) => {
-                tracing::debug!(lock = self.target.name(), error = %e, "an attempt failed; trying again within the wait");
+                tracing::debug!(lock = self.request.name.as_str(), error = %e, "an attempt failed; trying again within the wait");
                 true
             }
             None => {
                 if nth == 1 {
-                    tracing::warn!(lock = self.target.name(), error = %e, "an attempt failed; waiting without a deadline, so trying again with backoff until Redis answers");
+                    tracing::warn!(lock = self.request.name.as_str(), error = %e, "an attempt failed; waiting without a deadline, so trying again with backoff until Redis answers");
                 }
                 true
             }
@@ -507,8 +498,8 @@ impl Acquisition {
         }
         match e {
             LockError::Redis(e) if crate::engine::redis::conn::transient(&e) => {
-                tracing::warn!(lock = self.target.name(), error = %e, "the wait ran out while Redis failed to answer");
-                Err(timed_out(&self.target, &self.options))
+                tracing::warn!(lock = self.request.name.as_str(), error = %e, "the wait ran out while Redis failed to answer");
+                Err(self.request.timed_out())
             }
             e => Err(e),
         }
@@ -528,7 +519,7 @@ impl Acquisition {
         let pubsub = &self.core.pubsub;
         let mut tries = 0;
         loop {
-            match pubsub.subscribe(self.target.channel(&how.holder)).await {
+            match pubsub.subscribe(self.request.channel(&how.holder)).await {
                 Err(e) => {
                     tries += 1;
                     self.fault(e, tries)?;
@@ -543,23 +534,21 @@ impl Acquisition {
     /// When the wait ends; `None`: never (no `wait`, or one the clock
     /// cannot represent).
     fn deadline(&self) -> Option<Instant> {
-        self.options.wait.and_then(|w| self.started.checked_add(w))
+        self.request.deadline
     }
 
     /// Only plain acquisitions of a reentrant lock take handoffs (see
     /// `handoff`): the waiter offers to take the lock over while it waits
     /// for its turn, and after.
     fn takes_handoffs(&self, how: &Try) -> bool {
-        matches!(self.target, Target::Reentrant { .. })
-            && !how.reenter
-            && self.options.number.is_none()
+        self.request.kind == Kind::Reentrant && !how.reenter && self.request.number.is_none()
     }
 }
 
 /// The error of an acquisition the server says is gone (see [`Attempt::Gone`]).
-fn lost(target: &Target) -> LockError {
+fn lost(request: &Request) -> LockError {
     LockError::Lost {
-        name: target.name().to_owned(),
+        name: request.name.clone(),
     }
 }
 

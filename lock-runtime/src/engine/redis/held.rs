@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::Core;
 use super::conn::connection_lost;
-use super::hold::{Keep, Released, Request, Which};
+use super::hold::{Keep, Released, Unlock, Which};
 use super::watchdog::{HoldKey, Registration};
 use crate::background::{self, Background};
 use crate::clock::{Validity, valid_until};
@@ -19,7 +19,7 @@ use crate::engine::redis::local::Handed;
 use crate::error::LockError;
 use crate::holder::{Chain, ScopedHold};
 use crate::own::Listed;
-use crate::request::Target;
+use crate::request::Request;
 use crate::telemetry::HeldMetric;
 
 /// How a hold's lease is kept.
@@ -39,7 +39,8 @@ pub(crate) struct RedisHold {
     core: Arc<Core>,
     /// Keeps the client's runtime running until the hold is given back.
     _alive: Arc<Background>,
-    target: Target,
+    /// The acquisition it answered: the lock's name and kind.
+    lock: Request,
     holder: String,
     token: u64,
     lease: Lease,
@@ -64,16 +65,15 @@ pub(crate) struct RedisHold {
 }
 
 impl RedisHold {
-    /// Wraps a fresh acquisition (`taken`, confirmed by a call sent at
-    /// `taken.sent`); a watchdog lease (`lease` None) is registered here.
+    /// Wraps a fresh acquisition of `lock` (`taken`, confirmed by a call
+    /// sent at `taken.sent`); a watchdog lease is registered here.
     pub(crate) fn new(
         core: Arc<Core>,
         alive: Arc<Background>,
-        target: Target,
+        lock: Request,
         taken: Handed,
-        lease: Option<Duration>,
-        metric: &'static str,
     ) -> RedisHold {
+        let (lease, metric) = (lock.lease.fixed(), lock.metric);
         let Handed {
             holder,
             token,
@@ -81,7 +81,7 @@ impl RedisHold {
             streak,
         } = taken;
         let which = Which::first(token);
-        let listed = core.own.list(target.name(), &holder, token, sent, lease);
+        let listed = core.own.list(&lock.name, &holder, token, sent, lease);
         let lease = match lease {
             Some(lease) => Lease::Fixed {
                 until: valid_until(sent, lease),
@@ -89,8 +89,8 @@ impl RedisHold {
             None => {
                 let (registration, validity) = core.watchdog.register(
                     HoldKey {
-                        kind: target.renew_kind(),
-                        name: target.name().to_owned(),
+                        kind: lock.renew_kind(),
+                        name: lock.name.clone(),
                         holder: holder.clone(),
                     },
                     sent,
@@ -106,7 +106,7 @@ impl RedisHold {
         RedisHold {
             core,
             _alive: alive,
-            target,
+            lock,
             holder,
             token,
             lease,
@@ -149,7 +149,7 @@ impl RedisHold {
     }
 
     pub(crate) fn name(&self) -> &str {
-        self.target.name()
+        self.lock.name.as_str()
     }
 
     pub(crate) fn holder(&self) -> &str {
@@ -164,7 +164,7 @@ impl RedisHold {
     pub(crate) fn scoped(&self) -> ScopedHold {
         ScopedHold {
             client: self.core.id.clone(),
-            name: self.target.name().to_owned(),
+            name: self.lock.name.as_str().to_owned(),
             holder: self.holder.clone(),
             chain: self.chain().clone(),
         }
@@ -204,7 +204,7 @@ impl RedisHold {
     /// Makes a fixed lease last at least `lease` from now (never shorter
     /// than it was: another hold of the holder may have been promised more).
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
-        let name = self.target.name().to_owned();
+        let name = self.lock.name.as_str().to_owned();
         let Lease::Fixed { until } = &mut self.lease else {
             return Err(LockError::Config(format!(
                 "lock `{name}`: extend is for fixed leases (acquired with .lease(..)); the \
@@ -215,7 +215,7 @@ impl RedisHold {
             return Err(LockError::Lost { name });
         }
         let key = HoldKey {
-            kind: self.target.renew_kind(),
+            kind: self.lock.renew_kind(),
             name: name.clone(),
             holder: self.holder.clone(),
         };
@@ -260,7 +260,7 @@ impl RedisHold {
         let was_lost = self.is_lost();
         let RedisHold {
             core,
-            target,
+            lock,
             holder,
             lease,
             _listed: listed,
@@ -294,7 +294,7 @@ impl RedisHold {
         let runtime = core.runtime.clone();
         let near = core.conn.near_here();
         let mut conn = near.clone().unwrap_or_else(|| core.conn.clone());
-        let span = tracing::debug_span!("release", lock = target.name());
+        let span = tracing::debug_span!("release", lock = lock.name.as_str());
         let work = async move {
             let request = crate::holder::call_id(&core.id);
             let mut tries = 0;
@@ -308,29 +308,27 @@ impl RedisHold {
                 // minimum. A lock kept taken is not handed over either.
                 let kept = Keep::left(keep, fixed);
                 let sent = if tries == 1 {
-                    Request::first(&request)
+                    Unlock::first(&request)
                 } else {
-                    Request::again(&request)
+                    Unlock::again(&request)
                 };
                 let unlocked = if tries == 1 && kept.ms == 0 {
                     crate::engine::redis::hold::handoff::unlock_or_hand_off(
-                        &core, &conn, &target, &holder, sent, which, streak,
+                        &core, &conn, &lock, &holder, sent, which, streak,
                     )
                     .await
                 } else {
-                    target
-                        .unlock(&core, &conn, &holder, sent, which, kept)
-                        .await
+                    lock.unlock(&core, &conn, &holder, sent, which, kept).await
                 };
                 match unlocked {
                     Ok(Released::NotHeld) => {
                         return Err(LockError::Lost {
-                            name: target.name().to_owned(),
+                            name: lock.name.clone(),
                         });
                     }
                     Ok(_) if was_lost => {
                         return Err(LockError::Lost {
-                            name: target.name().to_owned(),
+                            name: lock.name.clone(),
                         });
                     }
                     Ok(_) => return Ok(()),

@@ -70,12 +70,12 @@ struct Handoff {
     freed_for_all: Option<Instant>,
 }
 
-/// A waiter's offer to take the lock over: the fixed lease it asked for
-/// (`None`: the watchdog's), and where to say it was handed over. Dropping
+/// A waiter's offer to take the lock over: the lease it asked for, and
+/// where to say it was handed over. Dropping
 /// the sender without a value wakes the waiter.
 pub(crate) struct Slot {
     id: u64,
-    pub(crate) lease: Option<Duration>,
+    pub(crate) lease: Duration,
     pub(crate) handed: oneshot::Sender<Box<Parcel>>,
 }
 
@@ -245,7 +245,7 @@ impl Offers {
     /// arrives unclaimed (the offer dropped just after it was taken) goes to
     /// the [`Parcel`]'s give-back. `None` when the queue is gone (its
     /// waiters all left).
-    pub(crate) fn offer(&self, lease: Option<Duration>) -> Option<Offer> {
+    pub(crate) fn offer(&self, lease: Duration) -> Option<Offer> {
         let queue = self.0.upgrade()?;
         let (handed, receiver) = oneshot::channel();
         let id = {
@@ -362,27 +362,27 @@ mod tests {
         let mut head = queues.ticket("a".into());
         head.turn().await;
         let offers = head.offers();
-        let first = offers.offer(None).unwrap();
-        let second = offers.offer(Some(Duration::from_secs(1))).unwrap();
+        let first = offers.offer(Duration::from_secs(30)).unwrap();
+        let second = offers.offer(Duration::from_secs(1)).unwrap();
         assert_eq!(
             queues.take_offer("a").unwrap().lease,
-            None,
+            Duration::from_secs(30),
             "the oldest first"
         );
         let taken = queues.take_offer("a").unwrap();
-        assert_eq!(taken.lease, Some(Duration::from_secs(1)));
-        let withdrawn = offers.offer(None).unwrap();
+        assert_eq!(taken.lease, Duration::from_secs(1));
+        let withdrawn = offers.offer(Duration::from_secs(30)).unwrap();
         drop(withdrawn);
         assert!(
             queues.take_offer("a").is_none(),
             "a withdrawn offer is gone"
         );
-        let last = offers.offer(None).unwrap();
+        let last = offers.offer(Duration::from_secs(30)).unwrap();
         drop(head);
         assert_eq!(queues.len(), 0, "offers keep no queue in the table");
         drop((first, second, last));
         assert!(
-            offers.offer(None).is_none(),
+            offers.offer(Duration::from_secs(30)).is_none(),
             "no offer in a queue that is gone"
         );
     }
@@ -413,13 +413,13 @@ mod tests {
         };
 
         // Handed over, then the offer is dropped before its waiter looked.
-        let unclaimed = offers.offer(None).unwrap();
+        let unclaimed = offers.offer(Duration::from_secs(30)).unwrap();
         hand_over(queues.take_offer("a").unwrap());
         drop(unclaimed);
         assert_eq!(given_back.load(Ordering::SeqCst), 1, "given back");
 
         // Handed over and taken: the waiter owns it, nothing is given back.
-        let mut claimed = offers.offer(None).unwrap();
+        let mut claimed = offers.offer(Duration::from_secs(30)).unwrap();
         hand_over(queues.take_offer("a").unwrap());
         assert_eq!(claimed.handed().await.map(|h| h.token), Some(7));
         drop(claimed);

@@ -21,7 +21,7 @@ pub(crate) use held::RedisHold;
 crate::engine::seam::engine_by_parts!(
     Core, name "redis", hold RedisHold,
     connect connect,
-    acquire |core, alive, target, options| acquire(core, alive, target, options),
+    acquire |core, alive, request| acquire(core, alive, request),
     renewed |core| core.watchdog.len(),
     inspect inspect::inspect, locks inspect::locks, force_unlock inspect::force_unlock,
 );

@@ -12,9 +12,9 @@ use tokio::time::Instant;
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::queue::{Side, leave};
+use super::queue::leave;
 use super::record::{Record, SqlHold};
-use super::taking::{How, SqlTaking};
+use super::taking::{SqlTaking, Taken};
 use super::{Rows, UNKNOWN_TOKEN};
 use crate::background::Background;
 use crate::clock::valid_until;
@@ -22,34 +22,30 @@ use crate::error::LockError;
 use crate::holder::Chain;
 use crate::kept::Downgrade;
 use crate::kept::{Counted, Deleted, give_back_retried, list, lost};
-use crate::request::Options;
+use crate::request::{Kind, Request};
 
 impl<S: SqlTaking> Record<S> {
-    /// The record of a row `how.holder` took for `name` with a statement
-    /// sent at `sent`, its token `token` (the process queue's `turn` kept
-    /// with it), listed
-    /// among the client's records (under this client's write it was taken
-    /// under, if any) and renewed by the watchdog unless its lease is
-    /// fixed.
+    /// The record of the row `holder` took for `request`, `taken` (the
+    /// process queue's `turn` kept with it), listed among the client's
+    /// records (under this client's write it was taken under, if any) and
+    /// renewed by the watchdog unless its lease is fixed.
     pub(crate) fn taken(
         store: &Arc<S>,
-        name: &str,
-        how: &How<'_, S>,
-        options: &Options,
-        sent: Instant,
-        token: u64,
+        request: &Request,
+        holder: &str,
+        under: Option<&Arc<Record<S>>>,
+        taken: &Taken,
         turn: Option<OwnedMutexGuard<()>>,
     ) -> Arc<Record<S>> {
-        let (holder, under) = (how.holder, how.under);
         let common = store.common();
-        let fixed = options.lease.is_some();
-        let lease = options.lease.unwrap_or(common.config.watchdog_timeout);
+        let fixed = !request.lease.renewed;
+        let (sent, token) = (taken.sent, taken.token);
         let record = Arc::new(Record {
             store: store.clone(),
-            name: name.to_owned(),
+            name: request.name.clone(),
             holder: holder.to_owned(),
-            side: how.side,
-            until: Mutex::new(valid_until(sent, lease)),
+            side: request.kind,
+            until: Mutex::new(valid_until(sent, request.lease.length)),
             fixed,
             kept: AtomicBool::new(false),
             holds: AtomicUsize::new(1),
@@ -104,17 +100,15 @@ impl<S: SqlTaking> crate::kept::Record for Record<S> {
 pub(crate) async fn reenter<S: SqlTaking>(
     alive: Arc<Background>,
     record: Arc<Record<S>>,
-    side: Side,
     chain: Chain,
-    options: &Options,
-    metric: &'static str,
+    request: &Request,
 ) -> Result<SqlHold<S>, LockError> {
-    let counted = Counted::count(record, side.kind(), chain)?;
+    let counted = Counted::count(record, request.kind.access(), chain)?;
     let record = counted.record().clone();
     let sent = Instant::now();
     let (store, name, holder) = (&record.store, &record.name, &record.holder);
     let token = match record.side {
-        Side::Read => store.reenter_read(name, holder).await?,
+        Kind::Read => store.reenter_read(name, holder).await?,
         _ => store.reenter(name, holder).await?,
     };
     let Some(token) = token else {
@@ -122,10 +116,10 @@ pub(crate) async fn reenter<S: SqlTaking>(
         return Err(lost(&record.name));
     };
     // Only a plain lock's release reads the token it knows.
-    if record.side == Side::Mutex {
+    if record.side == Kind::Reentrant {
         record.reentered(token);
     }
-    Ok(counted.hold(alive, token, sent, options, metric))
+    Ok(counted.hold(alive, token, sent, request))
 }
 
 impl<S: SqlTaking> SqlHold<S> {
@@ -150,11 +144,11 @@ impl<S: SqlTaking> SqlHold<S> {
             let sent = Instant::now();
             let (store, name, holder) = (&record.store, &record.name, &record.holder);
             let row = match record.side {
-                Side::Read => true,
+                Kind::Read => true,
                 _ => store.extend(name, holder, lease).await?,
             };
             let line = match record.side {
-                Side::Mutex => true,
+                Kind::Reentrant => true,
                 _ => {
                     store
                         .renew_tickets(&[(name.as_str(), holder.as_str())], lease)
@@ -210,20 +204,20 @@ async fn give_back_once<S: SqlTaking>(
         // A reader's minimum is its ticket's (and the readers' row's);
         // a fair lock's or writer's is its row's, its ticket dropped.
         let there = match record.side {
-            Side::Read => {
+            Kind::Read => {
                 store
                     .renew_tickets(&[(name.as_str(), holder.as_str())], left)
                     .await?[0]
             }
-            Side::Mutex => store.keep(name, holder, left).await?,
-            Side::Fair | Side::Write => {
+            Kind::Reentrant => store.keep(name, holder, left).await?,
+            Kind::Fair | Kind::Write => {
                 let there = store.keep(name, holder, left).await?;
                 let mut made = SqlTaking::made(store, holder);
                 store.drop_ticket(&mut made, name, holder).await?;
                 there
             }
         };
-        if there && record.side != Side::Read {
+        if there && record.side != Kind::Read {
             record.kept.store(true, Ordering::Release);
         }
         return Ok(there && !record.deleted.is_set());
@@ -233,7 +227,7 @@ async fn give_back_once<S: SqlTaking>(
         false => Cow::Borrowed(record.holder.as_str()),
     };
     let freed = match record.side {
-        Side::Mutex => {
+        Kind::Reentrant => {
             let token = record.token.load(Ordering::Acquire);
             store.release(name, &holder, token).await?
         }
@@ -351,14 +345,14 @@ impl<S: Rows> Keeper<S> {
         }
         // Rows: a plain lock's, a fair lock's and a writer's. Tickets: a
         // fair lock's, a reader's (and the readers' row) and a writer's.
-        let pairs = |keep: fn(Side) -> bool| -> Vec<(&str, &str)> {
+        let pairs = |keep: fn(Kind) -> bool| -> Vec<(&str, &str)> {
             records
                 .iter()
                 .filter(|r| keep(r.side))
                 .map(|r| (r.name.as_str(), r.holder.as_str()))
                 .collect()
         };
-        let (rows, lines) = (pairs(|s| s != Side::Read), pairs(Side::in_line));
+        let (rows, lines) = (pairs(|s| s != Kind::Read), pairs(Kind::in_line));
         let lease = store.common().config.watchdog_timeout;
         let sent = Instant::now();
         let rows = match rows.is_empty() {
@@ -378,7 +372,7 @@ impl<S: Rows> Keeper<S> {
         let (mut rows, mut lines) = (rows.into_iter(), lines.into_iter());
         let mut n = 0;
         for record in &records {
-            let row = (record.side != Side::Read).then(|| rows.next().unwrap_or(false));
+            let row = (record.side != Kind::Read).then(|| rows.next().unwrap_or(false));
             let line = record.side.in_line().then(|| lines.next().unwrap_or(false));
             // A reader holds by its ticket; the others by their rows.
             let renewed = row.or(line).unwrap_or(false);

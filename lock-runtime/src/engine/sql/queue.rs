@@ -57,11 +57,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-pub(crate) use super::side::{Line, Side};
-use super::taking::{How, SqlTaking, Taken};
+use super::record::Record;
+pub(crate) use super::side::Line;
+use super::taking::{SqlTaking, Taken};
 use crate::error::LockError;
 use crate::info::{HolderInfo, LockInfo, LockKind, RwMode};
-use crate::request::{Options, Target, timed_out, within};
+use crate::request::{Kind, Request, within};
 
 /// The holder id of a row the readers hold (no holder id of ours starts
 /// with a space, and ShedLock writes a host name).
@@ -88,32 +89,32 @@ pub(crate) fn no_line(quoted: &str, ddl: &str) -> LockError {
 /// joins the readers'), within the deadline.
 pub(crate) async fn take_in_line<S: SqlTaking>(
     s: &Arc<S>,
-    target: &Target,
-    options: &Options,
-    how: &How<'_, S>,
+    request: &Request,
+    holder: &str,
+    under: Option<&Arc<Record<S>>>,
     made: &mut S::Made,
 ) -> Result<Taken, LockError> {
-    let name = target.name();
+    let name = request.name.as_str();
     s.check_lock_name(name)?;
     s.line_ready()?;
     let common = s.common();
-    let lease = options.lease.unwrap_or(common.config.watchdog_timeout);
+    let lease = request.lease.length;
     let ttl = common.config.watchdog_timeout;
-    let side = how.side;
+    let side = request.kind;
     S::line(made).side = side;
     let seq = match S::line(made).seq {
         Some(seq) => seq,
         None => {
             // Undone from now on: an answer lost still made a ticket.
             S::line(made).ticket = Some(Instant::now() + ttl.max(lease));
-            let seq = s.enqueue(made, name, how.holder, side, ttl).await?;
+            let seq = s.enqueue(made, name, holder, side, ttl).await?;
             S::line(made).seq = Some(seq);
             seq
         }
     };
     // A read under this client's write: held at once (the write keeps
     // everyone else out), with a token of its own.
-    if let Some(write) = how.under {
+    if let Some(write) = under {
         let sent = Instant::now();
         S::line(made).ticket = Some(sent + lease.max(ttl));
         s.mark(made, seq, lease).await?;
@@ -144,8 +145,8 @@ pub(crate) async fn take_in_line<S: SqlTaking>(
         if first {
             let sent = Instant::now();
             let taken = match side {
-                Side::Read => s.join(made, name, seq, lease).await?,
-                _ => s.take_turn(made, name, how.holder, seq, lease).await?,
+                Kind::Read => s.join(made, name, seq, lease).await?,
+                _ => s.take_turn(made, name, holder, seq, lease).await?,
             };
             if let Some(token) = taken {
                 return Ok(Taken {
@@ -155,14 +156,14 @@ pub(crate) async fn take_in_line<S: SqlTaking>(
                 });
             }
         }
-        if options.wait == Some(Duration::ZERO) {
-            return Err(timed_out(target, options));
+        if request.once() {
+            return Err(request.timed_out());
         }
         if waiting.is_none() {
             waiting = Some(common.waiting(name));
         }
-        let paused = s.pause(made, heed, name, how.holder, pause);
-        within!(paused, how.deadline, target, options)??;
+        let paused = s.pause(made, heed, name, holder, pause);
+        within!(paused, request.deadline, request)??;
         pause = (pause * 2).min(common.config.poll_cap);
     }
 }
@@ -178,11 +179,11 @@ pub(crate) async fn leave<S: SqlTaking>(
     made: &mut S::Made,
     name: &str,
     holder: &str,
-    side: Side,
+    side: Kind,
     reads_under: bool,
 ) -> Result<bool, LockError> {
     let had = s.drop_ticket(made, name, holder).await?;
-    if side == Side::Read {
+    if side == Kind::Read {
         free_readers(s, made, name).await?;
         return Ok(had);
     }
@@ -236,7 +237,7 @@ pub(crate) fn describe<S: SqlTaking>(
             mode: Some(RwMode::Read),
             holders: tickets
                 .iter()
-                .filter(|(_, side, held)| side == Side::Read.code() && *held)
+                .filter(|(_, side, held)| side == Kind::Read.code() && *held)
                 .map(|(id, _, _)| holder(id, false, false))
                 .collect(),
             ttl,
@@ -251,8 +252,8 @@ pub(crate) fn describe<S: SqlTaking>(
         .iter()
         .find(|(holder, _, _)| holder == id)
         .map(|(_, side, _)| side.as_str());
-    let write = side == Some(Side::Write.code());
-    let fair = side == Some(Side::Fair.code());
+    let write = side == Some(Kind::Write.code());
+    let fair = side == Some(Kind::Fair.code());
     let (kind, mode) = match () {
         () if write => (LockKind::ReadWrite, Some(RwMode::Write)),
         () if fair => (LockKind::Fair, None),
@@ -261,7 +262,7 @@ pub(crate) fn describe<S: SqlTaking>(
     let queue = match fair {
         true => tickets
             .iter()
-            .filter(|(holder, side, held)| side == Side::Fair.code() && !*held && holder != id)
+            .filter(|(holder, side, held)| side == Kind::Fair.code() && !*held && holder != id)
             .map(|(holder, _, _)| holder.clone())
             .collect(),
         false => Vec::new(),

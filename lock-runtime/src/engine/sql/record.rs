@@ -10,11 +10,11 @@ use tokio::time::Instant;
 
 use tokio::sync::OwnedMutexGuard;
 
-use super::side::Side;
 use super::{Rows, UNKNOWN_TOKEN};
 use crate::clock::valid_until;
 use crate::kept::Downgrade;
 use crate::kept::{Deleted, Hold};
+use crate::request::Kind;
 
 /// A client's one row for one name, shared by a hold and its re-entries.
 /// The process queue's turn is kept until it is dropped, after the row is
@@ -25,7 +25,7 @@ pub(crate) struct Record<S: Rows> {
     pub(crate) holder: String,
     /// A plain lock's row, or a fair lock's, a reader's or a writer's
     /// ticket and row (see [`queue`](super::queue)).
-    pub(super) side: Side,
+    pub(super) side: Kind,
     /// Until when the hold counts, by this client's clock: the last
     /// confirmed renewal's send time plus the lease (less the safety
     /// margin), or a fixed lease's end.

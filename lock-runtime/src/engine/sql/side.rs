@@ -1,26 +1,26 @@
 //! Which kind of contender an acquisition is on the SQL engines
-//! ([`Side`]), and its place in the line of fair and read-write locks
+//! ([`Kind`]), and its place in the line of fair and read-write locks
 //! ([`Line`]; the line itself is `queue`'s).
 
 use tokio::time::Instant;
 
-pub(crate) use crate::kept::Side;
+use crate::request::Kind;
 
 /// What the SQL engines' statements make of a side.
-impl Side {
+impl Kind {
     /// Its ticket's `side` column.
     pub(crate) fn code(self) -> &'static str {
         match self {
-            Side::Mutex => "m",
-            Side::Fair => "f",
-            Side::Read => "r",
-            Side::Write => "w",
+            Kind::Reentrant => "m",
+            Kind::Fair => "f",
+            Kind::Read => "r",
+            Kind::Write => "w",
         }
     }
 
     /// Whether it takes a ticket.
     pub(crate) fn in_line(self) -> bool {
-        self != Side::Mutex
+        self != Kind::Reentrant
     }
 }
 
@@ -29,7 +29,7 @@ impl Side {
 /// dropped.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Line {
-    pub(crate) side: Side,
+    pub(crate) side: Kind,
     /// Its ticket's `seq`, once the database gave it.
     pub(crate) seq: Option<i64>,
     /// Until when a ticket it took may count (by this client's clock);
@@ -40,7 +40,7 @@ pub(crate) struct Line {
 impl Default for Line {
     fn default() -> Line {
         Line {
-            side: Side::Mutex,
+            side: Kind::Reentrant,
             seq: None,
             ticket: None,
         }

@@ -11,75 +11,62 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::Record;
 use super::hold::reenter;
-use super::queue::Side;
 use super::record::SqlHold;
-pub(crate) use super::taking::{How, SqlTaking, Taken};
+pub(crate) use super::taking::{SqlTaking, Taken};
 use crate::background::Background;
 use crate::error::LockError;
-use crate::holder::Chain;
+use crate::holder::{Chain, Holder};
 use crate::kept::Taking;
-use crate::request::{Options, Target};
+use crate::request::{Kind, Request};
 
 impl<S: SqlTaking> Taking for S {
     crate::kept::taking_fields!(client | s | s.common());
 
     type Record = Record<S>;
-    type Side = Side;
     type Made = S::Made;
     type More = ();
     const ENGINE: &'static str = S::ENGINE;
 
-    fn side(target: &Target) -> Result<Side, LockError> {
-        Ok(Side::of(target))
-    }
-
     fn reenter<'a>(
         alive: Arc<Background>,
         record: Arc<Record<S>>,
-        side: Side,
         chain: Chain,
-        options: &'a Options,
-        metric: &'static str,
+        request: &'a Request,
     ) -> impl Future<Output = Result<SqlHold<S>, LockError>> + Send + 'a {
-        reenter(alive, record, side, chain, options, metric)
+        reenter(alive, record, chain, request)
     }
 
-    fn made(self: &Arc<Self>, holder: &str) -> S::Made {
-        SqlTaking::made(self, holder)
+    fn made(self: &Arc<Self>, holder: &Holder) -> S::Made {
+        SqlTaking::made(self, &holder.id)
     }
 
     fn take<'a>(
         self: &'a Arc<Self>,
-        target: &'a Target,
-        options: &'a Options,
-        how: &'a How<'a, S>,
+        request: &'a Request,
+        holder: &'a Holder,
+        under: Option<&'a Arc<Record<S>>>,
         made: &'a mut S::Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        match how.side {
-            Side::Mutex => Either::Left(SqlTaking::take(self, target, options, how, made)),
-            _ => Either::Right(super::queue::take_in_line(self, target, options, how, made)),
+        let holder = holder.id.as_str();
+        match request.kind {
+            Kind::Reentrant => Either::Left(SqlTaking::take(self, request, holder, made)),
+            _ => Either::Right(super::queue::take_in_line(
+                self, request, holder, under, made,
+            )),
         }
     }
 
     fn record(
         self: &Arc<Self>,
-        name: &str,
-        options: &Options,
-        how: &How<'_, S>,
+        request: &Request,
+        holder: &Holder,
+        under: Option<&Arc<Record<S>>>,
         taken: &Taken,
         made: &mut S::Made,
         turn: Option<OwnedMutexGuard<()>>,
     ) -> Result<Arc<Record<S>>, LockError> {
         S::owned(made);
         S::line(made).ticket = None;
-        Ok(Record::taken(
-            self,
-            name,
-            how,
-            options,
-            taken.sent,
-            taken.token,
-            turn,
-        ))
+        Ok(Record::taken(self, request, &holder.id, under, taken, turn))
     }
 }

@@ -7,14 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Rows;
-use super::record::Record;
-use super::side::{Line, Side};
+use super::side::Line;
 use crate::error::LockError;
 use crate::kept::Undo;
-use crate::request::{Options, Target};
-
-/// Who takes a hold on an SQL engine.
-pub(crate) type How<'a, S> = crate::kept::How<'a, Record<S>, Side>;
+use crate::request::{Kind, Request};
 
 /// A hold taken on an SQL engine.
 pub(crate) type Taken = crate::kept::Taken<()>;
@@ -31,13 +27,12 @@ pub(crate) trait SqlTaking: Rows {
     /// Nothing made yet, for an acquisition by `holder`.
     fn made(self: &Arc<Self>, holder: &str) -> Self::Made;
 
-    /// One try at the hold (waiting while it is held, within the
-    /// deadline).
+    /// One try at a reentrant lock's hold by `holder` (waiting while it
+    /// is held, within the deadline).
     fn take<'a>(
         self: &'a Arc<Self>,
-        target: &'a Target,
-        options: &'a Options,
-        how: &'a How<'a, Self>,
+        request: &'a Request,
+        holder: &'a str,
         made: &'a mut Self::Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a;
 
@@ -84,7 +79,7 @@ pub(crate) trait SqlTaking: Rows {
         made: &'a mut Self::Made,
         name: &'a str,
         holder: &'a str,
-        side: Side,
+        side: Kind,
         ttl: Duration,
     ) -> impl Future<Output = Result<i64, LockError>> + Send + 'a;
 
@@ -97,7 +92,7 @@ pub(crate) trait SqlTaking: Rows {
         made: &'a mut Self::Made,
         name: &'a str,
         seq: i64,
-        side: Side,
+        side: Kind,
         ttl: Duration,
     ) -> impl Future<Output = Result<Option<bool>, LockError>> + Send + 'a;
 

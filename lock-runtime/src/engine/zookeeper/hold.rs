@@ -20,7 +20,7 @@ use crate::holder::Chain;
 use crate::kept::Downgrade;
 pub(super) use crate::kept::lost;
 use crate::kept::{Counted, Deleted, Hold, give_back_retried};
-use crate::request::Options;
+use crate::request::Request;
 
 /// A client's one node for one name, shared by a hold and its re-entries.
 /// The process queue's turn is kept until it is dropped, after the node
@@ -194,12 +194,10 @@ impl crate::kept::Record for Record {
 pub(super) async fn reenter(
     alive: Arc<Background>,
     record: Arc<Record>,
-    side: Side,
     chain: Chain,
-    options: &Options,
-    metric: &'static str,
+    request: &Request,
 ) -> Result<ZkHold, LockError> {
-    let counted = Counted::count(record, side.kind(), chain)?;
+    let counted = Counted::count(record, request.kind.access(), chain)?;
     let record = counted.record().clone();
     let sent = Instant::now();
     let session = &record.session;
@@ -217,7 +215,7 @@ pub(super) async fn reenter(
         Err(e) => return Err(store_error(e)),
     };
     let token = u64::try_from(stat.mzxid).unwrap_or(0);
-    Ok(counted.hold(alive, token, sent, options, metric))
+    Ok(counted.hold(alive, token, sent, request))
 }
 
 /// `at` by the wall clock.

@@ -76,7 +76,7 @@ pub(crate) use ops::{force_unlock, inspect, locks};
 crate::engine::seam::engine_by_parts!(
     Zk, name "zookeeper", hold ZkHold,
     connect Zk::connect,
-    acquire |zk, alive, site, options| crate::kept::acquire(alive, zk, site, options),
+    acquire |zk, alive, request| crate::kept::acquire(alive, zk, request),
     renewed |zk| zk.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
 );

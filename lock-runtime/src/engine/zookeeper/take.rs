@@ -5,27 +5,24 @@
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 use tokio::time::Instant;
 
 use tokio::sync::OwnedMutexGuard;
 use zookeeper_client as zk;
 
 use super::hold::{Record, ZkHold, lost, reenter};
-use super::layout::{self, Contender, Side, Term, blocker, contenders};
+use super::layout::{self, Contender, Side, Term, blocker, check_name, contenders};
 use super::session::Session;
 use super::undo::{Made, Node, clear};
 use super::{Zk, store_error};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::Chain;
+use crate::holder::{Chain, Holder};
 use crate::kept::Downgrade;
 use crate::kept::{Deleted, Taking, list};
-use crate::request::{Options, Target, timed_out, within};
-
-/// Who takes the hold, and on which side.
-type How<'a> = crate::kept::How<'a, Record, Side>;
+use crate::request::{Request, within};
 
 /// A hold taken in ZooKeeper.
 type Taken = crate::kept::Taken<()>;
@@ -34,27 +31,24 @@ impl Taking for Zk {
     crate::kept::taking_fields!(client | z | z);
 
     type Record = Record;
-    type Side = Side;
     type Made = Made;
     type More = ();
     const ENGINE: &'static str = super::ENGINE;
 
-    fn side(target: &Target) -> Result<Side, LockError> {
-        Side::of(target)
+    fn check(request: &Request) -> Result<(), LockError> {
+        check_name(&request.name)
     }
 
     fn reenter<'a>(
         alive: Arc<Background>,
         record: Arc<Record>,
-        side: Side,
         chain: Chain,
-        options: &'a Options,
-        metric: &'static str,
+        request: &'a Request,
     ) -> impl Future<Output = Result<ZkHold, LockError>> + Send + 'a {
-        reenter(alive, record, side, chain, options, metric)
+        reenter(alive, record, chain, request)
     }
 
-    fn made(self: &Arc<Self>, _holder: &str) -> Made {
+    fn made(self: &Arc<Self>, _holder: &Holder) -> Made {
         Made {
             zk: self.clone(),
             node: None,
@@ -63,19 +57,19 @@ impl Taking for Zk {
 
     fn take<'a>(
         self: &'a Arc<Self>,
-        target: &'a Target,
-        options: &'a Options,
-        how: &'a How<'a>,
+        request: &'a Request,
+        holder: &'a Holder,
+        under: Option<&'a Arc<Record>>,
         made: &'a mut Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        take(self, target, options, how, made)
+        take(self, request, &holder.id, under, made)
     }
 
     fn record(
         self: &Arc<Self>,
-        name: &str,
-        options: &Options,
-        how: &How<'_>,
+        request: &Request,
+        holder: &Holder,
+        under: Option<&Arc<Record>>,
         taken: &Taken,
         made: &mut Made,
         turn: Option<OwnedMutexGuard<()>>,
@@ -87,17 +81,15 @@ impl Taking for Zk {
             ..
         }) = made.node.take()
         else {
-            return Err(lost(name));
+            return Err(lost(&request.name));
         };
-        let fixed = options
-            .lease
-            .map(|lease| Mutex::new(valid_until(taken.sent, lease)));
+        let fixed = (request.lease.fixed()).map(|lease| Mutex::new(valid_until(taken.sent, lease)));
         let record = Arc::new(Record {
             zk: self.clone(),
-            name: name.to_owned(),
-            side: how.side,
+            name: request.name.clone(),
+            side: Side::of(request.kind),
             path: format!("{lock}/{child}"),
-            holder: how.holder.to_owned(),
+            holder: holder.id.clone(),
             session,
             bound: OnceLock::new(),
             fixed,
@@ -105,9 +97,9 @@ impl Taking for Zk {
             deleted: Deleted::default(),
             timer: OnceLock::new(),
             turn: Mutex::new(turn),
-            downgrade: Downgrade::new(how.under.cloned()),
+            downgrade: Downgrade::new(under.cloned()),
         });
-        list(&self.records, &record, how.under);
+        list(&self.records, &record, under);
         record.start();
         Ok(record)
     }
@@ -120,9 +112,9 @@ impl Taking for Zk {
 /// Curator never touches it, and its data and watches are its owner's).
 async fn take(
     zk: &Arc<Zk>,
-    target: &Target,
-    options: &Options,
-    how: &How<'_>,
+    request: &Request,
+    holder: &str,
+    under: Option<&Arc<Record>>,
     pending: &mut Made,
 ) -> Result<Taken, LockError> {
     // An earlier try's node (its answer lost, or its session gone) first.
@@ -133,15 +125,16 @@ async fn take(
         pending.node = None;
     }
     let session = zk.session().await?;
-    let lock = zk.lock_path(target.name());
+    let (name, side) = (request.name.as_str(), Side::of(request.kind));
+    let lock = zk.lock_path(name);
     let id = zk.protected_id();
-    let path = how.side.create_path(&lock, &id);
+    let path = side.create_path(&lock, &id);
     let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let term = |session: &Session| match options.lease {
+    let term = |session: &Session| match request.lease.fixed() {
         Some(lease) => Term::Until(SystemTime::now() + lease),
         None => Term::Session(session.timeout()),
     };
-    let data = layout::data(how.holder, term(&session));
+    let data = layout::data(holder, term(&session));
     let mut sent;
     let (ours, listed) = loop {
         pending.node = Some(Node {
@@ -163,10 +156,7 @@ async fn take(
                 }
                 let ours = Contender::of(&child).ok_or_else(|| LockError::Store {
                     engine: super::ENGINE,
-                    message: format!(
-                        "lock `{}`: the server named our node {child:?}",
-                        target.name()
-                    ),
+                    message: format!("lock `{}`: the server named our node {child:?}", name),
                     transient: false,
                 })?;
                 break (ours, listed);
@@ -193,7 +183,7 @@ async fn take(
     // ours alone: the hold begins there, after every earlier holder's
     // end, and no reader let in with ours shares it.
     let alone = matches!(&listed, Ok((children, _)) if children.len() == 1);
-    let first = match how.under {
+    let first = match under {
         // Under this client's write: ours at once if the write's node is
         // still there now that ours is made (it keeps everyone else out);
         // a write of its own (below) gives it its token.
@@ -207,7 +197,7 @@ async fn take(
             };
             let child = write.path.rsplit('/').next().unwrap_or_default();
             if write.is_lost() || !children.iter().any(|c| c == child) {
-                return Err(lost(target.name()));
+                return Err(lost(name));
             }
             Ok(Some(u64::try_from(stat.pzxid).unwrap_or(0)))
         }
@@ -220,10 +210,10 @@ async fn take(
         Some(token) => token,
         None => {
             waited = true;
-            if options.wait == Some(Duration::ZERO) {
-                return Err(timed_out(target, options));
+            if request.once() {
+                return Err(request.timed_out());
             }
-            match wait_for_turn(zk, &session, target, options, &lock, &ours, how.deadline).await? {
+            match wait_for_turn(zk, &session, request, &lock, &ours).await? {
                 Some(token) => {
                     sent = Instant::now();
                     token
@@ -234,7 +224,7 @@ async fn take(
                     pending.node = None;
                     return Err(LockError::Store {
                         engine: super::ENGINE,
-                        message: format!("lock `{}`: the waiter's node was deleted", target.name()),
+                        message: format!("lock `{name}`: the waiter's node was deleted"),
                         transient: true,
                     });
                 }
@@ -244,10 +234,10 @@ async fn take(
     // Readers let in together would share the lock node's zxid: a write
     // of its own gives each its token. A fixed lease counts from the turn:
     // its node says so.
-    let token = if (how.side == Side::Read && !alone) || (waited && options.lease.is_some()) {
+    let token = if (side == Side::Read && !alone) || (waited && !request.lease.renewed) {
         sent = Instant::now();
         let node = format!("{lock}/{}", ours.child);
-        let data = layout::data(how.holder, term(&session));
+        let data = layout::data(holder, term(&session));
         match zk
             .call(&session, session.client.set_data(&node, &data, None))
             .await
@@ -258,7 +248,7 @@ async fn take(
                 pending.node = None;
                 return Err(LockError::Store {
                     engine: super::ENGINE,
-                    message: format!("lock `{}`: the node was deleted at its turn", target.name()),
+                    message: format!("lock `{name}`: the node was deleted at its turn"),
                     transient: true,
                 });
             }
@@ -327,11 +317,9 @@ fn first_in_line(children: &[String], ours: &Contender, stat: &zk::Stat) -> Opti
 async fn wait_for_turn(
     zk: &Zk,
     session: &Session,
-    target: &Target,
-    options: &Options,
+    request: &Request,
     lock: &str,
     ours: &Contender,
-    deadline: Option<Instant>,
 ) -> Result<Option<u64>, LockError> {
     loop {
         let (children, stat) = zk
@@ -345,7 +333,7 @@ async fn wait_for_turn(
         // A session lost by the clock (a blip past most of its timeout)
         // would hand on a hold already lost: start again on a new one.
         if session.is_lost() {
-            return Err(session_ended(target, "its session counts as lost"));
+            return Err(session_ended(request, "its session counts as lost"));
         }
         let Some(before) = blocker(&all, ours) else {
             return Ok(Some(u64::try_from(stat.pzxid).unwrap_or(0)));
@@ -362,16 +350,16 @@ async fn wait_for_turn(
             }
             let event = tokio::select! {
                 biased;
-                event = async { within!(watcher.changed(), deadline, target, options) } => event?,
+                event = async { within!(watcher.changed(), request.deadline, request) } => event?,
                 () = session.lost() => {
-                    return Err(session_ended(target, "its session counts as lost"));
+                    return Err(session_ended(request, "its session counts as lost"));
                 }
             };
             match event.event_type {
                 zk::EventType::NodeDeleted => break,
                 zk::EventType::Session => {
                     session.retire();
-                    return Err(session_ended(target, "its session ended"));
+                    return Err(session_ended(request, "its session ended"));
                 }
                 // Its data changed (a re-entry): watched again.
                 _ => {}
@@ -382,13 +370,10 @@ async fn wait_for_turn(
 
 /// The error of a waiter whose session ended or counts as lost: it tries
 /// again on a new session (its node is cleared first).
-fn session_ended(target: &Target, why: &str) -> LockError {
+fn session_ended(request: &Request, why: &str) -> LockError {
     LockError::Store {
         engine: super::ENGINE,
-        message: format!(
-            "lock `{}`: the waiter stopped waiting: {why}",
-            target.name()
-        ),
+        message: format!("lock `{}`: the waiter stopped waiting: {why}", request.name),
         transient: true,
     }
 }

@@ -6,15 +6,15 @@
 use tokio::sync::oneshot;
 
 use super::reconcile::reconcile;
-use super::{Attempt, Keep, Request, Try, Which};
+use super::{Attempt, Keep, Try, Unlock, Which};
 use crate::background;
 use crate::engine::redis::Core;
 use crate::engine::redis::conn::Conn;
 use crate::error::LockError;
 use crate::holder;
-use crate::request::Target;
+use crate::request::Request;
 
-/// Runs `target`'s acquire script once. If the caller goes away before the
+/// Runs `lock`'s acquire script once. If the caller goes away before the
 /// answer arrives, the call is finished without it and a hold taken for it
 /// is given back, so a cancelled acquire never leaves a lock behind. When
 /// the answer is lost (a timeout, a broken connection), the attempt is
@@ -34,15 +34,15 @@ use crate::request::Target;
 /// first holds of one holder apart).
 pub(crate) async fn attempt_once(
     core: &std::sync::Arc<Core>,
-    target: &Target,
+    lock: &Request,
     how: &Try,
 ) -> (Result<Attempt, LockError>, Option<Unsettled>) {
-    match attempt_on(core, target, how, core.conn.near_here()).await {
+    match attempt_on(core, lock, how, core.conn.near_here()).await {
         (Err(LockError::Redis(e)), Settled::Yes)
             if crate::engine::redis::conn::connection_lost(&e) =>
         {
             tracing::debug!(error = %e, "an attempt's connection was lost; trying again on the client's own");
-            match attempt_on(core, target, how, None).await {
+            match attempt_on(core, lock, how, None).await {
                 (result, Settled::Later(unsettled)) => (result, Some(unsettled)),
                 (result, _) => (result, None),
             }
@@ -96,7 +96,7 @@ impl Unsettled {
 /// background runtime.
 async fn attempt_on(
     core: &std::sync::Arc<Core>,
-    target: &Target,
+    lock: &Request,
     how: &Try,
     near: Option<Conn>,
 ) -> (Result<Attempt, LockError>, Settled) {
@@ -105,7 +105,7 @@ async fn attempt_on(
     let call = std::sync::Arc::new(Call {
         core: core.clone(),
         conn: near.clone().unwrap_or_else(|| core.conn.clone()),
-        target: target.clone(),
+        lock: lock.clone(),
         // A fresh attempt id (not a copy of the caller's, then replaced).
         how: Try {
             holder: how.holder.clone(),
@@ -116,7 +116,7 @@ async fn attempt_on(
     });
     let attempt = {
         let call = call.clone();
-        async move { call.target.attempt(&call.core, &call.conn, &call.how).await }
+        async move { call.lock.attempt(&call.core, &call.conn, &call.how).await }
     };
     let result = if near.is_some() {
         let left = call.clone();
@@ -150,7 +150,7 @@ async fn attempt_on(
     {
         // The script may have run: find the hold and give it back, or make
         // sure the attempt can no longer take it, before reporting.
-        let work = reconcile(core.clone(), target.clone(), call.how.clone());
+        let work = reconcile(core.clone(), lock.clone(), call.how.clone());
         let mut reconciled = core.runtime.spawn(work);
         let bound = core.config.response_timeout.saturating_mul(2);
         settled = match tokio::time::timeout(bound, &mut reconciled).await {
@@ -199,7 +199,7 @@ impl Drop for Answered {
 struct Call {
     core: std::sync::Arc<Core>,
     conn: Conn,
-    target: Target,
+    lock: Request,
     how: Try,
 }
 
@@ -210,31 +210,31 @@ impl Call {
     /// reload, and found nothing to remove). An answer that was lost is
     /// reconciled.
     async fn abandoned(&self, answer: Result<Attempt, LockError>) {
-        let (core, target, how) = (&self.core, &self.target, &self.how);
+        let (core, lock, how) = (&self.core, &self.lock, &self.how);
         match answer {
             Ok(Attempt::Acquired { token }) => {
-                let given_back = target
+                let given_back = lock
                     .unlock(
                         core,
                         &self.conn,
                         &how.holder,
-                        Request::again(&how.attempt),
+                        Unlock::again(&how.attempt),
                         Which::taken(how, token),
                         Keep::NONE,
                     )
                     .await;
                 if let Err(e) = given_back {
-                    tracing::warn!(lock = target.name(), error = %e, "could not undo a cancelled acquire");
+                    tracing::warn!(lock = lock.name.as_str(), error = %e, "could not undo a cancelled acquire");
                 }
             }
             Ok(Attempt::Busy { .. }) => {
-                if let Some(cleanup) = target.give_up(core, &how.holder) {
+                if let Some(cleanup) = lock.give_up(core, &how.holder) {
                     cleanup.retrying().await;
                 }
             }
             Ok(Attempt::Gone) => {}
             Err(e) if needs_reconcile(&e) => {
-                reconcile(core.clone(), target.clone(), how.clone()).await;
+                reconcile(core.clone(), lock.clone(), how.clone()).await;
             }
             Err(_) => {}
         }

@@ -1,6 +1,6 @@
 //! What is the fair lock's own: a waiter leaving its queue (its acquire and
 //! unlock calls are built with the other layouts' in
-//! [`Target`](super::Target)). The layout (Redisson's `RFairLock`): the reentrant
+//! [`Request`](crate::request::Request)). The layout (Redisson's `RFairLock`): the reentrant
 //! lock's HASH, plus a queue LIST of waiting holder ids and a ZSET of their
 //! deadlines, so that the lock goes to waiters in the order they first asked.
 //!

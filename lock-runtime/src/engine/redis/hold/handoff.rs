@@ -35,39 +35,37 @@ use tokio::time::Instant;
 use crate::engine::redis::Core;
 use crate::engine::redis::conn::Conn;
 use crate::engine::redis::hold::{
-    Keep, Released, Request, Try, Which, needs_reconcile, reconcile, reentrant,
+    Keep, Released, Try, Unlock, Which, needs_reconcile, reconcile, reentrant,
 };
 use crate::engine::redis::local::{Handed, MAX_STREAK, Parcel};
 use crate::error::LockError;
-use crate::request::Target;
+use crate::request::{Kind, Request};
 
-/// Gives back the hold of `holder` on `target` (see [`Target::unlock`]) and,
+/// Gives back the hold of `holder` on `lock` (see [`Request::unlock`]) and,
 /// when that frees a reentrant lock whose local queue has an offer, hands
 /// the lock to the waiter who made the oldest one, unless the hold came at
 /// the end of a full streak of handoffs (`streak`, see
 /// [`Handed::streak`]): then the lock is freed and announced. Returns what
-/// [`Target::unlock`] returns (a handoff counts as freed: 1).
+/// [`Request::unlock`] returns (a handoff counts as freed: 1).
 pub(crate) async fn unlock_or_hand_off(
     core: &Arc<Core>,
     conn: &Conn,
-    target: &Target,
+    lock: &Request,
     holder: &str,
-    request: Request<'_>,
+    request: Unlock<'_>,
     which: Which,
     streak: u32,
 ) -> Result<Released, LockError> {
-    let offer = match target {
-        Target::Reentrant { name } if streak < MAX_STREAK => core
-            .local
-            .take_offer(&target.local_queue(holder))
-            .map(|slot| (name, slot)),
+    let name = &lock.name;
+    let offer = match lock.kind {
+        Kind::Reentrant if streak < MAX_STREAK => core.local.take_offer(&lock.local_queue(holder)),
         _ => None,
     };
-    let Some((name, slot)) = offer else {
+    let Some(slot) = offer else {
         if streak >= MAX_STREAK {
-            core.local.free_for_all(&target.local_queue(holder));
+            core.local.free_for_all(&lock.local_queue(holder));
         }
-        return target
+        return lock
             .unlock(core, conn, holder, request, which, Keep::NONE)
             .await;
     };
@@ -75,11 +73,11 @@ pub(crate) async fn unlock_or_hand_off(
     // attempt id, so that what it took can always be found and given back.
     let to = Try {
         holder: crate::holder::id(&core.id, crate::holder::fresh_number()),
-        lease: slot.lease.unwrap_or(core.config.watchdog_timeout),
+        lease: slot.lease,
         reenter: false,
         attempt: crate::holder::call_id(&core.id),
     };
-    let settle = |to: Try| give_back(core.clone(), target.clone(), to);
+    let settle = |to: Try| give_back(core.clone(), lock.clone(), to);
     let sent = Instant::now();
     match reentrant::hand_off(core, conn, name, holder, request, which, &to).await {
         // A resent script (a cluster connection resends one whose answer
@@ -101,8 +99,8 @@ pub(crate) async fn unlock_or_hand_off(
                     sent,
                     streak: streak + 1,
                 };
-                let (core, target) = (core.clone(), target.clone());
-                let give_back = Box::new(move || give_back(core, target, to));
+                let (core, lock) = (core.clone(), lock.clone());
+                let give_back = Box::new(move || give_back(core, lock, to));
                 if let Err(handoff) = slot.handed.send(Box::new(Parcel { handed, give_back })) {
                     // The waiter went away meanwhile.
                     (handoff.give_back)();
@@ -123,7 +121,7 @@ pub(crate) async fn unlock_or_hand_off(
 
 /// Gives back, in the background, the hold a handoff `to` made or may have
 /// made (see [`reconcile`]).
-fn give_back(core: Arc<Core>, target: Target, to: Try) {
+fn give_back(core: Arc<Core>, lock: Request, to: Try) {
     let runtime = core.runtime.clone();
-    runtime.spawn(reconcile(core, target, to));
+    runtime.spawn(reconcile(core, lock, to));
 }

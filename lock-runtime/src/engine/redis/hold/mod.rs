@@ -1,4 +1,4 @@
-//! One hold in Redis: what it is on ([`Target`]), the scripts that take
+//! One hold in Redis: what it is on (its [`Request`](crate::request::Request)), the scripts that take
 //! it and give it back (the handoff script in `reentrant`, a fair
 //! waiter's leaving in `fair`; `handoff` for handoffs inside a client), and how an
 //! attempt whose answer was lost is settled ([`reconcile`]).
@@ -11,8 +11,8 @@ pub(crate) mod handoff;
 pub(crate) mod reentrant;
 
 mod attempt;
+mod layout;
 mod reconcile;
-mod target;
 
 pub(crate) use attempt::{Unsettled, attempt_once, needs_reconcile};
 pub(crate) use reconcile::reconcile;
@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::engine::redis::keys;
 use crate::error::LockError;
-use crate::request::Target;
+use crate::request::Kind;
 
 /// The answer of one acquire script.
 #[derive(Debug, Clone, Copy)]
@@ -122,12 +122,12 @@ impl Which {
         }
     }
 
-    /// As the unlock scripts of `target` name it: a read hold by its token
+    /// As the unlock scripts of a lock of `kind` name it: a read hold by its token
     /// (0: any one hold of the holder); any other hold `0` for the holder's
     /// first, else its re-entry's token.
-    fn arg(self, target: &Target) -> u64 {
-        match target {
-            Target::Read { .. } => self.token,
+    fn arg(self, kind: Kind) -> u64 {
+        match kind {
+            Kind::Read => self.token,
             _ => self.counted(),
         }
     }
@@ -145,22 +145,22 @@ impl Which {
 /// no copy of the request can have run before it (`scripts/unlock.lua`,
 /// ARGV\[6\]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Request<'a> {
+pub(crate) struct Unlock<'a> {
     /// Names the request's unlock latch.
     pub(crate) id: &'a str,
     first: bool,
 }
 
-impl<'a> Request<'a> {
+impl<'a> Unlock<'a> {
     /// The first send of request `id`.
-    pub(crate) fn first(id: &'a str) -> Request<'a> {
-        Request { id, first: true }
+    pub(crate) fn first(id: &'a str) -> Unlock<'a> {
+        Unlock { id, first: true }
     }
 
     /// A send of request `id` that may follow another (a retry, a give-back
     /// whose request may have been sent before).
-    pub(crate) fn again(id: &'a str) -> Request<'a> {
-        Request { id, first: false }
+    pub(crate) fn again(id: &'a str) -> Unlock<'a> {
+        Unlock { id, first: false }
     }
 
     /// The scripts' first-send argument on `conn`: `'1'` only for a first

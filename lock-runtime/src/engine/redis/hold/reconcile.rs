@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use super::{Keep, Released, Request, Try, Which};
+use super::{Keep, Released, Try, Unlock, Which};
 use crate::engine::redis::Core;
 use crate::engine::redis::retry;
 use crate::error::LockError;
-use crate::request::Target;
+use crate::request::Request;
 
 /// How long [`reconcile`] keeps trying, and how long its `abandoned` mark
 /// lasts: past TCP's retransmission limit (about 15 minutes with Linux's
@@ -27,17 +27,17 @@ const RECONCILE_FOR: Duration = Duration::from_secs(16 * 60);
 /// than that, after the re-entry ran) keeps its count until the lease ends.
 ///
 /// Returns whether it settled: the attempt holds nothing and never will.
-pub(crate) async fn reconcile(core: std::sync::Arc<Core>, target: Target, how: Try) -> bool {
+pub(crate) async fn reconcile(core: std::sync::Arc<Core>, lock: Request, how: Try) -> bool {
     let settled =
-        retry::while_unreachable(RECONCILE_FOR, || reconcile_once(&core, &target, &how)).await;
+        retry::while_unreachable(RECONCILE_FOR, || reconcile_once(&core, &lock, &how)).await;
     if let Err(e) = &settled {
-        tracing::warn!(lock = target.name(), error = %e, "could not reconcile a lost acquire answer; the lease will end it");
+        tracing::warn!(lock = lock.name.as_str(), error = %e, "could not reconcile a lost acquire answer; the lease will end it");
     }
     settled.is_ok()
 }
 
-async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), LockError> {
-    let name = target.name();
+async fn reconcile_once(core: &Core, lock: &Request, how: &Try) -> Result<(), LockError> {
+    let name = lock.name.as_str();
     let latch = how.latch(name);
     let mut conn = core.conn.clone();
     let marked: Option<String> = redis::cmd("SET")
@@ -73,12 +73,12 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
             _ => return Ok(()),
         }
     };
-    let freed = target
+    let freed = lock
         .unlock(
             core,
             &core.conn,
             &how.holder,
-            Request::again(&how.attempt),
+            Unlock::again(&how.attempt),
             Which::taken(how, token),
             Keep::NONE,
         )
@@ -90,7 +90,7 @@ async fn reconcile_once(core: &Core, target: &Target, how: &Try) -> Result<(), L
         );
     }
     if !how.reenter
-        && let Some(cleanup) = target.give_up(core, &how.holder)
+        && let Some(cleanup) = lock.give_up(core, &how.holder)
     {
         cleanup.retrying().await;
     }

@@ -1,10 +1,10 @@
 //! The reentrant lock's handoff script (Redisson's `RLock` layout: a HASH
 //! of holder id to hold count, with a PEXPIRE lease); its acquire and unlock
-//! calls are built with the other layouts' in [`Target`](super::Target).
+//! calls are built with the other layouts' in [`Request`](crate::request::Request).
 
 use crate::engine::redis::Core;
 use crate::engine::redis::conn::Conn;
-use crate::engine::redis::hold::{Request, Try, Which};
+use crate::engine::redis::hold::{Try, Unlock, Which};
 use crate::engine::redis::keys;
 use crate::engine::redis::scripts::{Eval, SCRIPTS};
 use crate::error::LockError;
@@ -13,13 +13,13 @@ use crate::error::LockError;
 /// `to` describes (a waiter of this client) in the same script. Returns
 /// `(2, token)` handed over, `(1, 0)` freed and announced, `(0, 0)` still
 /// held by the holder's other holds, `(-1, 0)` not held; `request` makes a
-/// retried call idempotent, with [`Target::unlock`](super::Target::unlock) too.
+/// retried call idempotent, with [`Request::unlock`](crate::request::Request::unlock) too.
 pub(crate) async fn hand_off(
     core: &Core,
     conn: &Conn,
     name: &str,
     holder: &str,
-    request: Request<'_>,
+    request: Unlock<'_>,
     which: Which,
     to: &Try,
 ) -> Result<(i64, u64), LockError> {

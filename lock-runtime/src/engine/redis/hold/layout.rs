@@ -1,41 +1,42 @@
 //! What a hold on each kind of lock is in Redis: its keys, its local
 //! queue and channel, and the scripts that take it and give it back.
 
-use super::{Attempt, Keep, Released, Request, Try, Which, answer, fair};
+use super::{Attempt, Keep, Released, Try, Unlock, Which, answer, fair};
 use crate::engine::redis::Core;
 use crate::engine::redis::conn::Conn;
 use crate::engine::redis::keys;
 use crate::engine::redis::scripts::Eval;
 use crate::engine::redis::watchdog::RenewKind;
 use crate::error::LockError;
-use crate::request::Target;
+use crate::request::{Kind, Request};
 
 /// What a hold on each kind of lock is in Redis.
-impl Target {
+impl Request {
     /// Waiters of the same local queue take turns contending in Redis.
     pub(crate) fn local_queue(&self, holder: &str) -> String {
-        match self {
+        match self.kind {
             // The Redis queue orders fair waiters (each joins it at its first
             // attempt) and unlock wakes only its head: a local queue could
             // only disagree with that order, so each fair waiter is alone.
-            Target::Fair { name } => ["fair:", name, ":", holder].concat(),
-            _ => [self.kind(), ":", self.name()].concat(),
+            Kind::Fair => ["fair:", &self.name, ":", holder].concat(),
+            kind => [kind.label(), ":", &self.name].concat(),
         }
     }
 
     /// The channel whose messages mean "try again now".
     pub(crate) fn channel(&self, holder: &str) -> String {
-        match self {
-            Target::Reentrant { name } => keys::lock_channel(name),
-            Target::Fair { name } => keys::fair_waiter_channel(name, holder),
-            Target::Read { name } | Target::Write { name } => keys::rw_channel(name),
+        let name = &self.name;
+        match self.kind {
+            Kind::Reentrant => keys::lock_channel(name),
+            Kind::Fair => keys::fair_waiter_channel(name, holder),
+            Kind::Read | Kind::Write => keys::rw_channel(name),
         }
     }
 
     pub(crate) fn renew_kind(&self) -> RenewKind {
-        match self {
-            Target::Reentrant { .. } | Target::Fair { .. } => RenewKind::Hash,
-            Target::Read { .. } | Target::Write { .. } => RenewKind::ReadWrite,
+        match self.kind {
+            Kind::Reentrant | Kind::Fair => RenewKind::Hash,
+            Kind::Read | Kind::Write => RenewKind::ReadWrite,
         }
     }
 
@@ -53,27 +54,27 @@ impl Target {
         how: &Try,
     ) -> Result<Attempt, LockError> {
         let scripts = &crate::engine::redis::scripts::SCRIPTS;
-        let name = self.name();
+        let name = self.name.as_str();
         core.conn.check_slot_name(name)?;
         let token = keys::token_key(name);
         let holds = keys::holds_key(name);
         let args = |call: &mut Eval| {
             call.arg(how.lease_ms()).arg(&how.holder);
-            if let Target::Fair { .. } = self {
+            if self.kind == Kind::Fair {
                 call.arg(fair::wait_ms(core))
                     .arg(core.conn.publish_command());
             }
             call.arg(how.reenter_arg());
         };
         let (latch, record) = (&how.latch(name), how.reenter);
-        let call = match self {
-            Target::Reentrant { .. } => {
+        let call = match self.kind {
+            Kind::Reentrant => {
                 let keys = [name, &token, &holds];
                 scripts
                     .reentrant_acquire
                     .call(conn, &keys, latch, record, args)
             }
-            Target::Fair { .. } => {
+            Kind::Fair => {
                 let keys = [
                     name,
                     &keys::fair_queue(name),
@@ -85,7 +86,7 @@ impl Target {
                 scripts.fair_acquire.call(conn, &keys, latch, record, args)
             }
             // A read hold's own lease key, named by the holder.
-            Target::Read { .. } => {
+            Kind::Read => {
                 let keys = [
                     name,
                     &token,
@@ -96,7 +97,7 @@ impl Target {
                     .rw_read_acquire
                     .call(conn, &keys, latch, record, args)
             }
-            Target::Write { .. } => {
+            Kind::Write => {
                 let keys = [name, &token, &keys::tagged(name), &holds];
                 scripts
                     .rw_write_acquire
@@ -136,21 +137,21 @@ impl Target {
         core: &Core,
         conn: &Conn,
         holder: &str,
-        request: Request<'_>,
+        request: Unlock<'_>,
         which: Which,
         keep: Keep,
     ) -> Result<Released, LockError> {
         let scripts = &crate::engine::redis::scripts::SCRIPTS;
-        let name = self.name();
+        let name = self.name.as_str();
         let latch = keys::unlock_latch(name, request.id);
         // Last: the record of re-entered holds (see `Which`).
         let holds = keys::holds_key(name);
-        let (script, keys): (_, &[&str]) = match self {
-            Target::Reentrant { .. } => (
+        let (script, keys): (_, &[&str]) = match self.kind {
+            Kind::Reentrant => (
                 &scripts.unlock,
                 &[name, &keys::lock_channel(name), &latch, &holds],
             ),
-            Target::Fair { .. } => (
+            Kind::Fair => (
                 &scripts.fair_unlock,
                 &[
                     name,
@@ -162,7 +163,7 @@ impl Target {
                 ],
             ),
             // A read hold's own lease key: found by the holder.
-            Target::Read { .. } => (
+            Kind::Read => (
                 &scripts.rw_read_unlock,
                 &[
                     name,
@@ -173,7 +174,7 @@ impl Target {
                     &holds,
                 ],
             ),
-            Target::Write { .. } => (
+            Kind::Write => (
                 &scripts.rw_write_unlock,
                 &[
                     name,
@@ -188,20 +189,20 @@ impl Target {
         call.arg(holder)
             .arg(crate::config::millis(core.config.unlock_latch_ttl()))
             .arg(core.conn.publish_command())
-            .arg(which.arg(self));
+            .arg(which.arg(self.kind));
         let within_lease = if keep.within_lease { "1" } else { "0" };
-        match self {
+        match self.kind {
             // The message "0": it wakes one waiter. The minimum's arguments
             // only when there is one (each argument costs Redis time).
-            Target::Reentrant { .. } => {
+            Kind::Reentrant => {
                 call.arg("0").arg(request.first_arg(conn));
                 if keep.ms > 0 {
                     call.arg(keep.ms).arg(within_lease);
                 }
                 &mut call
             }
-            Target::Fair { .. } => call.arg(keep.ms).arg(within_lease),
-            Target::Read { .. } | Target::Write { .. } => &mut call,
+            Kind::Fair => call.arg(keep.ms).arg(within_lease),
+            Kind::Read | Kind::Write => &mut call,
         };
         call.invoke(conn)
             .await
@@ -211,10 +212,10 @@ impl Target {
 
     /// Clean-up when a waiter gives up (timeout or cancellation) without the lock.
     pub(crate) fn give_up(&self, core: &Core, holder: &str) -> Option<fair::GiveUp> {
-        match self {
+        match self.kind {
             // A fair waiter leaves the queue.
-            Target::Fair { name } => Some(fair::GiveUp::new(core, name, holder)),
-            Target::Reentrant { .. } | Target::Read { .. } | Target::Write { .. } => None,
+            Kind::Fair => Some(fair::GiveUp::new(core, &self.name, holder)),
+            Kind::Reentrant | Kind::Read | Kind::Write => None,
         }
     }
 }
