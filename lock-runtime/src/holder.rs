@@ -14,17 +14,53 @@
 //! other holders.
 
 use std::future::Future;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
-/// One hold visible to a scope: which client, which lock, which holder, and
-/// what the holder's holds of that lock share.
+/// Who a hold is: its lock's name and its holder id. Made once per hold
+/// and shared (an `Arc`) by everything that names the hold: its tries, its
+/// record, the client's lists of records and of live holds, and the scopes
+/// of its guards. Equal and hashed by both.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Who {
+    pub(crate) name: String,
+    pub(crate) holder: String,
+}
+
+impl Hash for Who {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+        self.holder.hash(state);
+    }
+}
+
+impl Who {
+    /// Holder `number` (`None`: a fresh number) of `client`, on lock `name`.
+    #[cfg_attr(not(turns), allow(dead_code))]
+    pub(crate) fn new(client: &str, name: &str, number: Option<u64>) -> Arc<Who> {
+        let number = number.unwrap_or_else(fresh_number);
+        Arc::new(Who {
+            name: name.to_owned(),
+            holder: id(client, number),
+        })
+    }
+
+    /// The holder's number as its id writes it (the part after the
+    /// client's id).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn number(&self) -> &str {
+        self.holder.rsplit_once(':').map_or("", |(_, n)| n)
+    }
+}
+
+/// One hold visible to a scope: which client, which hold, and what the
+/// holder's holds of that lock share.
 #[derive(Debug, Clone)]
 pub(crate) struct ScopedHold {
     pub(crate) client: String,
-    pub(crate) name: String,
-    pub(crate) holder: String,
+    pub(crate) who: Arc<Who>,
     pub(crate) chain: Chain,
 }
 
@@ -81,26 +117,6 @@ pub(crate) fn id(client: &str, number: u64) -> String {
     [client, ":", itoa::Buffer::new().format(number)].concat()
 }
 
-/// The holder of a new hold: the id written into the store and its
-/// number (the part after the client's id).
-#[derive(Debug)]
-pub(crate) struct Holder {
-    pub(crate) id: String,
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    pub(crate) number: u64,
-}
-
-impl Holder {
-    /// Holder `number` of `client` (`None`: a fresh number).
-    pub(crate) fn new(client: &str, number: Option<u64>) -> Holder {
-        let number = number.unwrap_or_else(fresh_number);
-        Holder {
-            id: id(client, number),
-            number,
-        }
-    }
-}
-
 /// A fresh id for one call (an acquire attempt, a release request: the
 /// names of their latches), `<client>:r<number>`: unique across clients (the
 /// client id is random) and never reused in this process. Counted, not
@@ -110,17 +126,17 @@ pub(crate) fn call_id(client: &str) -> String {
     [client, ":r", itoa::Buffer::new().format(fresh_number())].concat()
 }
 
-/// The holder id under which the current scope holds `name` on `client`,
-/// if it does (innermost first), and its chain.
-pub(crate) fn in_scope(client: &str, name: &str) -> Option<(String, Chain)> {
+/// The hold under which the current scope holds `name` on `client`, if it
+/// does (innermost first), and its chain.
+pub(crate) fn in_scope(client: &str, name: &str) -> Option<(Arc<Who>, Chain)> {
     SCOPE
         .try_with(|scope| {
             scope
                 .holds
                 .iter()
                 .rev()
-                .find(|h| h.client == client && h.name == name)
-                .map(|h| (h.holder.clone(), h.chain.clone()))
+                .find(|h| h.client == client && h.who.name == name)
+                .map(|h| (h.who.clone(), h.chain.clone()))
         })
         .ok()
         .flatten()
@@ -143,14 +159,16 @@ mod tests {
     use super::*;
 
     fn holder_in_scope(client: &str, name: &str) -> Option<String> {
-        in_scope(client, name).map(|(holder, _)| holder)
+        in_scope(client, name).map(|(who, _)| who.holder.clone())
     }
 
     fn hold(name: &str, holder: &str) -> ScopedHold {
         ScopedHold {
             client: "c".into(),
-            name: name.into(),
-            holder: holder.into(),
+            who: Arc::new(Who {
+                name: name.into(),
+                holder: holder.into(),
+            }),
             chain: Chain::default(),
         }
     }
@@ -225,6 +243,7 @@ mod tests {
         let b = fresh_number();
         assert_ne!(a, b);
         assert_eq!(id("c", 7), "c:7");
+        assert_eq!(Who::new("c", "x", Some(7)).number(), "7");
         #[cfg(feature = "redis")]
         assert!(call_id("c").starts_with("c:r"));
     }

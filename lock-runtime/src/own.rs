@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::time::Instant;
 
+use crate::holder::Who;
+
 /// One hold of a live guard of this client.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -25,8 +27,8 @@ pub struct OwnGuard {
 }
 
 struct Entry {
-    name: String,
-    holder: String,
+    /// The hold's lock name and holder id (shared with its record).
+    who: Arc<Who>,
     token: u64,
     task: Option<tokio::task::Id>,
     since: Instant,
@@ -59,18 +61,16 @@ impl OwnHolds {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Lists a hold just taken by `holder` on `name`.
+    /// Lists the hold `who` just took.
     pub(crate) fn list(
         &self,
-        name: &str,
-        holder: &str,
+        who: Arc<Who>,
         token: u64,
         since: Instant,
         lease: Option<Duration>,
     ) -> Listed {
         let entry = Entry {
-            name: name.to_owned(),
-            holder: holder.to_owned(),
+            who,
             token,
             task: tokio::task::try_id(),
             since,
@@ -93,7 +93,7 @@ impl OwnHolds {
             .table()
             .entries
             .values()
-            .filter(|e| e.name == name && e.holder == holder)
+            .filter(|e| e.who.name == name && e.who.holder == holder)
             .map(|e| {
                 (
                     e.since,
@@ -126,9 +126,15 @@ mod tests {
     fn entries_leave_with_their_listing() {
         let own = OwnHolds::default();
         let now = Instant::now();
-        let a = own.list("n", "c:1", 7, now, None);
-        let b = own.list("n", "c:1", 8, now, Some(Duration::from_secs(5)));
-        let _other = own.list("m", "c:1", 9, now, None);
+        let who = |name: &str| {
+            Arc::new(Who {
+                name: name.into(),
+                holder: "c:1".into(),
+            })
+        };
+        let a = own.list(who("n"), 7, now, None);
+        let b = own.list(who("n"), 8, now, Some(Duration::from_secs(5)));
+        let _other = own.list(who("m"), 9, now, None);
         let tokens = |own: &OwnHolds| -> Vec<u64> {
             own.guards("n", "c:1").iter().map(|g| g.token).collect()
         };

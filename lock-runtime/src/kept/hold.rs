@@ -40,13 +40,7 @@ impl<R: Record> Hold<R> {
         sent: Instant,
         request: &Request,
     ) -> Hold<R> {
-        let listed = record.own().list(
-            record.name(),
-            record.holder(),
-            token,
-            sent,
-            request.lease.fixed(),
-        );
+        let listed = (record.own()).list(record.who().clone(), token, sent, request.lease.fixed());
         let metric = request.metric;
         let keep = request
             .hold_at_least
@@ -93,8 +87,7 @@ impl<R: Record> Hold<R> {
     pub(crate) fn scoped(&self) -> ScopedHold {
         ScopedHold {
             client: self.record.client_id().to_owned(),
-            name: self.record.name().to_owned(),
-            holder: self.record.holder().to_owned(),
+            who: self.record.who().clone(),
             chain: self.chain().clone(),
         }
     }

@@ -10,15 +10,22 @@ use tokio::time::Instant;
 
 use super::turns::Access;
 use crate::error::LockError;
+use crate::holder::Who;
 use crate::own::OwnHolds;
 
 /// An engine's record of one client's hold of one name, shared by a hold
 /// and its re-entries: what the shared [`Hold`] needs of it.
 pub(crate) trait Record: Send + Sync + Sized + 'static {
+    /// Who the hold is: the lock's name and the holder id.
+    fn who(&self) -> &Arc<Who>;
     /// The lock's name.
-    fn name(&self) -> &str;
+    fn name(&self) -> &str {
+        &self.who().name
+    }
     /// The holder id (`<client id>:<n>`).
-    fn holder(&self) -> &str;
+    fn holder(&self) -> &str {
+        &self.who().holder
+    }
     /// The client's id.
     fn client_id(&self) -> &str;
     /// The client's list of its own holds.
@@ -66,12 +73,8 @@ pub(crate) trait Record: Send + Sync + Sized + 'static {
 /// engine's record.
 macro_rules! record_fields {
     (client |$me:ident| $client:expr) => {
-        fn name(&self) -> &str {
-            &self.name
-        }
-
-        fn holder(&self) -> &str {
-            &self.holder
+        fn who(&self) -> &std::sync::Arc<$crate::holder::Who> {
+            &self.who
         }
 
         fn client_id(&self) -> &str {

@@ -14,7 +14,7 @@ use super::turns::{Access, Records, Turns};
 use super::undo::{Pending, Undo};
 use crate::background::Background;
 use crate::error::{LockError, transient};
-use crate::holder::{self, Chain, Holder};
+use crate::holder::{self, Chain, Who};
 use crate::request::{Kind, Request, backoff, pause_within};
 
 /// How an acquisition in the scope of this client's own hold of the name
@@ -27,30 +27,28 @@ pub(crate) enum InScope<R> {
     Under(Arc<R>),
 }
 
-/// How an acquisition of `name` asking for `asked`, in the scope of
-/// `holder`'s hold of it, goes on; [`LockError::Lost`] when that hold's
-/// record is gone.
+/// How an acquisition asking for `asked`, in the scope of the hold `who`,
+/// goes on; [`LockError::Lost`] when that hold's record is gone.
 pub(crate) fn in_scope<R: Record>(
     records: &Records<R>,
-    name: &str,
-    holder: String,
+    who: &Arc<Who>,
     asked: Access,
 ) -> Result<InScope<R>, LockError> {
     let record = records
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get(&(name.to_owned(), holder))
+        .get(who)
         .cloned();
     // Upgraded with the map unlocked: dropping a last `Arc` of a record
     // locks the map.
     let Some(record) = record.and_then(|r| r.upgrade()) else {
-        return Err(lost(name));
+        return Err(lost(&who.name));
     };
     if !(record.access() == Access::Write && asked == Access::Read) {
         return Ok(InScope::Reenter(record));
     }
     if record.holds() == 0 {
-        return Err(lost(name));
+        return Err(lost(&who.name));
     }
     Ok(InScope::Under(record))
 }
@@ -61,17 +59,16 @@ pub(crate) fn list<R: Record>(records: &Records<R>, record: &Arc<R>, under: Opti
     if let Some(write) = under {
         write.downgrade().add(record);
     }
-    records.lock().unwrap_or_else(|p| p.into_inner()).insert(
-        (record.name().to_owned(), record.holder().to_owned()),
-        Arc::downgrade(record),
-    );
+    records
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(record.who().clone(), Arc::downgrade(record));
 }
 
-/// Takes a record that goes out of the client's `records` (its `Drop`,
-/// which gives up its `name` and `holder` id, left empty, as the key: no
-/// copy).
-pub(crate) fn unlist<R>(records: &Records<R>, name: &mut String, holder: &mut String) {
-    let key = (std::mem::take(name), std::mem::take(holder));
+/// Takes the record of hold `who` out of the client's `records` (its
+/// `Drop`).
+pub(crate) fn unlist<R>(records: &Records<R>, who: &Arc<Who>) {
+    let key = who.clone();
     let mut records = records.lock().unwrap_or_else(|p| p.into_inner());
     // One look-up; a record listed since under the same key stays.
     if let std::collections::hash_map::Entry::Occupied(listed) = records.entry(key)
@@ -116,14 +113,14 @@ pub(crate) trait Taking: Send + Sync + Sized + 'static {
         chain: Chain,
         request: &'a Request,
     ) -> impl Future<Output = Result<Hold<Self::Record>, LockError>> + Send + 'a;
-    /// Nothing made yet, by `holder`.
-    fn made(self: &Arc<Self>, holder: &Holder) -> Self::Made;
-    /// One try at the hold of `request` by `holder`; `under`: a read's,
-    /// this client's write hold whose scope it is taken in.
+    /// Nothing made yet, for the hold `who`.
+    fn made(self: &Arc<Self>, who: &Arc<Who>) -> Self::Made;
+    /// One try at the hold `who` that `request` asks for; `under`: a
+    /// read's, this client's write hold whose scope it is taken in.
     fn take<'a>(
         self: &'a Arc<Self>,
         request: &'a Request,
-        holder: &'a Holder,
+        who: &'a Arc<Who>,
         under: Option<&'a Arc<Self::Record>>,
         made: &'a mut Self::Made,
     ) -> impl Future<Output = Result<Taken<Self::More>, LockError>> + Send + 'a;
@@ -134,7 +131,7 @@ pub(crate) trait Taking: Send + Sync + Sized + 'static {
     fn record(
         self: &Arc<Self>,
         request: &Request,
-        holder: &Holder,
+        who: &Arc<Who>,
         under: Option<&Arc<Self::Record>>,
         taken: &Taken<Self::More>,
         made: &mut Self::Made,
@@ -169,10 +166,14 @@ pub(crate) use taking_fields;
 /// live holds when it is this client's, 0 when its hold is kept only by a
 /// `hold_at_least` minimum, else 1 (another client's).
 pub(crate) fn holds_of<R: Record>(records: &Records<R>, name: &str, id: &str, kept: bool) -> u64 {
+    let who = Who {
+        name: name.to_owned(),
+        holder: id.to_owned(),
+    };
     let record = records
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get(&(name.to_owned(), id.to_owned()))
+        .get(&who)
         .cloned();
     // Upgraded with the map unlocked: dropping a last `Arc` of a record
     // locks the map.
@@ -196,7 +197,7 @@ pub(crate) fn take_hold<S: Taking>(
     alive: Arc<Background>,
     store: Arc<S>,
     request: &Request,
-    reentry: Option<(String, holder::Chain)>,
+    reentry: Option<(Arc<Who>, holder::Chain)>,
     turn: Option<OwnedMutexGuard<()>>,
 ) -> impl Future<Output = Result<Hold<S::Record>, LockError>> + Send + '_ {
     // An async block, not an async fn: a head waits in it, and an async
@@ -205,22 +206,22 @@ pub(crate) fn take_hold<S: Taking>(
         let mut under = None;
         S::check(request)?;
         let name = request.name.as_str();
-        if let Some((holder, chain)) = reentry {
-            match in_scope(store.records(), name, holder, request.kind.access())? {
+        if let Some((who, chain)) = reentry {
+            match in_scope(store.records(), &who, request.kind.access())? {
                 InScope::Reenter(record) => {
                     return S::reenter(alive, record, chain, request).await;
                 }
                 InScope::Under(write) => under = Some(write),
             }
         }
-        let holder = Holder::new(store.id(), request.number);
+        let who = Who::new(store.id(), name, request.number);
         let _waiting = crate::telemetry::WaiterMetric::start(request.metric);
-        let mut pending = Pending::new(alive.clone(), turn, store.made(&holder));
+        let mut pending = Pending::new(alive.clone(), turn, store.made(&who));
         let under = under.as_ref();
         let mut tries = 0;
         let taken = loop {
             tries += 1;
-            match store.take(request, &holder, under, &mut pending.made).await {
+            match store.take(request, &who, under, &mut pending.made).await {
                 Ok(taken) => break taken,
                 Err(e) => {
                     if let Err(e) = try_again(e, tries, request, S::ENGINE).await {
@@ -231,7 +232,7 @@ pub(crate) fn take_hold<S: Taking>(
             }
         };
         let turn = pending.turn.take();
-        let record = store.record(request, &holder, under, &taken, &mut pending.made, turn)?;
+        let record = store.record(request, &who, under, &taken, &mut pending.made, turn)?;
         Ok(Hold::new(alive, record, taken.token, taken.sent, request))
     }
 }

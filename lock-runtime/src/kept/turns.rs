@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::error::LockError;
+use crate::holder::Who;
 use crate::request::{Kind, Request, within};
 
 /// Per name, the queue its acquisitions wait in (FIFO).
@@ -52,9 +53,10 @@ impl Turns {
     }
 }
 
-/// Per lock name and holder id, a client's record of its hold there (the
-/// engines whose holds share a record with their re-entries).
-pub(crate) type Records<R> = Mutex<HashMap<(String, String), Weak<R>>>;
+/// Per hold (lock name and holder id), a client's record of its hold there
+/// (the engines whose holds share a record with their re-entries), keyed
+/// by the hold's own [`Who`].
+pub(crate) type Records<R> = Mutex<HashMap<Arc<Who>, Weak<R>>>;
 
 /// The live records of lock `name` in `records`. Upgraded with the map
 /// unlocked: dropping a last `Arc` of a record locks the map.
@@ -64,7 +66,7 @@ pub(crate) fn records_of<R>(records: &Records<R>, name: &str) -> Vec<Arc<R>> {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
-        .filter(|((named, _), _)| named == name)
+        .filter(|(who, _)| who.name == name)
         .map(|(_, record)| record.clone())
         .collect();
     weak.iter().filter_map(Weak::upgrade).collect()

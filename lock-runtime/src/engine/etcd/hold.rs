@@ -17,7 +17,7 @@ use super::watches::Note;
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::Chain;
+use crate::holder::{Chain, Who};
 use crate::kept::Downgrade;
 pub(super) use crate::kept::lost;
 use crate::kept::{Counted, Deleted, Hold, give_back_retried};
@@ -57,10 +57,10 @@ impl Lease {
 /// gone.
 pub(crate) struct Record {
     pub(super) etcd: Arc<Etcd>,
-    pub(super) name: String,
+    /// Who the hold is: the lock's name and the holder id.
+    pub(super) who: Arc<Who>,
     pub(super) side: Side,
     pub(super) key: String,
-    pub(super) holder: String,
     pub(super) create_revision: i64,
     pub(super) lease: Lease,
     /// Live holds of the chain (a hold and its re-entries).
@@ -82,7 +82,7 @@ impl Drop for Record {
         if let Some(watcher) = self.watcher.get() {
             watcher.abort();
         }
-        crate::kept::unlist(&self.etcd.records, &mut self.name, &mut self.holder);
+        crate::kept::unlist(&self.etcd.records, &self.who);
     }
 }
 
@@ -251,13 +251,13 @@ pub(super) async fn reenter(
     let sent = Instant::now();
     let bump = Txn::new().when([record.ours()]).and_then([TxnOp::put(
         record.key.as_str(),
-        record.holder.as_str(),
+        record.who.holder.as_str(),
         Some(PutOptions::new().with_ignore_lease()),
     )]);
     let answer = etcd.kv(|mut kv| async move { kv.txn(bump).await }).await?;
     if !answer.succeeded() {
         record.gone();
-        return Err(lost(&record.name));
+        return Err(lost(&record.who.name));
     }
     let token = revision(answer.header());
     Ok(counted.hold(alive, token, sent, request))
@@ -274,7 +274,7 @@ impl EtcdHold {
     /// shrinks).
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
         let record = self.record().clone();
-        let name = record.name.clone();
+        let name = record.who.name.clone();
         let Lease::Fixed { id, until } = &record.lease else {
             return Err(LockError::Config(format!(
                 "lock `{name}`: extend is for fixed leases (acquired with .lease(..)); the \
@@ -298,7 +298,7 @@ impl EtcdHold {
             let granted = etcd.call(leases.grant(ttl_secs(lease), None)).await?;
             let put = Txn::new().when([record.ours()]).and_then([TxnOp::put(
                 record.key.as_str(),
-                record.holder.as_str(),
+                record.who.holder.as_str(),
                 Some(PutOptions::new().with_lease(granted.id())),
             )]);
             let mut kv = etcd.client().kv_client();
@@ -363,7 +363,7 @@ async fn waits_for_reads(write: &Arc<Record>) -> Result<bool, LockError> {
     };
     let etcd = &write.etcd;
     let mut between = false;
-    for (start, end) in Side::Read.blockers(&write.name) {
+    for (start, end) in Side::Read.blockers(&write.who.name) {
         // Keys, not a count: etcd counts a range before it filters it by
         // create revision.
         let options = GetOptions::new()
@@ -479,7 +479,7 @@ async fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, 
             // Marked kept: `inspect` shows a holder with no holds left.
             let put = Txn::new().when([record.ours()]).and_then([TxnOp::put(
                 record.key.as_str(),
-                [record.holder.as_str(), KEPT].concat(),
+                [record.who.holder.as_str(), KEPT].concat(),
                 Some(PutOptions::new().with_lease(granted.id())),
             )]);
             etcd.call(kv.txn(put)).await?

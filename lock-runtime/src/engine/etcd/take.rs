@@ -20,7 +20,7 @@ use super::{ENGINE, Etcd, Here};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::{Chain, Holder};
+use crate::holder::{Chain, Who};
 use crate::kept::Downgrade;
 use crate::kept::{Deleted, Taking, list};
 use crate::request::{Kind, Request, backoff, pause_within, within};
@@ -49,7 +49,7 @@ impl Taking for Etcd {
         reenter(alive, record, chain, request)
     }
 
-    fn made(self: &Arc<Self>, holder: &Holder) -> Made {
+    fn made(self: &Arc<Self>, who: &Arc<Who>) -> Made {
         Made {
             etcd: self.clone(),
             session: None,
@@ -57,24 +57,24 @@ impl Taking for Etcd {
             fixed: None,
             answered: None,
             sent: false,
-            holder: holder.id.clone(),
+            who: who.clone(),
         }
     }
 
     fn take<'a>(
         self: &'a Arc<Self>,
         request: &'a Request,
-        holder: &'a Holder,
+        who: &'a Arc<Who>,
         under: Option<&'a Arc<Record>>,
         made: &'a mut Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        take(self, request, holder, under, made)
+        take(self, request, who, under, made)
     }
 
     fn record(
         self: &Arc<Self>,
         request: &Request,
-        holder: &Holder,
+        who: &Arc<Who>,
         under: Option<&Arc<Record>>,
         taken: &Taken,
         made: &mut Made,
@@ -97,10 +97,9 @@ impl Taking for Etcd {
         };
         let record = Arc::new(Record {
             etcd: self.clone(),
-            name: name.to_owned(),
+            who: who.clone(),
             side: Side::of(request.kind),
             key: claim.key().to_owned(),
-            holder: holder.id.clone(),
             create_revision: taken.more,
             lease,
             holds: AtomicUsize::new(1),
@@ -126,7 +125,7 @@ impl Taking for Etcd {
 async fn take(
     etcd: &Arc<Etcd>,
     request: &Request,
-    holder: &Holder,
+    who: &Who,
     under: Option<&Arc<Record>>,
     pending: &mut Made,
 ) -> Result<Taken, LockError> {
@@ -146,9 +145,9 @@ async fn take(
             }
         },
     };
-    let number = itoa::Buffer::new().format(holder.number).to_owned();
+    let number = who.number();
     let fair = request.kind == Kind::Fair;
-    let key = side.key(name, session.lease, &number, fair);
+    let key = side.key(name, session.lease, number, fair);
     pending.session = Some(session.clone());
     pending.key = Some(session.claim(key.clone()));
     let blockers = side.blockers(name);
@@ -163,7 +162,7 @@ async fn take(
         .and_then(
             std::iter::once(TxnOp::put(
                 key.as_str(),
-                holder.id.as_str(),
+                who.holder.as_str(),
                 Some(PutOptions::new().with_lease(session.lease)),
             ))
             .chain(firsts())
@@ -206,7 +205,7 @@ async fn take(
         // holds our holder id.
         let found = (!answer.succeeded()).then(|| {
             reads.remove(0).first().map_or((0, false), |kv| {
-                (kv.create_revision(), kv.value() == holder.id.as_bytes())
+                (kv.create_revision(), kv.value() == who.holder.as_bytes())
             })
         });
         let first = reads
@@ -269,7 +268,7 @@ async fn take(
                     )])
                     .and_then([TxnOp::put(
                         key.as_str(),
-                        holder.id.as_str(),
+                        who.holder.as_str(),
                         Some(PutOptions::new().with_ignore_lease()),
                     )]);
                 let bumped = etcd.kv(|mut kv| async move { kv.txn(bump).await }).await?;
@@ -314,7 +313,7 @@ async fn take(
             )])
             .and_then([TxnOp::put(
                 key.as_str(),
-                holder.id.as_str(),
+                who.holder.as_str(),
                 Some(PutOptions::new().with_lease(granted.id())),
             )]);
         if !etcd

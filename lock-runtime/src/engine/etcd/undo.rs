@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 use super::Etcd;
 use super::session::{Claim, Session};
 use crate::error::LockError;
+use crate::holder::Who;
 use crate::kept::Undo;
 
 /// What an acquisition has made in etcd so far, undone when it fails or
@@ -32,8 +33,8 @@ pub(crate) struct Made {
     /// its name with its holder id is its own (an earlier try's whose answer
     /// was lost).
     pub(super) sent: bool,
-    /// The holder id, the value of the key it makes.
-    pub(super) holder: String,
+    /// The hold it is for: its holder id is the value of the key it makes.
+    pub(super) who: Arc<Who>,
 }
 
 /// The undo deletes the key and revokes the fixed lease once the last
@@ -58,7 +59,7 @@ impl Undo for Made {
             fixed: self.fixed.take(),
             answered: self.answered.take(),
             sent: self.sent,
-            holder: self.holder.clone(),
+            who: self.who.clone(),
         })
     }
 
@@ -73,7 +74,7 @@ impl Undo for Made {
                     .when([Compare::value(
                         claim.key(),
                         CompareOp::Equal,
-                        self.holder.as_str(),
+                        self.who.holder.as_str(),
                     )])
                     .and_then([TxnOp::delete(claim.key(), None)]);
                 let mut kv = etcd.client().kv_client();

@@ -15,7 +15,7 @@ use super::store::{State, Told};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::Chain;
+use crate::holder::{Chain, Who};
 use crate::kept::{Counted, Deleted, Downgrade, Hold, give_back_retried, lost};
 use crate::request::Kind;
 use crate::request::Request;
@@ -23,8 +23,8 @@ use crate::request::Request;
 /// A client's entry for one name, shared by a hold and its re-entries.
 pub(crate) struct Record {
     pub(super) mem: Arc<Mem>,
-    pub(super) name: String,
-    pub(super) holder: String,
+    /// Who the hold is: the lock's name and the holder id.
+    pub(super) who: Arc<Who>,
     pub(super) side: Kind,
     /// The runtime that acquired it: its renewals run there, and every
     /// instant the record reads is that runtime's (a test's paused clock),
@@ -52,7 +52,7 @@ pub(crate) struct Record {
 impl Drop for Record {
     fn drop(&mut self) {
         self.stop_renewing();
-        crate::kept::unlist(&self.mem.records, &mut self.name, &mut self.holder);
+        crate::kept::unlist(&self.mem.records, &self.who);
     }
 }
 
@@ -160,10 +160,10 @@ impl Record {
     /// is gone).
     fn prolong(&self, mut state: MutexGuard<'_, State>, now: Instant, lease: Duration) -> bool {
         let Some(entry) = state
-            .entry(&self.name, &self.holder, now)
+            .entry(&self.who.name, &self.who.holder, now)
             .filter(|e| !e.kept)
         else {
-            state.tidy(&self.name);
+            state.tidy(&self.who.name);
             drop(state);
             self.gone();
             return false;
@@ -227,10 +227,10 @@ fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, LockEr
     let now = record.now();
     let lost = crate::kept::Record::is_lost(record);
     let mut state = record.mem.state()?;
-    let there = match state.lock(&record.name, now) {
+    let there = match state.lock(&record.who.name, now) {
         None => false,
         Some(lock) => match keep.filter(|k| *k > now && !lost) {
-            Some(keep) => match lock.holders.get_mut(&record.holder) {
+            Some(keep) => match lock.holders.get_mut(&record.who.holder) {
                 Some(entry) => {
                     entry.kept = true;
                     entry.until = keep;
@@ -241,10 +241,10 @@ fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, LockEr
                 }
                 None => false,
             },
-            None => lock.free(&record.holder),
+            None => lock.free(&record.who.holder),
         },
     };
-    state.tidy(&record.name);
+    state.tidy(&record.who.name);
     drop(state);
     record.gone();
     Ok(there)
@@ -263,12 +263,14 @@ pub(super) async fn reenter(
     let now = record.now();
     let token = {
         let mut state = record.mem.state()?;
-        let held = state.entry(&record.name, &record.holder, now).is_some();
+        let held = state
+            .entry(&record.who.name, &record.who.holder, now)
+            .is_some();
         held.then(|| state.token())
     };
     let Some(token) = token else {
         record.gone();
-        return Err(lost(&record.name));
+        return Err(lost(&record.who.name));
     };
     Ok(counted.hold(alive, token, now, request))
 }
@@ -278,7 +280,7 @@ impl MemHold {
     /// lasts at least that long is left as it is (a lease never shrinks).
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
         let record = self.record().clone();
-        let name = &record.name;
+        let name = &record.who.name;
         if !record.fixed {
             return Err(LockError::Config(format!(
                 "lock `{name}`: extend is for fixed leases (acquired with .lease(..)); the \

@@ -16,7 +16,7 @@ use super::store::{Try, Waiting};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::{Chain, Holder};
+use crate::holder::{Chain, Who};
 use crate::kept::{Deleted, Downgrade, Taken, Taking, Undo, list, lost};
 use crate::request::{Kind, Request};
 
@@ -37,11 +37,10 @@ impl Taking for Mem {
         reenter(alive, record, chain, request)
     }
 
-    fn made(self: &Arc<Self>, holder: &Holder) -> Made {
+    fn made(self: &Arc<Self>, who: &Arc<Who>) -> Made {
         Made {
             mem: self.clone(),
-            name: String::new(),
-            holder: holder.id.clone(),
+            who: who.clone(),
             queued: false,
             entry: false,
         }
@@ -50,17 +49,17 @@ impl Taking for Mem {
     fn take<'a>(
         self: &'a Arc<Self>,
         request: &'a Request,
-        holder: &'a Holder,
+        who: &'a Arc<Who>,
         under: Option<&'a Arc<Record>>,
         made: &'a mut Made,
     ) -> impl Future<Output = Result<Taken<()>, LockError>> + Send + 'a {
-        take(self, request, &holder.id, under, made)
+        take(self, request, &who.holder, under, made)
     }
 
     fn record(
         self: &Arc<Self>,
         request: &Request,
-        holder: &Holder,
+        who: &Arc<Who>,
         under: Option<&Arc<Record>>,
         taken: &Taken<()>,
         made: &mut Made,
@@ -69,8 +68,7 @@ impl Taking for Mem {
         let name = request.name.as_str();
         let record = Arc::new(Record {
             mem: self.clone(),
-            name: name.to_owned(),
-            holder: holder.id.clone(),
+            who: who.clone(),
             side: request.kind,
             // The acquisition's runtime (the client's own when it is
             // polled outside one).
@@ -86,7 +84,7 @@ impl Taking for Mem {
         // The entry learns its record, so that whatever ends it tells the
         // hold; one that ended meanwhile is a hold lost.
         let mut state = self.store.state();
-        let Some(entry) = state.entry(name, &holder.id, Instant::now()) else {
+        let Some(entry) = state.entry(name, &who.holder, Instant::now()) else {
             return Err(lost(name));
         };
         let told: std::sync::Weak<dyn super::store::Told> = Arc::downgrade(&record) as _;
@@ -110,8 +108,7 @@ async fn take(
     made: &mut Made,
 ) -> Result<Taken<()>, LockError> {
     let (name, side, lease) = (request.name.as_str(), request.kind, request.lease.length);
-    let under = under.map(|write| write.holder.as_str());
-    made.name = name.to_owned();
+    let under = under.map(|write| write.who.holder.as_str());
     // Counted among the name's waiters from its first wait until it is
     // done (taken, out of time, failed or dropped).
     let mut waiting = None;
@@ -176,8 +173,8 @@ async fn take(
 /// when the acquisition fails or is dropped.
 pub(crate) struct Made {
     mem: Arc<Mem>,
-    name: String,
-    holder: String,
+    /// The hold it is for: the lock's name and the holder id.
+    who: Arc<Who>,
     queued: bool,
     entry: bool,
 }
@@ -189,8 +186,7 @@ impl Undo for Made {
         }
         let made = Made {
             mem: self.mem.clone(),
-            name: self.name.clone(),
-            holder: self.holder.clone(),
+            who: self.who.clone(),
             queued: self.queued,
             entry: self.entry,
         };
@@ -203,15 +199,15 @@ impl Undo for Made {
         // forgets it, as a server forgets a dead session's. On the client's
         // runtime, whose clock is not the test's: no lease is judged here.
         let mut state = self.mem.store.state();
-        if let Some(lock) = state.locks.get_mut(&self.name) {
+        if let Some(lock) = state.locks.get_mut(&self.who.name) {
             if self.queued {
-                lock.leave_queue(&self.holder);
+                lock.leave_queue(&self.who.holder);
             }
             if self.entry {
-                lock.free(&self.holder);
+                lock.free(&self.who.holder);
             }
         }
-        state.tidy(&self.name);
+        state.tidy(&self.who.name);
         (self.queued, self.entry) = (false, false);
         Ok(())
     }
@@ -221,6 +217,6 @@ impl Undo for Made {
     }
 
     fn what(&self) -> String {
-        self.name.clone()
+        self.who.name.clone()
     }
 }

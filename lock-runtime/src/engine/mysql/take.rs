@@ -17,6 +17,7 @@ use crate::engine::sql::micros;
 use crate::engine::sql::queue::{FIRST_POLL, Line, leave};
 use crate::engine::sql::take::{SqlTaking, Taken};
 use crate::error::LockError;
+use crate::holder::Who;
 use crate::kept::Undo;
 use crate::request::{Kind, Request, within};
 
@@ -24,11 +25,10 @@ impl SqlTaking for My {
     type Made = Made;
     const ENGINE: &'static str = ENGINE;
 
-    fn made(self: &Arc<Self>, holder: &str) -> Made {
+    fn made(self: &Arc<Self>, who: &Arc<Who>) -> Made {
         Made {
             my: self.clone(),
-            name: String::new(),
-            holder: holder.to_owned(),
+            who: who.clone(),
             until: None,
             slot: None,
             line: Line::default(),
@@ -80,7 +80,6 @@ impl SqlTaking for My {
         side: Kind,
         ttl: Duration,
     ) -> Result<i64, LockError> {
-        made.name = name.to_owned();
         let st = &self.st.line.enqueue;
         let answer = made
             .on(st, (name, holder, side.code(), micros(ttl)).into())
@@ -239,8 +238,8 @@ impl SqlTaking for My {
 /// still be there.
 pub(crate) struct Made {
     my: Arc<My>,
-    name: String,
-    holder: String,
+    /// The hold it is for: the lock's name and the holder id.
+    who: Arc<Who>,
     /// Until when a row it made may be there (its lease by this client's
     /// clock, from the latest try whose answer is unseen); `None` when
     /// there is none.
@@ -299,8 +298,7 @@ impl Undo for Made {
         Some(Made {
             slot: self.slot.clone(),
             my: self.my.clone(),
-            name: self.name.clone(),
-            holder: self.holder.clone(),
+            who: self.who.clone(),
             until,
             line,
         })
@@ -313,14 +311,18 @@ impl Undo for Made {
                 .on::<Row>(
                     &mut conn,
                     &self.my.st.release,
-                    (self.name.as_str(), self.holder.as_str()).into(),
+                    (self.who.name.as_str(), self.who.holder.as_str()).into(),
                 )
                 .await?;
             self.until = None;
         }
         if self.line.ticket.is_some() {
             let my = self.my.clone();
-            let (name, holder, side) = (self.name.clone(), self.holder.clone(), self.line.side);
+            let (name, holder, side) = (
+                self.who.name.clone(),
+                self.who.holder.clone(),
+                self.line.side,
+            );
             // An acquisition never taken has no reads under it.
             leave(&my, self, &name, &holder, side, false).await?;
             self.line.ticket = None;
@@ -335,7 +337,7 @@ impl Undo for Made {
     }
 
     fn what(&self) -> String {
-        format!("{} row {}", self.my.site.table.qualified(), self.name)
+        format!("{} row {}", self.my.site.table.qualified(), self.who.name)
     }
 }
 
@@ -354,7 +356,6 @@ async fn take(
     my.check_name(name)?;
     let lease = request.lease.length;
     let lease_us = micros(lease);
-    made.name = name.to_owned();
     let mut pause = FIRST_POLL.min(my.config.poll_cap);
     // When the holder's lease ends by this client's clock (looked at
     // once, and again when that comes near): a poll never sleeps past it.

@@ -11,6 +11,7 @@ use super::{Conn, ENGINE, Interval, Pg, Prepared, layout};
 use crate::engine::sql::queue::{Line, leave};
 use crate::engine::sql::take::{SqlTaking, Taken};
 use crate::error::LockError;
+use crate::holder::Who;
 use crate::kept::Undo;
 use crate::request::{Kind, Request, within};
 
@@ -23,11 +24,10 @@ impl SqlTaking for Pg {
     type Made = Made;
     const ENGINE: &'static str = ENGINE;
 
-    fn made(self: &Arc<Self>, holder: &str) -> Made {
+    fn made(self: &Arc<Self>, who: &Arc<Who>) -> Made {
         Made {
             pg: self.clone(),
-            name: String::new(),
-            holder: holder.to_owned(),
+            who: who.clone(),
             until: None,
             strays: Vec::new(),
             stray: None,
@@ -100,7 +100,6 @@ impl SqlTaking for Pg {
         side: Kind,
         ttl: Duration,
     ) -> Result<i64, LockError> {
-        made.name = name.to_owned();
         let rows = made
             .on_line(
                 |l| &l.enqueue,
@@ -244,8 +243,8 @@ fn no_answer(name: &str) -> LockError {
 /// it may still be there.
 pub(crate) struct Made {
     pg: Arc<Pg>,
-    name: String,
-    holder: String,
+    /// The hold it is for: the lock's name and the holder id.
+    who: Arc<Who>,
     /// Until when a row it made may be there (its lease by this client's
     /// clock); `None` when no statement whose answer is unseen was sent.
     until: Option<Instant>,
@@ -323,8 +322,7 @@ impl Undo for Made {
         }
         Some(Made {
             pg: self.pg.clone(),
-            name: self.name.clone(),
-            holder: self.holder.clone(),
+            who: self.who.clone(),
             until,
             strays: std::mem::take(&mut self.strays),
             stray: self.stray,
@@ -339,18 +337,22 @@ impl Undo for Made {
         let conn = self.conn().await?;
         if self.registered.is_some() {
             self.pg
-                .query_on(&conn, |s| &s.unwait, &[&self.name, &self.holder])
+                .query_on(&conn, |s| &s.unwait, &[&self.who.name, &self.who.holder])
                 .await?;
             self.registered = None;
         }
         if self.until.is_some() {
             self.pg
-                .query_on(&conn, |s| &s.release, &[&self.name, &self.holder])
+                .query_on(&conn, |s| &s.release, &[&self.who.name, &self.who.holder])
                 .await?;
             self.until = None;
         }
         if self.line.ticket.is_some() {
-            let (name, holder, side) = (self.name.clone(), self.holder.clone(), self.line.side);
+            let (name, holder, side) = (
+                self.who.name.clone(),
+                self.who.holder.clone(),
+                self.line.side,
+            );
             // An acquisition never taken has no reads under it.
             leave(&pg, self, &name, &holder, side, false).await?;
             self.line.ticket = None;
@@ -370,7 +372,7 @@ impl Undo for Made {
     }
 
     fn what(&self) -> String {
-        format!("{} row {}", self.pg.channel(), self.name)
+        format!("{} row {}", self.pg.channel(), self.who.name)
     }
 }
 
@@ -401,7 +403,6 @@ async fn take(
     layout::check_name(name, pg.longest)?;
     let lease = request.lease.length;
     let lease_param = Interval(lease);
-    made.name = name.to_owned();
     // An acquisition not registered as a waiter tries first with a
     // statement that only takes: `claim` (a row made where none is, for
     // the watchdog's lease, written into it) when releases delete rows and

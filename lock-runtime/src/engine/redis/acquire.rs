@@ -139,9 +139,15 @@ impl Acquisition {
     fn how(&self) -> Try {
         let core = &self.core;
         let request = &self.request;
-        let scoped = holder::in_scope(&core.id, &request.name).map(|(holder, _)| holder);
+        let scoped = holder::in_scope(&core.id, &request.name);
         let reenter = scoped.is_some();
-        let holder = scoped.unwrap_or_else(|| holder::Holder::new(&core.id, request.number).id);
+        let holder = match scoped {
+            Some((who, _)) => who.holder.clone(),
+            None => holder::id(
+                &core.id,
+                request.number.unwrap_or_else(holder::fresh_number),
+            ),
+        };
         Try {
             holder,
             lease: request.lease.length,

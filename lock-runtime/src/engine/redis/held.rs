@@ -17,7 +17,7 @@ use crate::background::{self, Background};
 use crate::clock::{Validity, valid_until};
 use crate::engine::redis::local::Handed;
 use crate::error::LockError;
-use crate::holder::{Chain, ScopedHold};
+use crate::holder::{Chain, ScopedHold, Who};
 use crate::own::Listed;
 use crate::request::Request;
 use crate::telemetry::HeldMetric;
@@ -41,7 +41,8 @@ pub(crate) struct RedisHold {
     _alive: Arc<Background>,
     /// The acquisition it answered: the lock's name and kind.
     lock: Request,
-    holder: String,
+    /// Who the hold is: the lock's name and the holder id.
+    who: Arc<Who>,
     token: u64,
     lease: Lease,
     /// In the client's list of live guards (see `inspect`) until dropped.
@@ -81,7 +82,11 @@ impl RedisHold {
             streak,
         } = taken;
         let which = Which::first(token);
-        let listed = core.own.list(&lock.name, &holder, token, sent, lease);
+        let who = Arc::new(Who {
+            name: lock.name.clone(),
+            holder,
+        });
+        let listed = core.own.list(who.clone(), token, sent, lease);
         let lease = match lease {
             Some(lease) => Lease::Fixed {
                 until: valid_until(sent, lease),
@@ -91,7 +96,7 @@ impl RedisHold {
                     HoldKey {
                         kind: lock.renew_kind(),
                         name: lock.name.clone(),
-                        holder: holder.clone(),
+                        holder: who.holder.clone(),
                     },
                     sent,
                     core.config.watchdog_timeout,
@@ -107,7 +112,7 @@ impl RedisHold {
             core,
             _alive: alive,
             lock,
-            holder,
+            who,
             token,
             lease,
             _listed: listed,
@@ -153,7 +158,7 @@ impl RedisHold {
     }
 
     pub(crate) fn holder(&self) -> &str {
-        &self.holder
+        &self.who.holder
     }
 
     pub(crate) fn runtime(&self) -> tokio::runtime::Handle {
@@ -164,8 +169,7 @@ impl RedisHold {
     pub(crate) fn scoped(&self) -> ScopedHold {
         ScopedHold {
             client: self.core.id.clone(),
-            name: self.lock.name.as_str().to_owned(),
-            holder: self.holder.clone(),
+            who: self.who.clone(),
             chain: self.chain().clone(),
         }
     }
@@ -217,7 +221,7 @@ impl RedisHold {
         let key = HoldKey {
             kind: self.lock.renew_kind(),
             name: name.clone(),
-            holder: self.holder.clone(),
+            holder: self.who.holder.clone(),
         };
         let core = self.core.clone();
         let sent = Instant::now();
@@ -261,7 +265,7 @@ impl RedisHold {
         let RedisHold {
             core,
             lock,
-            holder,
+            who,
             lease,
             _listed: listed,
             keep,
@@ -314,11 +318,18 @@ impl RedisHold {
                 };
                 let unlocked = if tries == 1 && kept.ms == 0 {
                     crate::engine::redis::hold::handoff::unlock_or_hand_off(
-                        &core, &conn, &lock, &holder, sent, which, streak,
+                        &core,
+                        &conn,
+                        &lock,
+                        &who.holder,
+                        sent,
+                        which,
+                        streak,
                     )
                     .await
                 } else {
-                    lock.unlock(&core, &conn, &holder, sent, which, kept).await
+                    lock.unlock(&core, &conn, &who.holder, sent, which, kept)
+                        .await
                 };
                 match unlocked {
                     Ok(Released::NotHeld) => {

@@ -19,20 +19,20 @@ use super::{Rows, UNKNOWN_TOKEN};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::Chain;
+use crate::holder::{Chain, Who};
 use crate::kept::Downgrade;
 use crate::kept::{Counted, Deleted, give_back_retried, list, lost};
 use crate::request::{Kind, Request};
 
 impl<S: SqlTaking> Record<S> {
-    /// The record of the row `holder` took for `request`, `taken` (the
+    /// The record of the row the hold `who` took for `request`, `taken` (the
     /// process queue's `turn` kept with it), listed among the client's
     /// records (under this client's write it was taken under, if any) and
     /// renewed by the watchdog unless its lease is fixed.
     pub(crate) fn taken(
         store: &Arc<S>,
         request: &Request,
-        holder: &str,
+        who: &Arc<Who>,
         under: Option<&Arc<Record<S>>>,
         taken: &Taken,
         turn: Option<OwnedMutexGuard<()>>,
@@ -42,8 +42,7 @@ impl<S: SqlTaking> Record<S> {
         let (sent, token) = (taken.sent, taken.token);
         let record = Arc::new(Record {
             store: store.clone(),
-            name: request.name.clone(),
-            holder: holder.to_owned(),
+            who: who.clone(),
             side: request.kind,
             until: Mutex::new(valid_until(sent, request.lease.length)),
             fixed,
@@ -106,14 +105,14 @@ pub(crate) async fn reenter<S: SqlTaking>(
     let counted = Counted::count(record, request.kind.access(), chain)?;
     let record = counted.record().clone();
     let sent = Instant::now();
-    let (store, name, holder) = (&record.store, &record.name, &record.holder);
+    let (store, name, holder) = (&record.store, &record.who.name, &record.who.holder);
     let token = match record.side {
         Kind::Read => store.reenter_read(name, holder).await?,
         _ => store.reenter(name, holder).await?,
     };
     let Some(token) = token else {
         record.gone();
-        return Err(lost(&record.name));
+        return Err(lost(&record.who.name));
     };
     // Only a plain lock's release reads the token it knows.
     if record.side == Kind::Reentrant {
@@ -127,7 +126,7 @@ impl<S: SqlTaking> SqlHold<S> {
     /// clock (a lease never shrinks).
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
         let record = self.record().clone();
-        let name = record.name.clone();
+        let name = record.who.name.clone();
         if !record.fixed {
             return Err(LockError::Config(format!(
                 "lock `{name}`: extend is for fixed leases (acquired with .lease(..)); the \
@@ -142,7 +141,7 @@ impl<S: SqlTaking> SqlHold<S> {
         let moved = crate::background::run(&runtime, async move {
             let record = moving;
             let sent = Instant::now();
-            let (store, name, holder) = (&record.store, &record.name, &record.holder);
+            let (store, name, holder) = (&record.store, &record.who.name, &record.who.holder);
             let row = match record.side {
                 Kind::Read => true,
                 _ => store.extend(name, holder, lease).await?,
@@ -198,7 +197,7 @@ async fn give_back_once<S: SqlTaking>(
     keep: Option<Instant>,
 ) -> Result<bool, LockError> {
     let store = &record.store;
-    let (name, holder) = (&record.name, &record.holder);
+    let (name, holder) = (&record.who.name, &record.who.holder);
     if let Some(keep) = keep.filter(|k| *k > Instant::now()) {
         let left = keep.saturating_duration_since(Instant::now());
         // A reader's minimum is its ticket's (and the readers' row's);
@@ -212,7 +211,7 @@ async fn give_back_once<S: SqlTaking>(
             Kind::Reentrant => store.keep(name, holder, left).await?,
             Kind::Fair | Kind::Write => {
                 let there = store.keep(name, holder, left).await?;
-                let mut made = SqlTaking::made(store, holder);
+                let mut made = SqlTaking::made(store, &record.who);
                 store.drop_ticket(&mut made, name, holder).await?;
                 there
             }
@@ -223,8 +222,8 @@ async fn give_back_once<S: SqlTaking>(
         return Ok(there && !record.deleted.is_set());
     }
     let holder = match record.kept.load(Ordering::Acquire) {
-        true => Cow::Owned([record.holder.as_str(), super::KEPT].concat()),
-        false => Cow::Borrowed(record.holder.as_str()),
+        true => Cow::Owned([record.who.holder.as_str(), super::KEPT].concat()),
+        false => Cow::Borrowed(record.who.holder.as_str()),
     };
     let freed = match record.side {
         Kind::Reentrant => {
@@ -232,7 +231,7 @@ async fn give_back_once<S: SqlTaking>(
             store.release(name, &holder, token).await?
         }
         side => {
-            let mut made = SqlTaking::made(store, &holder);
+            let mut made = SqlTaking::made(store, &record.who);
             // Only this client's reads under this write may hold beside
             // its row.
             let reads_under = record.downgrade.holds_reads();
@@ -349,7 +348,7 @@ impl<S: Rows> Keeper<S> {
             records
                 .iter()
                 .filter(|r| keep(r.side))
-                .map(|r| (r.name.as_str(), r.holder.as_str()))
+                .map(|r| (r.who.name.as_str(), r.who.holder.as_str()))
                 .collect()
         };
         let (rows, lines) = (pairs(|s| s != Kind::Read), pairs(Kind::in_line));

@@ -118,7 +118,7 @@ pub(crate) async fn take_in_line<S: SqlTaking>(
         let sent = Instant::now();
         S::line(made).ticket = Some(sent + lease.max(ttl));
         s.mark(made, seq, lease).await?;
-        let Some(token) = s.reenter(&write.name, write.holder()).await? else {
+        let Some(token) = s.reenter(&write.who.name, write.holder()).await? else {
             return Err(crate::kept::lost(name));
         };
         return Ok(Taken {

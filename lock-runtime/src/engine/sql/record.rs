@@ -12,6 +12,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::{Rows, UNKNOWN_TOKEN};
 use crate::clock::valid_until;
+use crate::holder::Who;
 use crate::kept::Downgrade;
 use crate::kept::{Deleted, Hold};
 use crate::request::Kind;
@@ -21,8 +22,8 @@ use crate::request::Kind;
 /// given back.
 pub(crate) struct Record<S: Rows> {
     pub(crate) store: Arc<S>,
-    pub(crate) name: String,
-    pub(crate) holder: String,
+    /// Who the hold is: the lock's name and the holder id.
+    pub(crate) who: Arc<Who>,
     /// A plain lock's row, or a fair lock's, a reader's or a writer's
     /// ticket and row (see [`queue`](super::queue)).
     pub(super) side: Kind,
@@ -57,11 +58,7 @@ pub(crate) type SqlHold<S> = Hold<Record<S>>;
 
 impl<S: Rows> Drop for Record<S> {
     fn drop(&mut self) {
-        crate::kept::unlist(
-            &self.store.common().records,
-            &mut self.name,
-            &mut self.holder,
-        );
+        crate::kept::unlist(&self.store.common().records, &self.who);
     }
 }
 
@@ -75,7 +72,7 @@ impl<S: Rows> Record<S> {
 
     /// The holder id.
     pub(crate) fn holder(&self) -> &str {
-        &self.holder
+        &self.who.holder
     }
 
     /// A re-entry raised the row's token to `token`: known still when it

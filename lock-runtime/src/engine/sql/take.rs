@@ -15,7 +15,7 @@ use super::record::SqlHold;
 pub(crate) use super::taking::{SqlTaking, Taken};
 use crate::background::Background;
 use crate::error::LockError;
-use crate::holder::{Chain, Holder};
+use crate::holder::{Chain, Who};
 use crate::kept::Taking;
 use crate::request::{Kind, Request};
 
@@ -36,18 +36,18 @@ impl<S: SqlTaking> Taking for S {
         reenter(alive, record, chain, request)
     }
 
-    fn made(self: &Arc<Self>, holder: &Holder) -> S::Made {
-        SqlTaking::made(self, &holder.id)
+    fn made(self: &Arc<Self>, who: &Arc<Who>) -> S::Made {
+        SqlTaking::made(self, who)
     }
 
     fn take<'a>(
         self: &'a Arc<Self>,
         request: &'a Request,
-        holder: &'a Holder,
+        who: &'a Arc<Who>,
         under: Option<&'a Arc<Record<S>>>,
         made: &'a mut S::Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        let holder = holder.id.as_str();
+        let holder = who.holder.as_str();
         match request.kind {
             Kind::Reentrant => Either::Left(SqlTaking::take(self, request, holder, made)),
             _ => Either::Right(super::queue::take_in_line(
@@ -59,7 +59,7 @@ impl<S: SqlTaking> Taking for S {
     fn record(
         self: &Arc<Self>,
         request: &Request,
-        holder: &Holder,
+        who: &Arc<Who>,
         under: Option<&Arc<Record<S>>>,
         taken: &Taken,
         made: &mut S::Made,
@@ -67,6 +67,6 @@ impl<S: SqlTaking> Taking for S {
     ) -> Result<Arc<Record<S>>, LockError> {
         S::owned(made);
         S::line(made).ticket = None;
-        Ok(Record::taken(self, request, &holder.id, under, taken, turn))
+        Ok(Record::taken(self, request, who, under, taken, turn))
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::Rows;
 use super::side::Line;
 use crate::error::LockError;
+use crate::holder::Who;
 use crate::kept::Undo;
 use crate::request::{Kind, Request};
 
@@ -24,8 +25,8 @@ pub(crate) trait SqlTaking: Rows {
     /// The engine's name in errors and metrics.
     const ENGINE: &'static str;
 
-    /// Nothing made yet, for an acquisition by `holder`.
-    fn made(self: &Arc<Self>, holder: &str) -> Self::Made;
+    /// Nothing made yet, for an acquisition of the hold `who`.
+    fn made(self: &Arc<Self>, who: &Arc<Who>) -> Self::Made;
 
     /// One try at a reentrant lock's hold by `holder` (waiting while it
     /// is held, within the deadline).

@@ -16,7 +16,7 @@ use super::{Zk, store_error};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::Chain;
+use crate::holder::{Chain, Who};
 use crate::kept::Downgrade;
 pub(super) use crate::kept::lost;
 use crate::kept::{Counted, Deleted, Hold, give_back_retried};
@@ -27,11 +27,11 @@ use crate::request::Request;
 /// is gone.
 pub(crate) struct Record {
     pub(super) zk: Arc<Zk>,
-    pub(super) name: String,
+    /// Who the hold is: the lock's name and the holder id.
+    pub(super) who: Arc<Who>,
     pub(super) side: Side,
     /// The node's path.
     pub(super) path: String,
-    pub(super) holder: String,
     /// The session the node is on.
     pub(super) session: Arc<Session>,
     /// The node bound to its session, whose heartbeat finds it gone.
@@ -64,7 +64,7 @@ impl Drop for Record {
         if !self.deleted.is_set() && !self.session.client.state().is_terminated() {
             drop(self.session.client.delete(&self.path, None));
         }
-        crate::kept::unlist(&self.zk.records, &mut self.name, &mut self.holder);
+        crate::kept::unlist(&self.zk.records, &self.who);
     }
 }
 
@@ -84,7 +84,7 @@ impl Record {
             Some(until) => Term::Until(wall(until)),
             None => Term::Session(self.session.timeout()),
         };
-        layout::data(&self.holder, term)
+        layout::data(&self.who.holder, term)
     }
 
     fn fixed_until(&self) -> Option<Instant> {
@@ -210,7 +210,7 @@ pub(super) async fn reenter(
         Ok(stat) => stat,
         Err(zk::Error::NoNode) => {
             record.gone();
-            return Err(lost(&record.name));
+            return Err(lost(&record.who.name));
         }
         Err(e) => return Err(store_error(e)),
     };
@@ -233,7 +233,7 @@ impl ZkHold {
     /// it is (a lease never shrinks). The session still bounds it.
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
         let record = self.record().clone();
-        let name = &record.name;
+        let name = &record.who.name;
         let Some(until) = &record.fixed else {
             return Err(LockError::Config(format!(
                 "lock `{name}`: extend is for fixed leases (acquired with .lease(..)); the \
@@ -318,7 +318,7 @@ async fn waits_for_reads(write: &Arc<Record>) -> Result<bool, LockError> {
     };
     let first = sequence(&write.path);
     let (zk, session) = (&write.zk, &write.session);
-    let lock = zk.lock_path(&write.name);
+    let lock = zk.lock_path(&write.who.name);
     let children = zk
         .call(session, session.client.list_children(&lock))
         .await
@@ -338,7 +338,7 @@ async fn give_back_node(record: Arc<Record>, keep: Option<Instant>) -> Result<bo
         // Marked kept, for every client's `inspect`: a holder with no
         // holds left, until the minimum ends.
         let session = &record.session;
-        let data = layout::data(&record.holder, Term::Kept(wall(keep)));
+        let data = layout::data(&record.who.holder, Term::Kept(wall(keep)));
         // The mark is for `inspect` only: whatever its answer, the node is
         // given back when the minimum ends.
         let there = match record

@@ -19,7 +19,7 @@ use super::{Zk, store_error};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::{Chain, Holder};
+use crate::holder::{Chain, Who};
 use crate::kept::Downgrade;
 use crate::kept::{Deleted, Taking, list};
 use crate::request::{Request, within};
@@ -48,7 +48,7 @@ impl Taking for Zk {
         reenter(alive, record, chain, request)
     }
 
-    fn made(self: &Arc<Self>, _holder: &Holder) -> Made {
+    fn made(self: &Arc<Self>, _who: &Arc<Who>) -> Made {
         Made {
             zk: self.clone(),
             node: None,
@@ -58,17 +58,17 @@ impl Taking for Zk {
     fn take<'a>(
         self: &'a Arc<Self>,
         request: &'a Request,
-        holder: &'a Holder,
+        who: &'a Arc<Who>,
         under: Option<&'a Arc<Record>>,
         made: &'a mut Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        take(self, request, &holder.id, under, made)
+        take(self, request, &who.holder, under, made)
     }
 
     fn record(
         self: &Arc<Self>,
         request: &Request,
-        holder: &Holder,
+        who: &Arc<Who>,
         under: Option<&Arc<Record>>,
         taken: &Taken,
         made: &mut Made,
@@ -86,10 +86,9 @@ impl Taking for Zk {
         let fixed = (request.lease.fixed()).map(|lease| Mutex::new(valid_until(taken.sent, lease)));
         let record = Arc::new(Record {
             zk: self.clone(),
-            name: request.name.clone(),
+            who: who.clone(),
             side: Side::of(request.kind),
             path: format!("{lock}/{child}"),
-            holder: holder.id.clone(),
             session,
             bound: OnceLock::new(),
             fixed,
