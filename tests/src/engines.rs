@@ -1,10 +1,14 @@
 //! One store of any engine, for the contract tests that run on every one
-//! (`tests/tests/engines/`): a [`Store`] starts a Redis [`Server`], an
-//! [`Etcd`] server, a [`ZooKeeper`] server, a [`Postgres`] server or a
-//! [`MariaDb`] server, hands out lock clients for it, and tells, the way
+//! (`tests/tests/engines/`): each engine's store is a [`TestStore`] (a
+//! Redis [`Server`], an [`Etcd`] server, a [`ZooKeeper`] server, a
+//! [`Postgres`] server, a [`MariaDb`] server, a [`Memory`] store), and a
+//! [`Store`] holds one, hands out lock clients for it, and tells, the way
 //! another program would see it in the store, how many callers wait for a
-//! lock (an event a test awaits instead of sleeping).
+//! lock (an event a test awaits instead of sleeping). [`every_engine!`]
+//! is the suite's one list of engines.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{Config, LockClient};
@@ -15,22 +19,65 @@ use crate::postgres::Postgres;
 use crate::zookeeper::{ZooKeeper, zk_children};
 use crate::{Kind, Server, numsub};
 
-/// A test's store: a fresh server of one engine, stopped when dropped.
-pub enum Store {
-    /// A `redis-server` (engine `redis`).
-    Redis(Server),
-    /// A single-member `etcd` (engine `etcd`).
-    Etcd(Etcd),
-    /// A standalone ZooKeeper server (engine `zookeeper`).
-    ZooKeeper(ZooKeeper),
-    /// A PostgreSQL server (engine `postgres`).
-    Postgres(Postgres),
-    /// A MariaDB server (engine `mysql`, URL scheme `mysql`).
-    MySql(MariaDb),
-    /// A memory store of this process (engine `memory`), of a name no
-    /// other test uses, with its fault hooks.
-    Memory(Memory),
+/// The engines of the suite, one row each: the test's name in a case's
+/// module, the [`Store`] constructor, and whether the store is a server
+/// (`server`) or lives in the process (`in_process`: the memory engine,
+/// with no server to stop or miss). `every_engine!(then!(args))` calls
+/// `then!(args [rows])`: the suite's macros make their tests from it, so
+/// a new engine is one row here and one [`TestStore`] impl.
+#[macro_export]
+macro_rules! every_engine {
+    ($then:ident ! ($($args:tt)*)) => {
+        $then! {
+            $($args)* [
+                (on_redis, redis, server),
+                (on_etcd, etcd, server),
+                (on_zookeeper, zookeeper, server),
+                (on_postgres, postgres, server),
+                (on_mysql, mysql, server),
+                (on_memory, memory, in_process),
+            ]
+        }
+    };
 }
+
+/// What the engine suite needs of one engine's store (ShedLock's shape:
+/// the cases are written once against this, each engine supplies its
+/// store): its engine and URL, stopping it, and how many callers wait for
+/// a lock as the store shows them (an event a test awaits instead of
+/// sleeping).
+pub trait TestStore: Send + Sync {
+    /// The engine's name, as [`LockClient::engine_name`] gives it.
+    fn engine(&self) -> &'static str;
+
+    /// The URL scheme of the engine (`redis`, `etcd`, `zk`, `postgres`,
+    /// `mysql`, `memory`).
+    fn scheme(&self) -> &'static str;
+
+    /// The URL a lock client (or `lockctl --url`) is configured with.
+    fn url(&self) -> String;
+
+    /// Stops the store: clients of it meet a dead store.
+    fn stop(&mut self);
+
+    /// How many callers of other clients wait for lock `name` of `kind`,
+    /// as the store shows them (see [`Store::waiting`]).
+    fn waiting<'a>(&'a self, kind: Kind, name: &'a str) -> Counting<'a>;
+
+    /// How many holds of lock `name` the store keeps (see
+    /// [`Store::records`]).
+    fn records<'a>(&'a self, name: &'a str) -> Counting<'a>;
+
+    /// A lock client was handed out for the store.
+    fn handed_out(&self, _client: &LockClient) {}
+}
+
+/// A count being read from a store.
+pub type Counting<'a> = Pin<Box<dyn Future<Output = usize> + Send + 'a>>;
+
+/// A test's store: a fresh store of one engine ([`TestStore`]), stopped
+/// when dropped.
+pub struct Store(Box<dyn TestStore>);
 
 /// A memory store for a test, and the clients handed out for it (which
 /// "stopping" it cuts off: it has no server to stop).
@@ -43,77 +90,56 @@ pub struct Memory {
 impl Store {
     /// A fresh Redis server on a free loopback port.
     pub fn redis() -> Store {
-        Store::Redis(Server::start())
+        Store(Box::new(Server::start()))
     }
 
     /// A fresh single-member etcd server on free loopback ports.
     pub fn etcd() -> Store {
-        Store::Etcd(Etcd::start())
+        Store(Box::new(Etcd::start()))
     }
 
     /// A fresh standalone ZooKeeper server on a free loopback port.
     pub fn zookeeper() -> Store {
-        Store::ZooKeeper(ZooKeeper::start())
+        Store(Box::new(ZooKeeper::start()))
     }
 
     /// A fresh PostgreSQL server on a free loopback port.
     pub fn postgres() -> Store {
-        Store::Postgres(Postgres::start())
+        Store(Box::new(Postgres::start()))
     }
 
     /// A fresh MariaDB server on a free loopback port.
     pub fn mysql() -> Store {
-        Store::MySql(MariaDb::start())
+        Store(Box::new(MariaDb::start()))
     }
 
-    /// A fresh memory store (the test kit's engine, DESIGN §12).
+    /// A fresh memory store (the test kit's engine, DESIGN §12), of a name
+    /// no other test uses, with its fault hooks.
     pub fn memory() -> Store {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("test-{}-{n}", std::process::id());
         let hooks = lock_runtime::memory::store(&name);
-        Store::Memory(Memory {
+        Store(Box::new(Memory {
             name,
             hooks,
             clients: std::sync::Mutex::default(),
-        })
+        }))
     }
 
     /// The engine's name, as [`LockClient::engine_name`] gives it.
     pub fn engine(&self) -> &'static str {
-        match self {
-            Store::Redis(_) => "redis",
-            Store::Etcd(_) => "etcd",
-            Store::ZooKeeper(_) => "zookeeper",
-            Store::Postgres(_) => "postgres",
-            Store::MySql(_) => "mysql",
-            Store::Memory(_) => "memory",
-        }
+        self.0.engine()
     }
 
-    /// The URL scheme of the engine (`redis`, `etcd`, `zk`, `postgres`,
-    /// `mysql`).
+    /// The URL scheme of the engine.
     pub fn scheme(&self) -> &'static str {
-        match self {
-            Store::Redis(_) => "redis",
-            Store::Etcd(_) => "etcd",
-            Store::ZooKeeper(_) => "zk",
-            Store::Postgres(_) => "postgres",
-            Store::MySql(_) => "mysql",
-            Store::Memory(_) => "memory",
-        }
+        self.0.scheme()
     }
 
     /// The URL a lock client (or `lockctl --url`) is configured with.
     pub fn url(&self) -> String {
-        match self {
-            Store::Redis(server) => server.url(),
-            Store::Etcd(etcd) => etcd.url(),
-            Store::ZooKeeper(zk) => zk.url(),
-            Store::Postgres(pg) => pg.url(),
-            Store::MySql(my) => my.url(),
-            Store::Memory(memory) => format!("memory://{}", memory.name),
-        }
+        self.0.url()
     }
 
     /// Stops the server (its data is gone with it, on Redis; etcd and the
@@ -121,19 +147,7 @@ impl Store {
     /// memory store has no server: the clients handed out for it are cut
     /// off (`MemoryStore::partition`).
     pub fn stop(&mut self) {
-        match self {
-            Store::Redis(server) => server.stop(),
-            Store::Etcd(etcd) => etcd.stop(),
-            Store::ZooKeeper(zk) => zk.stop(),
-            Store::Postgres(pg) => pg.stop(),
-            Store::MySql(my) => my.stop(),
-            // No server: every client handed out is cut off, for good.
-            Store::Memory(memory) => {
-                for client in memory.clients.lock().unwrap().iter() {
-                    memory.hooks.partition(client);
-                }
-            }
-        }
+        self.0.stop();
     }
 
     /// A lock client with the default configuration.
@@ -152,9 +166,7 @@ impl Store {
             self.engine(),
             "the URL picks the engine"
         );
-        if let Store::Memory(memory) = self {
-            memory.clients.lock().unwrap().push(client.clone());
-        }
+        self.0.handed_out(&client);
         client
     }
 
@@ -186,88 +198,309 @@ impl Store {
     ///
     /// A waiter that gave up or was dropped leaves this count.
     pub async fn waiting(&self, kind: Kind, name: &str) -> usize {
-        match self {
-            Store::Redis(server) => {
-                let mut raw = server.raw().await;
-                let n = match kind {
-                    Kind::Reentrant => {
-                        numsub(&mut raw, &format!("redisson_lock__channel:{{{name}}}")).await
-                    }
-                    Kind::Read | Kind::Write => {
-                        numsub(&mut raw, &format!("redisson_rwlock:{{{name}}}")).await
-                    }
-                    Kind::Fair => redis::cmd("LLEN")
-                        .arg(format!("redisson_lock_queue:{{{name}}}"))
-                        .query_async(&mut raw)
-                        .await
-                        .expect("LLEN"),
-                };
-                usize::try_from(n).unwrap_or(0)
-            }
-            Store::Etcd(etcd) => {
-                let keys = etcd_keys(&etcd.endpoint(), name).await;
-                let read = |key: &String| key[name.len() + 1..].starts_with("read/");
-                let holders = match keys.first() {
-                    None => 0,
-                    Some(first) if read(first) => keys.iter().take_while(|k| read(k)).count(),
-                    Some(_) => 1,
-                };
-                keys.len() - holders
-            }
-            Store::ZooKeeper(zk) => {
-                let children = zk_children(&zk.connect_string(), &format!("/locks/{name}")).await;
-                let read = |child: &String| child.contains("__READ__");
-                let holders = match children.first() {
-                    None => 0,
-                    Some(first) if read(first) => children.iter().take_while(|c| read(c)).count(),
-                    Some(_) => 1,
-                };
-                children.len() - holders
-            }
-            // A plain lock's waiter has no row: counted in the process.
-            Store::Postgres(pg) if kind == Kind::Reentrant => {
-                lock_runtime::__private::sql_waiting(&pg.url(), name)
-            }
-            Store::MySql(my) if kind == Kind::Reentrant => {
-                lock_runtime::__private::sql_waiting(&my.url(), name)
-            }
-            Store::Postgres(pg) => pg
-                .sql_async(&format!(
-                    "SELECT count(*) FROM distributed_locks_queue WHERE name = '{name}' \
-                     AND NOT held AND ticket_until > timezone('utc', clock_timestamp())"
-                ))
-                .await
-                .parse()
-                .expect("a count"),
-            Store::Memory(memory) => memory.hooks.waiting(name),
-            Store::MySql(my) => my
-                .sql_async(&format!(
-                    "SELECT count(*) FROM distributed_locks_queue WHERE name = '{name}' \
-                     AND held = 0 AND ticket_until > UTC_TIMESTAMP(6)"
-                ))
-                .await
-                .parse()
-                .expect("a count"),
-        }
+        self.0.waiting(kind, name).await
     }
 
     /// Waits (at most `within`, generous: it asserts no speed) until
     /// exactly `n` callers wait for lock `name` (see
     /// [`waiting`](Self::waiting)). Panics with the last count otherwise.
     pub async fn until_waiting(&self, kind: Kind, name: &str, n: usize, within: Duration) {
+        let what = format!("waiters for {kind:?} lock {name}");
+        self.until(&what, n, within, || self.waiting(kind, name))
+            .await;
+    }
+
+    /// How many holds and contenders of a reentrant lock `name` the store
+    /// keeps, as another program would find them there: Redis's holder
+    /// fields of the lock's hash, etcd's keys under `<name>/`, ZooKeeper's
+    /// nodes under `/locks/<name>`, the SQL stores' rows of the name held
+    /// by their lease, the memory store's holders (a plain waiter keeps
+    /// nothing on Redis or in the SQL stores, and a key or node of its own
+    /// on etcd and ZooKeeper).
+    pub async fn records(&self, name: &str) -> usize {
+        self.0.records(name).await
+    }
+
+    /// Waits (at most `within`) until the store keeps exactly `n` records
+    /// of lock `name` (see [`records`](Self::records)). Panics with the
+    /// last count otherwise.
+    pub async fn until_records(&self, name: &str, n: usize, within: Duration) {
+        let what = format!("records of lock {name}");
+        self.until(&what, n, within, || self.records(name)).await;
+    }
+
+    /// Waits until `count` reads `n`, at most `within`.
+    async fn until<F: Future<Output = usize>>(
+        &self,
+        what: &str,
+        n: usize,
+        within: Duration,
+        count: impl Fn() -> F,
+    ) {
         let deadline = Instant::now() + within;
         loop {
-            let now = self.waiting(kind, name).await;
+            let now = count().await;
             if now == n {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "on {}: {n} waiters for {kind:?} lock {name} never came ({now} wait)",
+                "on {}: {n} {what} never came ({now} there)",
                 self.engine()
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+}
+
+/// Those of `contenders` (in arrival order) that do not hold: the holders
+/// are the first, or the readers before the first that is not one.
+fn not_holding<T>(contenders: &[T], read: impl Fn(&T) -> bool) -> usize {
+    let holders = match contenders.first() {
+        None => 0,
+        Some(first) if read(first) => contenders.iter().take_while(|c| read(c)).count(),
+        Some(_) => 1,
+    };
+    contenders.len() - holders
+}
+
+/// A fair or read-write lock's waiters in an SQL store's line: its live
+/// tickets not held (`not_held` and `now` in the server's dialect).
+fn line_sql(name: &str, not_held: &str, now: &str) -> String {
+    format!(
+        "SELECT count(*) FROM distributed_locks_queue WHERE name = '{name}' \
+         AND {not_held} AND ticket_until > {now}"
+    )
+}
+
+/// A lock's rows held by their lease in an SQL store (`now` in the
+/// server's dialect).
+fn rows_sql(name: &str, now: &str) -> String {
+    format!("SELECT count(*) FROM distributed_locks WHERE name = '{name}' AND lock_until > {now}")
+}
+
+impl TestStore for Server {
+    fn engine(&self) -> &'static str {
+        "redis"
+    }
+
+    fn scheme(&self) -> &'static str {
+        "redis"
+    }
+
+    fn url(&self) -> String {
+        Server::url(self)
+    }
+
+    fn stop(&mut self) {
+        Server::stop(self);
+    }
+
+    fn waiting<'a>(&'a self, kind: Kind, name: &'a str) -> Counting<'a> {
+        Box::pin(async move {
+            let mut raw = self.raw().await;
+            let n = match kind {
+                Kind::Reentrant => {
+                    numsub(&mut raw, &format!("redisson_lock__channel:{{{name}}}")).await
+                }
+                Kind::Read | Kind::Write => {
+                    numsub(&mut raw, &format!("redisson_rwlock:{{{name}}}")).await
+                }
+                Kind::Fair => redis::cmd("LLEN")
+                    .arg(format!("redisson_lock_queue:{{{name}}}"))
+                    .query_async(&mut raw)
+                    .await
+                    .expect("LLEN"),
+            };
+            usize::try_from(n).unwrap_or(0)
+        })
+    }
+
+    fn records<'a>(&'a self, name: &'a str) -> Counting<'a> {
+        Box::pin(async move {
+            let mut raw = self.raw().await;
+            let n: i64 = redis::cmd("HLEN")
+                .arg(name)
+                .query_async(&mut raw)
+                .await
+                .expect("HLEN");
+            usize::try_from(n).unwrap_or(0)
+        })
+    }
+}
+
+impl TestStore for Etcd {
+    fn engine(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn scheme(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn url(&self) -> String {
+        Etcd::url(self)
+    }
+
+    fn stop(&mut self) {
+        Etcd::stop(self);
+    }
+
+    fn waiting<'a>(&'a self, _kind: Kind, name: &'a str) -> Counting<'a> {
+        Box::pin(async move {
+            let keys = etcd_keys(&self.endpoint(), name).await;
+            not_holding(&keys, |key| key[name.len() + 1..].starts_with("read/"))
+        })
+    }
+
+    fn records<'a>(&'a self, name: &'a str) -> Counting<'a> {
+        Box::pin(async move { etcd_keys(&self.endpoint(), name).await.len() })
+    }
+}
+
+impl TestStore for ZooKeeper {
+    fn engine(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn scheme(&self) -> &'static str {
+        "zk"
+    }
+
+    fn url(&self) -> String {
+        ZooKeeper::url(self)
+    }
+
+    fn stop(&mut self) {
+        ZooKeeper::stop(self);
+    }
+
+    fn waiting<'a>(&'a self, _kind: Kind, name: &'a str) -> Counting<'a> {
+        Box::pin(async move {
+            let lock = format!("/locks/{name}");
+            let children = zk_children(&self.connect_string(), &lock).await;
+            not_holding(&children, |child| child.contains("__READ__"))
+        })
+    }
+
+    fn records<'a>(&'a self, name: &'a str) -> Counting<'a> {
+        Box::pin(async move {
+            let lock = format!("/locks/{name}");
+            zk_children(&self.connect_string(), &lock).await.len()
+        })
+    }
+}
+
+impl TestStore for Postgres {
+    fn engine(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn scheme(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn url(&self) -> String {
+        Postgres::url(self)
+    }
+
+    fn stop(&mut self) {
+        Postgres::stop(self);
+    }
+
+    fn waiting<'a>(&'a self, kind: Kind, name: &'a str) -> Counting<'a> {
+        Box::pin(async move {
+            // A plain lock's waiter has no row: counted in the process.
+            if kind == Kind::Reentrant {
+                return lock_runtime::__private::sql_waiting(&self.url(), name);
+            }
+            let now = "timezone('utc', clock_timestamp())";
+            let sql = line_sql(name, "NOT held", now);
+            self.sql_async(&sql).await.parse().expect("a count")
+        })
+    }
+
+    fn records<'a>(&'a self, name: &'a str) -> Counting<'a> {
+        Box::pin(async move {
+            let sql = rows_sql(name, "timezone('utc', clock_timestamp())");
+            self.sql_async(&sql).await.parse().expect("a count")
+        })
+    }
+}
+
+impl TestStore for MariaDb {
+    fn engine(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn scheme(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn url(&self) -> String {
+        MariaDb::url(self)
+    }
+
+    fn stop(&mut self) {
+        MariaDb::stop(self);
+    }
+
+    fn waiting<'a>(&'a self, kind: Kind, name: &'a str) -> Counting<'a> {
+        Box::pin(async move {
+            // A plain lock's waiter polls and leaves no row: counted in
+            // the process.
+            if kind == Kind::Reentrant {
+                return lock_runtime::__private::sql_waiting(&self.url(), name);
+            }
+            let sql = line_sql(name, "held = 0", "UTC_TIMESTAMP(6)");
+            self.sql_async(&sql).await.parse().expect("a count")
+        })
+    }
+
+    fn records<'a>(&'a self, name: &'a str) -> Counting<'a> {
+        Box::pin(async move {
+            let sql = rows_sql(name, "UTC_TIMESTAMP(6)");
+            self.sql_async(&sql).await.parse().expect("a count")
+        })
+    }
+}
+
+impl TestStore for Memory {
+    fn engine(&self) -> &'static str {
+        "memory"
+    }
+
+    fn scheme(&self) -> &'static str {
+        "memory"
+    }
+
+    fn url(&self) -> String {
+        format!("memory://{}", self.name)
+    }
+
+    /// No server: every client handed out is cut off, for good.
+    fn stop(&mut self) {
+        for client in self.clients.lock().unwrap().iter() {
+            self.hooks.partition(client);
+        }
+    }
+
+    fn waiting<'a>(&'a self, _kind: Kind, name: &'a str) -> Counting<'a> {
+        Box::pin(std::future::ready(self.hooks.waiting(name)))
+    }
+
+    /// Its holders, as `inspect` on a client of its own shows them.
+    fn records<'a>(&'a self, name: &'a str) -> Counting<'a> {
+        Box::pin(async move {
+            let client = LockClient::connect(Config::new(self.url())).await;
+            let client = client.expect("a client of a memory store");
+            let info = client.inspect(name).await.expect("inspect");
+            info.map_or(0, |info| info.holders.len())
+        })
+    }
+
+    fn handed_out(&self, client: &LockClient) {
+        self.clients.lock().unwrap().push(client.clone());
     }
 }
 

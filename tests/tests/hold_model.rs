@@ -19,7 +19,7 @@ use lock_runtime::{
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use tests::proxy::Proxy;
-use tests::{Section, Server, eventually, finish, numsub};
+use tests::{Server, eventually, finish, numsub};
 use tokio::time::timeout;
 
 /// Generous bound on one wait for an event: it asserts no speed.
@@ -29,13 +29,6 @@ const WITHIN: Duration = Duration::from_secs(10);
 /// hanging it.
 const NO_DEADLOCK: Duration = Duration::from_secs(60);
 
-/// Takes `name` as a new holder (no scope), runs `section` under it, releases.
-async fn exclusive(client: &LockClient, name: &str, section: &Section) -> Result<(), LockError> {
-    let guard = client.lock(name).wait(NO_DEADLOCK).acquire().await?;
-    section.enter(async {}).await;
-    guard.release().await
-}
-
 async fn pttl(raw: &mut MultiplexedConnection, key: &str) -> i64 {
     raw.pttl(key).await.expect("PTTL")
 }
@@ -44,51 +37,6 @@ async fn keys(raw: &mut MultiplexedConnection, pattern: &str) -> Vec<String> {
     let mut keys: Vec<String> = raw.keys(pattern).await.expect("KEYS");
     keys.sort();
     keys
-}
-
-/// Waits (bounded by `within`, without failing) until `channel` has a
-/// subscriber: a waiter of this process is waiting in Redis. `false` when
-/// none came.
-async fn someone_waits_on(raw: &MultiplexedConnection, channel: &str, within: Duration) -> bool {
-    timeout(within, async {
-        let mut raw = raw.clone();
-        while numsub(&mut raw, channel).await < 1 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .is_ok()
-}
-
-/// Old model: code run by `block_on` (as in `#[tokio::main]`) was one holder
-/// per thread, so the joined futures re-entered each other's hold.
-#[test]
-fn acquisitions_joined_in_a_block_on_body_exclude_each_other() {
-    let server = Server::start();
-    let url = server.url();
-    let max = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-        runtime.block_on(async {
-            let client = LockClient::connect(Config::new(url))
-                .await
-                .expect("connect");
-            let section = Section::new();
-            let (a, b) = timeout(NO_DEADLOCK, async {
-                tokio::join!(
-                    exclusive(&client, "jb", &section),
-                    exclusive(&client, "jb", &section)
-                )
-            })
-            .await
-            .expect("the joined acquisitions finished");
-            a.expect("first joined acquisition");
-            b.expect("second joined acquisition");
-            section.max()
-        })
-    })
-    .join()
-    .expect("the block_on thread panicked");
-    assert_eq!(max, 1, "two joined futures were inside the lock at once");
 }
 
 /// Old model: re-entry was decided by the task, so there was no way to say
@@ -598,60 +546,6 @@ async fn a_read_only_replica_answers_an_acquire_with_readonly() {
             "{kind}: {taken:?}"
         );
     }
-}
-
-#[tokio::test]
-async fn a_lease_beyond_the_maximum_is_a_config_error_that_writes_nothing() {
-    let server = Server::start();
-    let client = server.client().await;
-    let mut raw = server.raw().await;
-    let taken = client.lock("i").lease(Duration::MAX).acquire().await;
-    assert!(matches!(taken, Err(LockError::Config(_))), "{taken:?}");
-    assert_eq!(keys(&mut raw, "*").await, Vec::<String>::new());
-}
-
-#[tokio::test]
-async fn an_unbounded_wait_acquires_a_free_lock_and_a_released_one() {
-    let server = Server::start();
-    let client = server.client().await;
-    let raw = server.raw().await;
-
-    let holder = timeout(WITHIN, client.lock("w").wait(Duration::MAX).acquire())
-        .await
-        .expect("a free lock is taken at once")
-        .unwrap();
-    let waiter = tokio::spawn({
-        let client = client.clone();
-        async move {
-            let guard = client.lock("w").wait(Duration::MAX).acquire().await?;
-            guard.release().await
-        }
-    });
-    assert!(
-        someone_waits_on(&raw, "redisson_lock__channel:{w}", WITHIN).await,
-        "the unbounded waiter waits"
-    );
-    holder.release().await.unwrap();
-    finish(WITHIN, waiter).await;
-}
-
-#[tokio::test]
-async fn all_segments_with_an_unbounded_wait_are_acquired() {
-    let server = Server::start();
-    let client = server.client().await;
-    let all = timeout(
-        WITHIN,
-        client
-            .segmented_lock("s", 2)
-            .all()
-            .wait(Duration::MAX)
-            .acquire(),
-    )
-    .await
-    .expect("free segments are taken at once")
-    .unwrap();
-    assert_eq!(all.segments().len(), 2);
-    all.release().await.unwrap();
 }
 
 #[tokio::test]

@@ -125,30 +125,6 @@ async fn read_write_locks_share_curators_layout() {
 }
 
 #[tokio::test]
-async fn cancelling_an_acquisition_at_any_point_leaves_no_node() {
-    let zk = ZooKeeper::start();
-    let c = client(&zk).await;
-    let other = client(&zk).await;
-    let held = other.lock("cancel").acquire().await.unwrap();
-    // Dropped after ever longer times: before its create was sent, with it
-    // in flight, while it waits.
-    for micros in [0, 50, 200, 500, 1_000, 2_000, 5_000, 20_000, 100_000] {
-        let attempt = c.lock("cancel").acquire();
-        let _ = tokio::time::timeout(Duration::from_micros(micros), attempt).await;
-        until_nodes(&zk, "cancel", 1).await;
-    }
-    held.release().await.unwrap();
-    // Nothing of ours is left to block the next holder.
-    let g = c.lock("cancel").wait(LONG).acquire().await.unwrap();
-    g.release().await.unwrap();
-    until_nodes(&zk, "cancel", 0).await;
-    // A dropped guard is given back in the background.
-    let dropped = c.lock("cancel").acquire().await.unwrap();
-    drop(dropped);
-    until_nodes(&zk, "cancel", 0).await;
-}
-
-#[tokio::test]
 async fn names_with_a_slash_and_what_zookeeper_cannot_do_are_refused() {
     let zk = ZooKeeper::start();
     let c = client(&zk).await;

@@ -1,16 +1,18 @@
 //! The contract that does not depend on the store, run on every engine:
 //! every case below is one `async fn case(store: &Store)` (`&mut Store`
 //! for the one that stops it), and
-//! [`on_every_engine!`] makes it five tests, `<case>::on_redis`,
-//! `<case>::on_etcd`, `<case>::on_zookeeper`, `<case>::on_postgres` and
-//! `<case>::on_mysql` (on MariaDB), each against a fresh server of its own
+//! [`on_every_engine!`] makes it one test per engine of the suite's list
+//! ([`tests::every_engine!`]), `<case>::on_redis`, `<case>::on_etcd`,
+//! `<case>::on_zookeeper`, `<case>::on_postgres`, `<case>::on_mysql` (on
+//! MariaDB) and `<case>::on_memory`, each against a fresh store of its own
 //! (DESIGN §3,
 //! §9: "the client, builders, guards, attribute, `inspect`/`force_unlock`
 //! ... are the same for all").
 //!
 //! What a case may look at in the store is what [`Store`] offers: lock
-//! clients, and how many callers wait for a lock (to await a waiter's
-//! arrival instead of sleeping). Everything else goes through the public
+//! clients, how many callers wait for a lock (to await a waiter's
+//! arrival instead of sleeping), and how many records of a lock the store
+//! keeps. Everything else goes through the public
 //! API, so a case asserts only what every engine promises. Layouts,
 //! interop and faults stay in the engine's own test files.
 //!
@@ -35,38 +37,34 @@ use tokio::time::timeout;
 /// within it was woken by a release, not by the holder's lease running out.
 const WITHIN: Duration = Duration::from_secs(20);
 
-/// Makes each named `async fn(&Store)` case one test per engine of the
-/// list, in a module of the case's name: `[on_redis => redis, ...]` makes
-/// `<case>::on_redis`, run against `Store::redis()`.
+/// Makes each named `async fn(&mut Store)` case one test per row of
+/// [`tests::every_engine!`]'s list, in a module of the case's name (row
+/// `on_redis` makes `<case>::on_redis`, run against `Store::redis()`):
+/// every row (`all`), or those whose store is a server (`servers`).
 macro_rules! on_engines {
-    ($engines:tt $($case:ident),+ $(,)?) => {
-        $( on_engines!(@case $case $engines); )+
+    ($which:ident [$($case:ident),+] $rows:tt) => {
+        $( on_engines!(@case $which $case $rows); )+
     };
-    (@case $case:ident [$($test:ident => $store:ident),+]) => {
+    (@case $which:ident $case:ident [$(($test:ident, $store:ident, $where:ident)),+ $(,)?]) => {
         mod $case {
             use tests::engines::Store;
 
-            $(
-                #[tokio::test]
-                async fn $test() {
-                    super::$case(&mut Store::$store()).await;
-                }
-            )+
+            $( on_engines!(@test $which $where $case $test $store); )+
+        }
+    };
+    (@test servers in_process $($rest:tt)*) => {};
+    (@test $which:ident $where:ident $case:ident $test:ident $store:ident) => {
+        #[tokio::test]
+        async fn $test() {
+            super::$case(&mut Store::$store()).await;
         }
     };
 }
 
-/// Makes each named case six tests: `on_redis`, `on_etcd`,
-/// `on_zookeeper`, `on_postgres`, `on_mysql` and `on_memory`.
+/// Makes each named case a test on every engine.
 macro_rules! on_every_engine {
     ($($case:ident),+ $(,)?) => {
-        on_engines!(
-            [
-                on_redis => redis, on_etcd => etcd, on_zookeeper => zookeeper,
-                on_postgres => postgres, on_mysql => mysql, on_memory => memory
-            ]
-            $($case),+
-        );
+        tests::every_engine!(on_engines!(all [$($case),+]));
     };
 }
 
@@ -74,63 +72,37 @@ macro_rules! on_every_engine {
 /// the memory engine's, which has no server to stop or miss).
 macro_rules! on_every_server {
     ($($case:ident),+ $(,)?) => {
-        on_engines!(
-            [
-                on_redis => redis, on_etcd => etcd, on_zookeeper => zookeeper,
-                on_postgres => postgres, on_mysql => mysql
-            ]
-            $($case),+
-        );
+        tests::every_engine!(on_engines!(servers [$($case),+]));
     };
 }
 
-/// Makes `$case` five tests in a module of its name, `on_redis`,
-/// `on_etcd`, `on_zookeeper`, `on_postgres` and `on_mysql`, each calling
-/// `$run(engine, start)`: for the cases that run in a child process of
-/// their own (see [`run_in_child`]), where the server is started.
+/// Makes `$case` a test per engine with a server, in a module of its
+/// name, each calling `$run(engine, start)`: for the cases that run in a
+/// child process of their own (see [`run_in_child`]), where the store is
+/// started. `and memory`: on the memory engine too.
 macro_rules! in_a_child_on_every_engine {
     ($case:ident, $run:path) => {
-        in_a_child_on_every_engine!(@tests $case, $run, []);
+        tests::every_engine!(in_a_child!(servers $case $run));
     };
-    // And on the memory engine (a case that needs no server to stop).
     ($case:ident, $run:path, and memory) => {
-        in_a_child_on_every_engine!(@tests $case, $run, [on_memory => memory]);
+        tests::every_engine!(in_a_child!(all $case $run));
     };
-    (@tests $case:ident, $run:path, [$($more:ident => $store:ident)?]) => {
+}
+
+/// [`in_a_child_on_every_engine!`]'s tests, from the list's rows.
+macro_rules! in_a_child {
+    ($which:ident $case:ident $run:path [$(($test:ident, $store:ident, $where:ident)),+ $(,)?]) => {
         mod $case {
             use tests::engines::Store;
 
-            #[test]
-            fn on_redis() {
-                $run("redis", Store::redis);
-            }
-
-            #[test]
-            fn on_etcd() {
-                $run("etcd", Store::etcd);
-            }
-
-            #[test]
-            fn on_zookeeper() {
-                $run("zookeeper", Store::zookeeper);
-            }
-
-            #[test]
-            fn on_postgres() {
-                $run("postgres", Store::postgres);
-            }
-
-            #[test]
-            fn on_mysql() {
-                $run("mysql", Store::mysql);
-            }
-
-            $(
-                #[test]
-                fn $more() {
-                    $run(stringify!($store), Store::$store);
-                }
-            )?
+            $( in_a_child!(@test $which $where $test $store $run); )+
+        }
+    };
+    (@test servers in_process $($rest:tt)*) => {};
+    (@test $which:ident $where:ident $test:ident $store:ident $run:path) => {
+        #[test]
+        fn $test() {
+            $run(stringify!($store), Store::$store);
         }
     };
 }
@@ -165,6 +137,10 @@ on_every_engine!(
     the_attribute_locks_on_the_client_it_is_given,
     a_dropped_guard_is_released,
     a_cancelled_waiter_leaves_nothing_behind,
+    a_cancelled_acquisition_leaves_no_record_in_the_store,
+    acquisitions_joined_in_a_block_on_body_exclude_each_other,
+    an_unbounded_wait_acquires_a_free_lock_a_released_one_and_every_segment,
+    a_lease_beyond_the_maximum_is_a_config_error_that_writes_nothing,
     an_acquisition_dropped_at_any_point_leaves_no_record,
     a_waiter_dropped_with_its_client_leaves_no_record,
     a_waiter_on_a_runtime_that_shut_down_leaves_no_record,
@@ -925,6 +901,108 @@ async fn a_dropped_guard_is_released(store: &Store) {
         || async { a.renewed_locks() == 0 },
     )
     .await;
+}
+
+/// A plain acquisition cancelled at any point (before its first call
+/// went out, with it in flight, while it waits) leaves no record of its
+/// own in the store, where another program would look (etcd's keys,
+/// ZooKeeper's nodes, Redis's holder fields, the SQL stores' rows): the
+/// holder's alone stays, and nothing is left to keep the next holder out.
+/// A dropped guard's record goes too, given back in the background.
+async fn a_cancelled_acquisition_leaves_no_record_in_the_store(store: &Store) {
+    let (c, other) = (store.client().await, store.client().await);
+    let held = other.lock("cancel").acquire().await.unwrap();
+    store.until_records("cancel", 1, WITHIN).await;
+    for micros in [0, 50, 200, 500, 1_000, 2_000, 5_000, 20_000, 100_000] {
+        let attempt = c.lock("cancel").acquire();
+        let _ = timeout(Duration::from_micros(micros), attempt).await;
+        store.until_records("cancel", 1, WITHIN).await;
+    }
+    held.release().await.unwrap();
+    let next = c.lock("cancel").wait(WITHIN).acquire().await.unwrap();
+    next.release().await.unwrap();
+    store.until_records("cancel", 0, WITHIN).await;
+    let dropped = c.lock("cancel").acquire().await.unwrap();
+    drop(dropped);
+    store.until_records("cancel", 0, WITHIN).await;
+}
+
+/// Acquisitions joined in a `block_on` body (as in `#[tokio::main]`) are
+/// two holders, not one thread's: they exclude each other (moved from
+/// the Redis-only `hold_model.rs`).
+async fn acquisitions_joined_in_a_block_on_body_exclude_each_other(store: &Store) {
+    let url = store.url();
+    let inside = tokio::task::spawn_blocking(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        runtime.block_on(async {
+            let client = LockClient::connect(lock_runtime::Config::new(url))
+                .await
+                .expect("connect");
+            let section = Section::new();
+            // Inside the section under the lock: a second one inside at
+            // once would be seen there.
+            let exclusive = || async {
+                let guard = client.lock("joined").wait(WITHIN).acquire().await?;
+                section.enter(async {}).await;
+                guard.release().await
+            };
+            let (a, b) = timeout(WITHIN * 2, async { tokio::join!(exclusive(), exclusive()) })
+                .await
+                .expect("the joined acquisitions finished");
+            a.expect("the first joined acquisition");
+            b.expect("the second joined acquisition");
+            section.max()
+        })
+    });
+    let max = inside.await.expect("the block_on thread");
+    assert_eq!(max, 1, "two joined futures were inside the lock at once");
+}
+
+/// A wait too long for the clock to represent is no deadline: a free lock
+/// is taken at once, a held one once released, and so is every segment of
+/// a segmented lock (moved from the Redis-only `hold_model.rs`).
+async fn an_unbounded_wait_acquires_a_free_lock_a_released_one_and_every_segment(store: &Store) {
+    let client = store.client().await;
+    let holder = timeout(
+        WITHIN,
+        client.lock("unbounded").wait(Duration::MAX).acquire(),
+    )
+    .await
+    .expect("a free lock is taken at once")
+    .unwrap();
+    let waiter = tokio::spawn({
+        let client = store.client().await;
+        async move {
+            let guard = client
+                .lock("unbounded")
+                .wait(Duration::MAX)
+                .acquire()
+                .await?;
+            guard.release().await
+        }
+    });
+    store
+        .until_waiting(Kind::Reentrant, "unbounded", 1, WITHIN)
+        .await;
+    holder.release().await.unwrap();
+    finish(WITHIN, waiter).await;
+    let all = client.segmented_lock("unbounded-segments", 2).all();
+    let all = timeout(WITHIN, all.wait(Duration::MAX).acquire())
+        .await
+        .expect("free segments are taken at once")
+        .unwrap();
+    assert_eq!(all.segments().len(), 2);
+    all.release().await.unwrap();
+}
+
+/// A lease too long for the store is a configuration error, and nothing is
+/// written (moved from the Redis-only `hold_model.rs`).
+async fn a_lease_beyond_the_maximum_is_a_config_error_that_writes_nothing(store: &Store) {
+    let client = store.client().await;
+    let taken = client.lock("too-long").lease(Duration::MAX).acquire().await;
+    assert!(matches!(taken, Err(LockError::Config(_))), "{taken:?}");
+    assert_eq!(store.records("too-long").await, 0);
+    assert!(client.inspect("too-long").await.unwrap().is_none());
 }
 
 async fn a_cancelled_waiter_leaves_nothing_behind(store: &Store) {
