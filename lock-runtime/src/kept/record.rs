@@ -93,7 +93,7 @@ macro_rules! record_fields {
         }
 
         fn access(&self) -> $crate::kept::Access {
-            self.side.access()
+            $crate::kept::Access::from(self.side)
         }
 
         fn downgrade(&self) -> &$crate::kept::Downgrade<Self> {

@@ -72,7 +72,8 @@ pub(crate) fn records_of<R>(records: &Records<R>, name: &str) -> Vec<Arc<R>> {
     weak.iter().filter_map(Weak::upgrade).collect()
 }
 
-/// What a record holds, or a re-entry asks for.
+/// What a record holds, or a re-entry asks for: on etcd and ZooKeeper,
+/// also the side of a contender's key or node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {
     Mutex,
@@ -89,5 +90,11 @@ impl Kind {
             Kind::Read => Access::Read,
             Kind::Write => Access::Write,
         }
+    }
+}
+
+impl From<Kind> for Access {
+    fn from(kind: Kind) -> Access {
+        kind.access()
     }
 }

@@ -11,13 +11,14 @@ use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use tokio::sync::OwnedMutexGuard;
 
 use super::Etcd;
-use super::layout::Side;
+use super::layout;
 use super::session::{Bound, Gone, Session, ttl_secs};
 use super::watches::Note;
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::{Chain, Who};
+use crate::kept::Access;
 use crate::kept::Downgrade;
 pub(super) use crate::kept::lost;
 use crate::kept::{Counted, Deleted, Hold, give_back_retried};
@@ -59,7 +60,7 @@ pub(crate) struct Record {
     pub(super) etcd: Arc<Etcd>,
     /// Who the hold is: the lock's name and the holder id.
     pub(super) who: Arc<Who>,
-    pub(super) side: Side,
+    pub(super) side: Access,
     pub(super) key: String,
     pub(super) create_revision: i64,
     pub(super) lease: Lease,
@@ -339,7 +340,7 @@ impl EtcdHold {
 /// its turn in the process queue) kept until then: a key on the session's
 /// lease would otherwise be kept alive for good.
 async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
-    if record.side == Side::Write
+    if record.side == Access::Write
         && keep.is_none_or(|k| k <= Instant::now())
         && waits_for_reads(&record).await?
     {
@@ -363,7 +364,7 @@ async fn waits_for_reads(write: &Arc<Record>) -> Result<bool, LockError> {
     };
     let etcd = &write.etcd;
     let mut between = false;
-    for (start, end) in Side::Read.blockers(&write.who.name) {
+    for (start, end) in layout::blockers(Access::Read, &write.who.name) {
         // Keys, not a count: etcd counts a range before it filters it by
         // create revision.
         let options = GetOptions::new()
@@ -415,7 +416,7 @@ async fn give_back_key(record: Arc<Record>, keep: Option<Instant>) -> Result<boo
 /// copy of the delete can only find a key of the old one. When its delete
 /// fails, the careful path takes over.
 async fn give_back_plain(record: &Record, keep: Option<Instant>) -> Plain {
-    if record.side != Side::Mutex || keep.is_some_and(|k| k > Instant::now()) {
+    if record.side != Access::Mutex || keep.is_some_and(|k| k > Instant::now()) {
         return Plain::Careful;
     }
     let Lease::Session { session, .. } = &record.lease else {

@@ -23,88 +23,60 @@
 use etcd_client::{GetOptions, SortOrder, SortTarget};
 
 use crate::error::LockError;
-use crate::request::Kind;
+use crate::kept::Access;
 
-/// Which kind of contender a key is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Side {
-    /// A reentrant or fair lock's (and `etcdctl lock`'s).
-    Mutex,
-    /// A read-write lock's reader.
-    Read,
-    /// A read-write lock's writer.
-    Write,
+// A contender key's side is an `Access`: a reentrant or fair lock's
+// mutex key (as `etcdctl lock`'s), a reader's, a writer's.
+
+/// The key of a contender on `side`: a mutex key of its own (a fair
+/// waiter's) when `own`.
+pub(crate) fn key(side: Access, name: &str, lease: i64, number: &str, own: bool) -> String {
+    match side {
+        Access::Mutex if own => format!("{name}/{lease:x}-{number}"),
+        Access::Mutex => format!("{name}/{lease:x}"),
+        Access::Read => format!("{name}/read/{lease:x}-{number}"),
+        Access::Write => format!("{name}/write/{lease:x}-{number}"),
+    }
 }
 
-impl Side {
-    /// The shared name of this side (see `turns::may_reenter`).
-    pub(crate) fn access(self) -> crate::kept::Access {
-        match self {
-            Side::Mutex => crate::kept::Access::Mutex,
-            Side::Read => crate::kept::Access::Read,
-            Side::Write => crate::kept::Access::Write,
-        }
+/// The key ranges `[start, end)` whose earlier keys a contender on `side`
+/// waits for.
+pub(crate) fn blockers(side: Access, name: &str) -> Vec<(String, String)> {
+    match side {
+        Access::Mutex | Access::Write => vec![(prefix(name), prefix_end(name))],
+        // Everything but the readers: before `<name>/read/`, and from
+        // just after its range (`/` + 1 is `0`).
+        Access::Read => vec![
+            (prefix(name), format!("{name}/read/")),
+            (format!("{name}/read0"), prefix_end(name)),
+        ],
     }
+}
 
-    /// The side a lock of `kind` takes (a fair lock's is a mutex's).
-    pub(crate) fn of(kind: Kind) -> Side {
-        match kind {
-            Kind::Reentrant | Kind::Fair => Side::Mutex,
-            Kind::Read => Side::Read,
-            Kind::Write => Side::Write,
-        }
+/// The side of a contender key under `<name>/` (`rest` is what follows
+/// the prefix); `None` for a key that is not a contender's.
+pub(crate) fn side_of_key(rest: &str) -> Option<Access> {
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if let Some(own) = rest.strip_prefix("read/") {
+        return own
+            .split_once('-')
+            .filter(|(l, _)| hex(l))
+            .map(|_| Access::Read);
     }
-
-    /// The key of a contender on this side: a mutex key of its own (a
-    /// fair waiter's) when `own`.
-    pub(crate) fn key(self, name: &str, lease: i64, number: &str, own: bool) -> String {
-        match self {
-            Side::Mutex if own => format!("{name}/{lease:x}-{number}"),
-            Side::Mutex => format!("{name}/{lease:x}"),
-            Side::Read => format!("{name}/read/{lease:x}-{number}"),
-            Side::Write => format!("{name}/write/{lease:x}-{number}"),
-        }
+    if let Some(own) = rest.strip_prefix("write/") {
+        return own
+            .split_once('-')
+            .filter(|(l, _)| hex(l))
+            .map(|_| Access::Write);
     }
-
-    /// The key ranges `[start, end)` whose earlier keys this side waits
-    /// for.
-    pub(crate) fn blockers(self, name: &str) -> Vec<(String, String)> {
-        match self {
-            Side::Mutex | Side::Write => vec![(prefix(name), prefix_end(name))],
-            // Everything but the readers: before `<name>/read/`, and from
-            // just after its range (`/` + 1 is `0`).
-            Side::Read => vec![
-                (prefix(name), format!("{name}/read/")),
-                (format!("{name}/read0"), prefix_end(name)),
-            ],
+    // A plain mutex key, or a fair waiter's.
+    let lease = rest.split_once('-').map_or(rest, |(lease, number)| {
+        match !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) {
+            true => lease,
+            false => "",
         }
-    }
-
-    /// The side of a contender key under `<name>/` (`rest` is what follows
-    /// the prefix); `None` for a key that is not a contender's.
-    pub(crate) fn of_key(rest: &str) -> Option<Side> {
-        let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
-        if let Some(own) = rest.strip_prefix("read/") {
-            return own
-                .split_once('-')
-                .filter(|(l, _)| hex(l))
-                .map(|_| Side::Read);
-        }
-        if let Some(own) = rest.strip_prefix("write/") {
-            return own
-                .split_once('-')
-                .filter(|(l, _)| hex(l))
-                .map(|_| Side::Write);
-        }
-        // A plain mutex key, or a fair waiter's.
-        let lease = rest.split_once('-').map_or(rest, |(lease, number)| {
-            match !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) {
-                true => lease,
-                false => "",
-            }
-        });
-        hex(lease).then_some(Side::Mutex)
-    }
+    });
+    hex(lease).then_some(Access::Mutex)
 }
 
 /// The side of any key under `<name>/` (`rest` is what follows the
@@ -114,11 +86,11 @@ impl Side {
 /// acquisition out as a mutex key would, or, under `<name>/read/`,
 /// writers only: `inspect` and `force_unlock` show it and clear it as
 /// such, so the tools and acquisition agree on what blocks a lock.
-pub(crate) fn side_of_any(rest: &str) -> Side {
-    match Side::of_key(rest) {
+pub(crate) fn side_of_any(rest: &str) -> Access {
+    match side_of_key(rest) {
         Some(side) => side,
-        None if rest.starts_with("read/") => Side::Read,
-        None => Side::Mutex,
+        None if rest.starts_with("read/") => Access::Read,
+        None => Access::Mutex,
     }
 }
 
@@ -169,17 +141,17 @@ mod tests {
 
     #[test]
     fn contender_keys_and_their_sides() {
-        assert_eq!(Side::Mutex.key("a", 0x1f, "7", false), "a/1f");
-        assert_eq!(Side::Mutex.key("a", 0x1f, "7", true), "a/1f-7");
-        assert_eq!(Side::Read.key("a", 0x1f, "7", false), "a/read/1f-7");
-        assert_eq!(Side::of_key("1f"), Some(Side::Mutex));
-        assert_eq!(Side::of_key("1f-7"), Some(Side::Mutex));
-        assert_eq!(Side::of_key("read/1f-7"), Some(Side::Read));
-        assert_eq!(Side::of_key("write/1f-7"), Some(Side::Write));
+        assert_eq!(key(Access::Mutex, "a", 0x1f, "7", false), "a/1f");
+        assert_eq!(key(Access::Mutex, "a", 0x1f, "7", true), "a/1f-7");
+        assert_eq!(key(Access::Read, "a", 0x1f, "7", false), "a/read/1f-7");
+        assert_eq!(side_of_key("1f"), Some(Access::Mutex));
+        assert_eq!(side_of_key("1f-7"), Some(Access::Mutex));
+        assert_eq!(side_of_key("read/1f-7"), Some(Access::Read));
+        assert_eq!(side_of_key("write/1f-7"), Some(Access::Write));
         for foreign in ["settings", "1f-", "1f-x", "-7", "read/x"] {
-            assert_eq!(Side::of_key(foreign), None, "{foreign}");
+            assert_eq!(side_of_key(foreign), None, "{foreign}");
         }
-        assert_eq!(side_of_any("settings"), Side::Mutex);
-        assert_eq!(side_of_any("read/x"), Side::Read);
+        assert_eq!(side_of_any("settings"), Access::Mutex);
+        assert_eq!(side_of_any("read/x"), Access::Read);
     }
 }

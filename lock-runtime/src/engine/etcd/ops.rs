@@ -9,16 +9,17 @@ use etcd_client::{
 
 use super::Etcd;
 use super::hold::KEPT;
-use super::layout::{Side, check_name, prefix, side_of_any};
+use super::layout::{self, check_name, prefix, side_of_any};
 use crate::error::LockError;
 use crate::info::{HolderInfo, LockInfo, LockKind, RwMode};
+use crate::kept::Access;
 
 /// The contenders of lock `name` in arrival order (lowest create revision
 /// first), each with its side: the holders, then the waiters. Every key
 /// under `<name>/` is one, as acquisitions wait for every key there (as
 /// etcd's own `concurrency.Mutex` does): a key that is no contender's
 /// counts as what it blocks (see [`side_of_any`]).
-async fn contenders(etcd: &Etcd, name: &str) -> Result<Vec<(Side, KeyValue)>, LockError> {
+async fn contenders(etcd: &Etcd, name: &str) -> Result<Vec<(Access, KeyValue)>, LockError> {
     let mut kv = etcd.client().kv_client();
     let options = GetOptions::new()
         .with_prefix()
@@ -31,7 +32,7 @@ async fn contenders(etcd: &Etcd, name: &str) -> Result<Vec<(Side, KeyValue)>, Lo
         .filter_map(|kv| {
             let rest = kv.key().strip_prefix(prefix.as_bytes())?;
             // A key that is not UTF-8 blocks as any foreign key does.
-            let side = std::str::from_utf8(rest).map_or(Side::Mutex, side_of_any);
+            let side = std::str::from_utf8(rest).map_or(Access::Mutex, side_of_any);
             Some((side, kv))
         })
         .collect())
@@ -39,12 +40,12 @@ async fn contenders(etcd: &Etcd, name: &str) -> Result<Vec<(Side, KeyValue)>, Lo
 
 /// How many of the `contenders` (in arrival order) hold the lock: the
 /// first, or the readers before the first contender that is not one.
-fn holders(contenders: &[(Side, KeyValue)]) -> usize {
+fn holders(contenders: &[(Access, KeyValue)]) -> usize {
     match contenders.first() {
         None => 0,
-        Some((Side::Read, _)) => contenders
+        Some((Access::Read, _)) => contenders
             .iter()
-            .take_while(|(side, _)| *side == Side::Read)
+            .take_while(|(side, _)| *side == Access::Read)
             .count(),
         Some(_) => 1,
     }
@@ -73,7 +74,7 @@ pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>,
         return Ok(None);
     };
     let held = holders(&contenders);
-    let read_write = contenders.iter().any(|(side, _)| *side != Side::Mutex);
+    let read_write = contenders.iter().any(|(side, _)| *side != Access::Mutex);
     let holders = contenders[..held]
         .iter()
         .map(|(side, kv)| {
@@ -83,7 +84,7 @@ pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>,
                 guards: etcd.own.guards(name, &id),
                 id,
                 count,
-                write: *side == Side::Write,
+                write: *side == Access::Write,
             }
         })
         .collect();
@@ -99,7 +100,7 @@ pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>,
         .map(|(_, kv)| holder_of(kv))
         .collect();
     let (kind, mode) = match (read_write, first_side) {
-        (true, Side::Read) => (LockKind::ReadWrite, Some(RwMode::Read)),
+        (true, Access::Read) => (LockKind::ReadWrite, Some(RwMode::Read)),
         (true, _) => (LockKind::ReadWrite, Some(RwMode::Write)),
         (false, _) if queue.is_empty() => (LockKind::Reentrant, None),
         (false, _) => (LockKind::Fair, None),
@@ -135,7 +136,7 @@ pub(crate) async fn locks(etcd: &Etcd, pattern: &str) -> Result<Vec<LockInfo>, L
         .filter_map(|kv| kv.key_str().ok())
         .filter_map(|key| key.split_once('/'))
         .filter(|(name, rest)| {
-            Side::of_key(rest).is_some()
+            layout::side_of_key(rest).is_some()
                 && crate::request::glob(pattern.as_bytes(), name.as_bytes())
         })
         .map(|(name, _)| name.to_owned())

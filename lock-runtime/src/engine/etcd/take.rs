@@ -12,7 +12,7 @@ use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, SortOrder, Txn, TxnO
 use tokio::sync::{OwnedMutexGuard, oneshot};
 
 use super::hold::{EtcdHold, Lease, Record, lost, reenter, revision};
-use super::layout::{Side, check_name, one_of};
+use super::layout::{self, check_name, one_of};
 use super::session::{Session, ttl_secs};
 use super::undo::Made;
 use super::watches::Note;
@@ -21,6 +21,7 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::{Chain, Who};
+use crate::kept::Access;
 use crate::kept::Downgrade;
 use crate::kept::{Deleted, Taking, list};
 use crate::request::{Kind, Request, backoff, pause_within, within};
@@ -98,7 +99,7 @@ impl Taking for Etcd {
         let record = Arc::new(Record {
             etcd: self.clone(),
             who: who.clone(),
-            side: Side::of(request.kind),
+            side: request.kind.access(),
             key: claim.key().to_owned(),
             create_revision: taken.more,
             lease,
@@ -129,7 +130,7 @@ async fn take(
     under: Option<&Arc<Record>>,
     pending: &mut Made,
 ) -> Result<Taken, LockError> {
-    let (name, side) = (request.name.as_str(), Side::of(request.kind));
+    let (name, side) = (request.name.as_str(), request.kind.access());
     let session = match pending.session.take().filter(|s| s.is_usable()) {
         Some(session) => session,
         None => match etcd.sessions.live() {
@@ -147,10 +148,10 @@ async fn take(
     };
     let number = who.number();
     let fair = request.kind == Kind::Fair;
-    let key = side.key(name, session.lease, number, fair);
+    let key = layout::key(side, name, session.lease, number, fair);
     pending.session = Some(session.clone());
     pending.key = Some(session.claim(key.clone()));
-    let blockers = side.blockers(name);
+    let blockers = layout::blockers(side, name);
     let firsts = || {
         blockers.iter().map(|range| {
             let (start, options) = one_of(range, SortOrder::Ascend, None);
@@ -256,7 +257,7 @@ async fn take(
             blockers: &blockers,
         };
         match wait_for_turn(etcd, request, &turn).await? {
-            Some(_) if side == Side::Read => {
+            Some(_) if side == Access::Read => {
                 // Readers let in by one release would share the read's
                 // revision: a write of its own gives each its token.
                 sent = Instant::now();

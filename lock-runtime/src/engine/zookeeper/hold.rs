@@ -10,13 +10,14 @@ use tokio::time::Instant;
 use tokio::sync::OwnedMutexGuard;
 use zookeeper_client as zk;
 
-use super::layout::{self, Contender, Side, Term, contenders};
+use super::layout::{self, Contender, Term, contenders};
 use super::session::{Bound, Gone, Session};
 use super::{Zk, store_error};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::{Chain, Who};
+use crate::kept::Access;
 use crate::kept::Downgrade;
 pub(super) use crate::kept::lost;
 use crate::kept::{Counted, Deleted, Hold, give_back_retried};
@@ -29,7 +30,7 @@ pub(crate) struct Record {
     pub(super) zk: Arc<Zk>,
     /// Who the hold is: the lock's name and the holder id.
     pub(super) who: Arc<Who>,
-    pub(super) side: Side,
+    pub(super) side: Access,
     /// The node's path.
     pub(super) path: String,
     /// The session the node is on.
@@ -287,7 +288,7 @@ impl ZkHold {
 /// background while the session lives. A session that is over took its
 /// nodes with it.
 async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
-    if record.side == Side::Write
+    if record.side == Access::Write
         && keep.is_none_or(|k| k <= Instant::now())
         && waits_for_reads(&record).await?
     {
@@ -325,7 +326,7 @@ async fn waits_for_reads(write: &Arc<Record>) -> Result<bool, LockError> {
         .map_err(store_error)?;
     let between = contenders(&children)
         .iter()
-        .any(|c| c.side != Side::Read && c.sequence > first && c.sequence < last);
+        .any(|c| c.side != Access::Read && c.sequence > first && c.sequence < last);
     Ok(between && write.downgrade.defer())
 }
 

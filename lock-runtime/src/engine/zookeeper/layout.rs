@@ -18,7 +18,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::error::LockError;
-use crate::request::Kind;
+use crate::kept::Access;
 
 /// The mutex marker (Curator's `InterProcessMutex` lock name).
 const MUTEX: &str = "lock-";
@@ -27,55 +27,28 @@ const READ: &str = "__READ__";
 /// The writer marker of Curator's `InterProcessReadWriteLock`.
 const WRITE: &str = "__WRIT__";
 
-/// Which kind of contender a child is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Side {
-    /// A reentrant or fair lock's (and Curator's `InterProcessMutex`'s).
-    Mutex,
-    /// A read-write lock's reader.
-    Read,
-    /// A read-write lock's writer.
-    Write,
+// A contender child's side is an `Access`: a reentrant or fair lock's
+// mutex (and Curator's `InterProcessMutex`'s), a reader, a writer.
+
+/// The marker of a contender on `side` (Curator's lock names).
+fn marker(side: Access) -> &'static str {
+    match side {
+        Access::Mutex => MUTEX,
+        Access::Read => READ,
+        Access::Write => WRITE,
+    }
 }
 
-impl Side {
-    /// The shared name of this side (see `turns::may_reenter`).
-    pub(crate) fn access(self) -> crate::kept::Access {
-        match self {
-            Side::Mutex => crate::kept::Access::Mutex,
-            Side::Read => crate::kept::Access::Read,
-            Side::Write => crate::kept::Access::Write,
-        }
-    }
+/// The path a contender on `side` is created at (ZooKeeper appends the
+/// sequence), under `lock`'s node, with the protected `id`.
+pub(crate) fn create_path(side: Access, lock: &str, id: &str) -> String {
+    format!("{lock}/{}{id}-{}", PROTECTED, marker(side))
+}
 
-    /// The side a lock of `kind` takes (a fair lock's is a mutex's).
-    pub(crate) fn of(kind: Kind) -> Side {
-        match kind {
-            Kind::Reentrant | Kind::Fair => Side::Mutex,
-            Kind::Read => Side::Read,
-            Kind::Write => Side::Write,
-        }
-    }
-
-    fn marker(self) -> &'static str {
-        match self {
-            Side::Mutex => MUTEX,
-            Side::Read => READ,
-            Side::Write => WRITE,
-        }
-    }
-
-    /// The path a contender on this side is created at (ZooKeeper appends
-    /// the sequence), under `lock`'s node, with the protected `id`.
-    pub(crate) fn create_path(self, lock: &str, id: &str) -> String {
-        format!("{lock}/{}{id}-{}", PROTECTED, self.marker())
-    }
-
-    /// Whether a contender on this side waits for an earlier one on
-    /// `other`: readers share only with readers.
-    pub(crate) fn waits_for(self, other: Side) -> bool {
-        self != Side::Read || other != Side::Read
-    }
+/// Whether a contender on `side` waits for an earlier one on `other`:
+/// readers share only with readers.
+pub(crate) fn waits_for(side: Access, other: Access) -> bool {
+    side != Access::Read || other != Access::Read
 }
 
 /// Curator's protected prefix, before the create's id.
@@ -85,7 +58,7 @@ const PROTECTED: &str = "_c_";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Contender {
     pub(crate) child: String,
-    pub(crate) side: Side,
+    pub(crate) side: Access,
     pub(crate) sequence: i64,
 }
 
@@ -93,11 +66,11 @@ impl Contender {
     /// The contender a child name is, if it is one (its side from the
     /// marker before the sequence; a child with no known marker is none).
     pub(crate) fn of(child: &str) -> Option<Contender> {
-        let (side, at) = [Side::Write, Side::Read, Side::Mutex]
+        let (side, at) = [Access::Write, Access::Read, Access::Mutex]
             .into_iter()
-            .filter_map(|side| child.rfind(side.marker()).map(|at| (side, at)))
+            .filter_map(|side| child.rfind(marker(side)).map(|at| (side, at)))
             .max_by_key(|(_, at)| *at)?;
-        let digits = &child[at + side.marker().len()..];
+        let digits = &child[at + marker(side).len()..];
         if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
@@ -129,9 +102,9 @@ pub(crate) fn contenders(children: &[String]) -> Vec<Contender> {
 pub(crate) fn holders(contenders: &[Contender]) -> usize {
     match contenders.first() {
         None => 0,
-        Some(first) if first.side == Side::Read => contenders
+        Some(first) if first.side == Access::Read => contenders
             .iter()
-            .take_while(|c| c.side == Side::Read)
+            .take_while(|c| c.side == Access::Read)
             .count(),
         Some(_) => 1,
     }
@@ -143,7 +116,7 @@ pub(crate) fn blocker<'a>(contenders: &'a [Contender], ours: &Contender) -> Opti
     contenders
         .iter()
         .take_while(|c| c.sequence < ours.sequence)
-        .filter(|c| ours.side.waits_for(c.side))
+        .filter(|c| waits_for(ours.side, c.side))
         .last()
 }
 
@@ -248,13 +221,13 @@ mod tests {
     #[test]
     fn children_are_read_as_curator_writes_them() {
         let mutex = Contender::of("_c_0f3c-9a-lock-0000000012").unwrap();
-        assert_eq!((mutex.side, mutex.sequence), (Side::Mutex, 12));
+        assert_eq!((mutex.side, mutex.sequence), (Access::Mutex, 12));
         assert!(mutex.made_by("0f3c-9a"));
         assert!(!mutex.made_by("0f3c-9b"));
         let read = Contender::of("_c_ab-__READ__0000000003").unwrap();
-        assert_eq!((read.side, read.sequence), (Side::Read, 3));
+        assert_eq!((read.side, read.sequence), (Access::Read, 3));
         let write = Contender::of("_c_ab-__WRIT__0000000004").unwrap();
-        assert_eq!((write.side, write.sequence), (Side::Write, 4));
+        assert_eq!((write.side, write.sequence), (Access::Write, 4));
         // An unprotected Curator child (protection off) still counts.
         assert_eq!(Contender::of("lock-0000000007").unwrap().sequence, 7);
         assert_eq!(Contender::of("leases"), None);

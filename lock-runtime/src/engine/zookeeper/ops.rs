@@ -6,10 +6,11 @@ use std::time::{Duration, SystemTime};
 
 use zookeeper_client as zk;
 
-use super::layout::{Contender, Side, Term, check_name, contenders, holders, read_data};
+use super::layout::{Contender, Term, check_name, contenders, holders, read_data};
 use super::{Zk, store_error};
 use crate::error::LockError;
 use crate::info::{HolderInfo, LockInfo, LockKind, RwMode};
+use crate::kept::Access;
 
 /// The contenders of lock `name` in sequence order, each with its node's
 /// data (`None` when it went meanwhile); empty when the lock has no node.
@@ -78,7 +79,7 @@ pub(crate) async fn inspect(zk: &Arc<Zk>, name: &str) -> Result<Option<LockInfo>
         return Ok(None);
     };
     let held = holders(&contenders);
-    let read_write = contenders.iter().any(|c| c.side != Side::Mutex);
+    let read_write = contenders.iter().any(|c| c.side != Access::Mutex);
     let holders = present[..held]
         .iter()
         .map(|(contender, data)| {
@@ -89,7 +90,7 @@ pub(crate) async fn inspect(zk: &Arc<Zk>, name: &str) -> Result<Option<LockInfo>
                 guards: zk.own.guards(name, &id),
                 id,
                 count,
-                write: contender.side == Side::Write,
+                write: contender.side == Access::Write,
             }
         })
         .collect();
@@ -98,7 +99,7 @@ pub(crate) async fn inspect(zk: &Arc<Zk>, name: &str) -> Result<Option<LockInfo>
         .map(|(c, data)| holder_of(c, data))
         .collect();
     let (kind, mode) = match (read_write, first.side) {
-        (true, Side::Read) => (LockKind::ReadWrite, Some(RwMode::Read)),
+        (true, Access::Read) => (LockKind::ReadWrite, Some(RwMode::Read)),
         (true, _) => (LockKind::ReadWrite, Some(RwMode::Write)),
         (false, _) if queue.is_empty() => (LockKind::Reentrant, None),
         (false, _) => (LockKind::Fair, None),

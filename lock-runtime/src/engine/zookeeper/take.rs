@@ -12,7 +12,7 @@ use tokio::sync::OwnedMutexGuard;
 use zookeeper_client as zk;
 
 use super::hold::{Record, ZkHold, lost, reenter};
-use super::layout::{self, Contender, Side, Term, blocker, check_name, contenders};
+use super::layout::{self, Contender, Term, blocker, check_name, contenders};
 use super::session::Session;
 use super::undo::{Made, Node, clear};
 use super::{Zk, store_error};
@@ -20,6 +20,7 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::{Chain, Who};
+use crate::kept::Access;
 use crate::kept::Downgrade;
 use crate::kept::{Deleted, Taking, list};
 use crate::request::{Request, within};
@@ -87,7 +88,7 @@ impl Taking for Zk {
         let record = Arc::new(Record {
             zk: self.clone(),
             who: who.clone(),
-            side: Side::of(request.kind),
+            side: request.kind.access(),
             path: format!("{lock}/{child}"),
             session,
             bound: OnceLock::new(),
@@ -124,10 +125,10 @@ async fn take(
         pending.node = None;
     }
     let session = zk.session().await?;
-    let (name, side) = (request.name.as_str(), Side::of(request.kind));
+    let (name, side) = (request.name.as_str(), request.kind.access());
     let lock = zk.lock_path(name);
     let id = zk.protected_id();
-    let path = side.create_path(&lock, &id);
+    let path = layout::create_path(side, &lock, &id);
     let mode = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
     let term = |session: &Session| match request.lease.fixed() {
         Some(lease) => Term::Until(SystemTime::now() + lease),
@@ -233,7 +234,7 @@ async fn take(
     // Readers let in together would share the lock node's zxid: a write
     // of its own gives each its token. A fixed lease counts from the turn:
     // its node says so.
-    let token = if (side == Side::Read && !alone) || (waited && !request.lease.renewed) {
+    let token = if (side == Access::Read && !alone) || (waited && !request.lease.renewed) {
         sent = Instant::now();
         let node = format!("{lock}/{}", ours.child);
         let data = layout::data(holder, term(&session));
