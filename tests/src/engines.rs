@@ -16,13 +16,15 @@ use lock_runtime::{Config, LockClient};
 use crate::etcd::Etcd;
 use crate::mariadb::MariaDb;
 use crate::postgres::Postgres;
+use crate::sql_server::{Database, SqlServer};
 use crate::zookeeper::{ZooKeeper, zk_children};
 use crate::{Kind, Server, numsub};
 
 /// The engines of the suite, one row each: the test's name in a case's
-/// module, the [`Store`] constructor, and whether the store is a server
+/// module, the [`Store`] constructor, whether the store is a server
 /// (`server`) or lives in the process (`in_process`: the memory engine,
-/// with no server to stop or miss). `every_engine!(then!(args))` calls
+/// with no server to stop or miss), and whether it is an SQL store
+/// (`sql`, ShedLock's table) or not (`other`). `every_engine!(then!(args))` calls
 /// `then!(args [rows])`: the suite's macros make their tests from it, so
 /// a new engine is one row here and one [`TestStore`] impl.
 #[macro_export]
@@ -30,12 +32,12 @@ macro_rules! every_engine {
     ($then:ident ! ($($args:tt)*)) => {
         $then! {
             $($args)* [
-                (on_redis, redis, server),
-                (on_etcd, etcd, server),
-                (on_zookeeper, zookeeper, server),
-                (on_postgres, postgres, server),
-                (on_mysql, mysql, server),
-                (on_memory, memory, in_process),
+                (on_redis, redis, server, other),
+                (on_etcd, etcd, server, other),
+                (on_zookeeper, zookeeper, server, other),
+                (on_postgres, postgres, server, sql),
+                (on_mysql, mysql, server, sql),
+                (on_memory, memory, in_process, other),
             ]
         }
     };
@@ -70,10 +72,25 @@ pub trait TestStore: Send + Sync {
 
     /// A lock client was handed out for the store.
     fn handed_out(&self, _client: &LockClient) {}
+
+    /// An SQL store's answer to `statement`, run by the database's own
+    /// client as its superuser (see [`Store::sql`]).
+    fn sql<'a>(&'a self, statement: &'a str) -> Reading<'a, String> {
+        let _ = statement;
+        panic!("the {} store runs no SQL", self.engine())
+    }
+
+    /// An SQL store's clock in UTC, as a statement reads it.
+    fn utc_now(&self) -> &'static str {
+        panic!("the {} store has no SQL clock", self.engine())
+    }
 }
 
+/// Something being read from a store.
+pub type Reading<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
 /// A count being read from a store.
-pub type Counting<'a> = Pin<Box<dyn Future<Output = usize> + Send + 'a>>;
+pub type Counting<'a> = Reading<'a, usize>;
 
 /// A test's store: a fresh store of one engine ([`TestStore`]), stopped
 /// when dropped.
@@ -221,6 +238,19 @@ impl Store {
         self.0.records(name).await
     }
 
+    /// An SQL store's answer to `statement` (the database's own client,
+    /// as its superuser: rows one a line, columns tab-separated). Panics
+    /// on another store.
+    pub async fn sql(&self, statement: &str) -> String {
+        self.0.sql(statement).await
+    }
+
+    /// An SQL store's clock in UTC, as a statement reads it. Panics on
+    /// another store.
+    pub fn utc_now(&self) -> &'static str {
+        self.0.utc_now()
+    }
+
     /// Waits (at most `within`) until the store keeps exactly `n` records
     /// of lock `name` (see [`records`](Self::records)). Panics with the
     /// last count otherwise.
@@ -265,11 +295,11 @@ fn not_holding<T>(contenders: &[T], read: impl Fn(&T) -> bool) -> usize {
 }
 
 /// A fair or read-write lock's waiters in an SQL store's line: its live
-/// tickets not held (`not_held` and `now` in the server's dialect).
-fn line_sql(name: &str, not_held: &str, now: &str) -> String {
+/// tickets not held (`now` in the server's dialect).
+fn line_sql(name: &str, now: &str) -> String {
     format!(
         "SELECT count(*) FROM distributed_locks_queue WHERE name = '{name}' \
-         AND {not_held} AND ticket_until > {now}"
+         AND NOT held AND ticket_until > {now}"
     )
 }
 
@@ -391,77 +421,49 @@ impl TestStore for ZooKeeper {
     }
 }
 
-impl TestStore for Postgres {
+/// Both SQL stores, in their dialects.
+impl<D: Database> TestStore for SqlServer<D> {
     fn engine(&self) -> &'static str {
-        "postgres"
+        D::ENGINE
     }
 
     fn scheme(&self) -> &'static str {
-        "postgres"
+        D::SCHEME
     }
 
     fn url(&self) -> String {
-        Postgres::url(self)
+        SqlServer::url(self)
     }
 
     fn stop(&mut self) {
-        Postgres::stop(self);
+        SqlServer::stop(self);
     }
 
     fn waiting<'a>(&'a self, kind: Kind, name: &'a str) -> Counting<'a> {
         Box::pin(async move {
-            // A plain lock's waiter has no row: counted in the process.
+            // A plain lock's waiter has no row (PostgreSQL's sleeps until
+            // a notification, MySQL's polls): counted in the process.
             if kind == Kind::Reentrant {
                 return lock_runtime::__private::sql_waiting(&self.url(), name);
             }
-            let now = "timezone('utc', clock_timestamp())";
-            let sql = line_sql(name, "NOT held", now);
+            let sql = line_sql(name, D::UTC_NOW);
             self.sql_async(&sql).await.parse().expect("a count")
         })
     }
 
     fn records<'a>(&'a self, name: &'a str) -> Counting<'a> {
         Box::pin(async move {
-            let sql = rows_sql(name, "timezone('utc', clock_timestamp())");
-            self.sql_async(&sql).await.parse().expect("a count")
-        })
-    }
-}
-
-impl TestStore for MariaDb {
-    fn engine(&self) -> &'static str {
-        "mysql"
-    }
-
-    fn scheme(&self) -> &'static str {
-        "mysql"
-    }
-
-    fn url(&self) -> String {
-        MariaDb::url(self)
-    }
-
-    fn stop(&mut self) {
-        MariaDb::stop(self);
-    }
-
-    fn waiting<'a>(&'a self, kind: Kind, name: &'a str) -> Counting<'a> {
-        Box::pin(async move {
-            // A plain lock's waiter polls and leaves no row: counted in
-            // the process.
-            if kind == Kind::Reentrant {
-                return lock_runtime::__private::sql_waiting(&self.url(), name);
-            }
-            let sql = line_sql(name, "held = 0", "UTC_TIMESTAMP(6)");
+            let sql = rows_sql(name, D::UTC_NOW);
             self.sql_async(&sql).await.parse().expect("a count")
         })
     }
 
-    fn records<'a>(&'a self, name: &'a str) -> Counting<'a> {
-        Box::pin(async move {
-            let sql = rows_sql(name, "UTC_TIMESTAMP(6)");
-            self.sql_async(&sql).await.parse().expect("a count")
-        })
+    fn sql<'a>(&'a self, statement: &'a str) -> Reading<'a, String> {
+        Box::pin(self.sql_async(statement))
+    }
+
+    fn utc_now(&self) -> &'static str {
+        D::UTC_NOW
     }
 }
 

@@ -87,6 +87,8 @@ impl Database for Maria {
     const CLI: &'static str = "mariadb";
     const SUPERUSER: &'static str = "root";
     const SCHEME: &'static str = "mysql";
+    const ENGINE: &'static str = "mysql";
+    const UTC_NOW: &'static str = "UTC_TIMESTAMP(6)";
     /// 3306, and 33060 of MySQL's X protocol.
     const DEFAULT_PORTS: &'static [u16] = &[3306, 33060];
     const DIR_PREFIX: &'static str = "lock-tests-mariadb-";

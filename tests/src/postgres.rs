@@ -84,6 +84,8 @@ impl Database for Pg {
     const CLI: &'static str = "psql";
     const SUPERUSER: &'static str = "postgres";
     const SCHEME: &'static str = "postgres";
+    const ENGINE: &'static str = "postgres";
+    const UTC_NOW: &'static str = "timezone('utc', clock_timestamp())";
     const DEFAULT_PORTS: &'static [u16] = &[5432];
     const DIR_PREFIX: &'static str = "lock-tests-postgres-";
     const LOG: &'static str = "postgres.log";

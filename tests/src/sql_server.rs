@@ -80,6 +80,11 @@ pub trait Database: Send + Sync + 'static {
     const SUPERUSER: &'static str;
     /// The scheme of [`SqlServer::url`].
     const SCHEME: &'static str;
+    /// The engine's name, as `LockClient::engine_name` gives it.
+    const ENGINE: &'static str;
+    /// The server's clock in UTC, as a statement reads it (the SQL
+    /// engines write UTC times by the database's clock).
+    const UTC_NOW: &'static str;
     /// The ports of the machine's own service, which a test server never
     /// uses.
     const DEFAULT_PORTS: &'static [u16];

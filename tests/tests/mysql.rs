@@ -181,40 +181,6 @@ async fn the_table_is_made_with_shedlocks_columns_and_rows_are_utc_by_the_databa
     tests::take_and_release(maria.lock("stock:1")).await;
 }
 
-#[tokio::test]
-async fn tokens_keep_rising_across_deletes_and_keep_rows_keeps_rows() {
-    let my = MariaDb::start();
-    let c = client(&my.url()).await;
-    let mut last = 0;
-    for _ in 0..3 {
-        let g = c.lock("job").acquire().await.unwrap();
-        assert!(g.token() > last, "{} after {last}", g.token());
-        last = g.token();
-        g.release().await.unwrap();
-        assert_eq!(
-            my.sql("SELECT count(*) FROM distributed_locks WHERE name = 'job'"),
-            "0"
-        );
-    }
-    let kept = client(&format!("{}?table=shedlock&keep_rows=true", my.url())).await;
-    let g = kept.lock("job").acquire().await.unwrap();
-    assert!(g.token() > last);
-    last = g.token();
-    g.release().await.unwrap();
-    assert_eq!(
-        my.sql(
-            "SELECT count(*) FROM shedlock WHERE name = 'job' \
-             AND lock_until <= UTC_TIMESTAMP(6)"
-        ),
-        "1",
-        "a released row stays, free"
-    );
-    let again = kept.lock("job").acquire().await.unwrap();
-    assert!(again.token() > last, "{} after {last}", again.token());
-    again.release().await.unwrap();
-    assert_eq!(rows(&my, "shedlock"), "1");
-}
-
 /// The first try makes a row only where none is: a row left by a holder
 /// that died (its lease over) is there, and is taken over all the same,
 /// by one attempt and by a waiter, its token rising from the row's.
@@ -555,33 +521,6 @@ async fn lockctl_schema_prints_the_table_a_role_without_create_then_uses() {
         "{}",
         tests::lockctl::stderr(&redis)
     );
-}
-
-/// A renewal never takes back a row that was freed (with `keep_rows`, a
-/// freed row keeps its holder id): a force-unlocked guard stays lost, and
-/// the name stays free.
-#[tokio::test]
-async fn a_force_unlocked_hold_stays_lost_when_rows_are_kept() {
-    let my = MariaDb::start();
-    let url = format!("{}?keep_rows=true", my.url());
-    // Renewed every second.
-    let holder = LockClient::connect(Config::new(&url).watchdog_timeout(Duration::from_secs(3)))
-        .await
-        .unwrap();
-    let other = client(&url).await;
-    let stuck = holder.lock("kept").acquire().await.unwrap();
-    assert!(other.force_unlock("kept").await.unwrap());
-    tokio::time::timeout(WITHIN, stuck.lost())
-        .await
-        .expect("the old holder learns the loss");
-    let taken = other.lock("kept").wait(WITHIN).acquire().await.unwrap();
-    assert!(matches!(stuck.release().await, Err(LockError::Lost { .. })));
-    assert_eq!(
-        my.sql("SELECT locked_by FROM distributed_locks WHERE name = 'kept'"),
-        taken.holder_id()
-    );
-    taken.release().await.unwrap();
-    assert_eq!(rows(&my, "distributed_locks"), "1");
 }
 
 /// A table in another database of the server (`table=<schema>.<table>`)

@@ -61,37 +61,6 @@ async fn the_table_is_made_with_shedlocks_columns_and_rows_are_utc_by_the_databa
     .await;
 }
 
-#[tokio::test]
-async fn tokens_keep_rising_across_deletes_and_keep_rows_keeps_rows() {
-    let pg = Postgres::start();
-    let c = client(&pg.url()).await;
-    let mut last = 0;
-    for _ in 0..3 {
-        let g = c.lock("job").acquire().await.unwrap();
-        assert!(g.token() > last, "{} after {last}", g.token());
-        last = g.token();
-        g.release().await.unwrap();
-        assert_eq!(
-            pg.sql("SELECT count(*) FROM distributed_locks WHERE name = 'job'"),
-            "0"
-        );
-    }
-    let kept = client(&format!("{}?table=shedlock&keep_rows=true", pg.url())).await;
-    let g = kept.lock("job").acquire().await.unwrap();
-    assert!(g.token() > last);
-    g.release().await.unwrap();
-    assert_eq!(
-        pg.sql(
-            "SELECT count(*) FROM shedlock WHERE name = 'job' \
-             AND lock_until <= timezone('utc', clock_timestamp())"
-        ),
-        "1",
-        "a released row stays, free"
-    );
-    let again = kept.lock("job").acquire().await.unwrap();
-    again.release().await.unwrap();
-}
-
 /// Timestamp `t` in exact µs since 1970, in integers: whole days, plus the
 /// µs into the day (a float of at most 86,400 s, exact to the µs).
 fn exact_us(t: &str) -> String {
@@ -402,28 +371,6 @@ async fn lockctl_schema_prints_the_table_a_role_without_create_then_uses() {
         .await;
     assert_eq!(redis.status.code(), Some(1));
     assert!(tests::lockctl::stderr(&redis).contains("postgres://"));
-}
-
-/// Issue 35 review: a renewal never takes back a row that was freed (with
-/// `keep_rows`, a freed row keeps its holder id): a force-unlocked guard
-/// stays lost, and the name stays free.
-#[tokio::test]
-async fn a_force_unlocked_hold_stays_lost_when_rows_are_kept() {
-    let pg = Postgres::start();
-    let url = format!("{}?keep_rows=true", pg.url());
-    // Renewed every second.
-    let holder = LockClient::connect(Config::new(&url).watchdog_timeout(Duration::from_secs(3)))
-        .await
-        .unwrap();
-    let other = client(&url).await;
-    let stuck = holder.lock("kept").acquire().await.unwrap();
-    assert!(other.force_unlock("kept").await.unwrap());
-    tokio::time::timeout(WITHIN, stuck.lost())
-        .await
-        .expect("the old holder learns the loss");
-    let taken = other.lock("kept").wait(WITHIN).acquire().await.unwrap();
-    assert!(matches!(stuck.release().await, Err(LockError::Lost { .. })));
-    taken.release().await.unwrap();
 }
 
 /// Issue 35 review: a table whose qualified name is longer than a channel

@@ -40,20 +40,23 @@ const WITHIN: Duration = Duration::from_secs(20);
 /// Makes each named `async fn(&mut Store)` case one test per row of
 /// [`tests::every_engine!`]'s list, in a module of the case's name (row
 /// `on_redis` makes `<case>::on_redis`, run against `Store::redis()`):
-/// every row (`all`), or those whose store is a server (`servers`).
+/// every row (`all`), those whose store is a server (`servers`), or the
+/// SQL stores (`sql`).
 macro_rules! on_engines {
     ($which:ident [$($case:ident),+] $rows:tt) => {
         $( on_engines!(@case $which $case $rows); )+
     };
-    (@case $which:ident $case:ident [$(($test:ident, $store:ident, $where:ident)),+ $(,)?]) => {
+    (@case $which:ident $case:ident
+        [$(($test:ident, $store:ident, $where:ident, $family:ident)),+ $(,)?]) => {
         mod $case {
             use tests::engines::Store;
 
-            $( on_engines!(@test $which $where $case $test $store); )+
+            $( on_engines!(@test $which $where $family $case $test $store); )+
         }
     };
     (@test servers in_process $($rest:tt)*) => {};
-    (@test $which:ident $where:ident $case:ident $test:ident $store:ident) => {
+    (@test sql $where:ident other $($rest:tt)*) => {};
+    (@test $which:ident $where:ident $family:ident $case:ident $test:ident $store:ident) => {
         #[tokio::test]
         async fn $test() {
             super::$case(&mut Store::$store()).await;
@@ -76,6 +79,14 @@ macro_rules! on_every_server {
     };
 }
 
+/// Makes each named case a test per SQL store (PostgreSQL, MySQL): what
+/// ShedLock's table promises on both.
+macro_rules! on_every_sql_engine {
+    ($($case:ident),+ $(,)?) => {
+        tests::every_engine!(on_engines!(sql [$($case),+]));
+    };
+}
+
 /// Makes `$case` a test per engine with a server, in a module of its
 /// name, each calling `$run(engine, start)`: for the cases that run in a
 /// child process of their own (see [`run_in_child`]), where the store is
@@ -91,7 +102,8 @@ macro_rules! in_a_child_on_every_engine {
 
 /// [`in_a_child_on_every_engine!`]'s tests, from the list's rows.
 macro_rules! in_a_child {
-    ($which:ident $case:ident $run:path [$(($test:ident, $store:ident, $where:ident)),+ $(,)?]) => {
+    ($which:ident $case:ident $run:path
+        [$(($test:ident, $store:ident, $where:ident, $family:ident)),+ $(,)?]) => {
         mod $case {
             use tests::engines::Store;
 
@@ -122,6 +134,7 @@ fn run_in_child(test: &str, vars: &[(&str, String)]) {
 mod global;
 mod lockctl;
 mod metrics;
+mod sql;
 
 on_every_engine!(
     waiting_runs_out_with_a_typed_timeout_and_a_release_wakes_a_waiter,
