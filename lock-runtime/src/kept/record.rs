@@ -68,10 +68,36 @@ pub(crate) trait Record: Send + Sync + Sized + 'static {
 }
 
 /// The accessors of [`Record`] that read an engine's record's own fields
-/// (`name`, `holder`, `side`, `downgrade`, `holds`) and its client's (`id`,
-/// `own`, `runtime`), reached by `client`: written once for every
-/// engine's record.
+/// (`who`, `side`, `downgrade`, `holds`) and its client's (`id`, `own`,
+/// `runtime`), reached by `client`: written once for every engine's
+/// record. With `, by inherent`, also the methods a record has of its own
+/// under the same names (`is_lost`, `remaining`, `lost`) and its module's
+/// `give_back(record, keep)`.
 macro_rules! record_fields {
+    (client |$me:ident| $client:expr, by inherent) => {
+        $crate::kept::record_fields!(client |$me| $client);
+
+        fn is_lost(&self) -> bool {
+            Self::is_lost(self)
+        }
+
+        fn remaining(&self) -> std::time::Duration {
+            Self::remaining(self)
+        }
+
+        fn lost(&self) -> impl std::future::Future<Output = ()> + Send + '_ {
+            Self::lost(self)
+        }
+
+        fn give_back(
+            self: std::sync::Arc<Self>,
+            keep: Option<tokio::time::Instant>,
+        ) -> impl std::future::Future<Output = Result<bool, $crate::error::LockError>>
+               + Send
+               + 'static {
+            give_back(self, keep)
+        }
+    };
     (client |$me:ident| $client:expr) => {
         fn who(&self) -> &std::sync::Arc<$crate::holder::Who> {
             &self.who

@@ -140,10 +140,23 @@ pub(crate) trait Taking: Send + Sync + Sized + 'static {
 }
 
 /// The accessors of [`Taking`] that read the client's shared parts (`id`,
-/// `turns`, `records`), reached by `client`: written once for every
-/// engine.
+/// `turns`, `records`), reached by `client`, and its `reenter` by the
+/// engine module's own `reenter(alive, record, chain, request)`: written
+/// once for every engine.
 macro_rules! taking_fields {
     (client |$me:ident| $client:expr) => {
+        fn reenter<'a>(
+            alive: std::sync::Arc<$crate::background::Background>,
+            record: std::sync::Arc<Self::Record>,
+            chain: $crate::holder::Chain,
+            request: &'a $crate::request::Request,
+        ) -> impl std::future::Future<
+            Output = Result<$crate::kept::Hold<Self::Record>, $crate::error::LockError>,
+        > + Send
+        + 'a {
+            reenter(alive, record, chain, request)
+        }
+
         fn id(&self) -> &str {
             let $me = self;
             &$client.id

@@ -207,26 +207,7 @@ impl Record {
 pub(crate) type EtcdHold = Hold<Record>;
 
 impl crate::kept::Record for Record {
-    crate::kept::record_fields!(client | r | r.etcd);
-
-    fn is_lost(&self) -> bool {
-        Record::is_lost(self)
-    }
-
-    fn remaining(&self) -> Duration {
-        Record::remaining(self)
-    }
-
-    fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
-        Record::lost(self)
-    }
-
-    fn give_back(
-        self: Arc<Self>,
-        keep: Option<Instant>,
-    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static {
-        give_back(self, keep)
-    }
+    crate::kept::record_fields!(client | r | r.etcd, by inherent);
 
     async fn give_back_once(self: Arc<Self>, keep: Option<Instant>) -> Result<bool, LockError> {
         give_back_once(&self, keep).await

@@ -11,16 +11,15 @@ use tokio::time::Instant;
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, SortOrder, Txn, TxnOp, TxnOpResponse};
 use tokio::sync::{OwnedMutexGuard, oneshot};
 
-use super::hold::{EtcdHold, Lease, Record, lost, reenter, revision};
+use super::hold::{Lease, Record, lost, reenter, revision};
 use super::layout::{self, check_name, one_of};
 use super::session::{Session, ttl_secs};
 use super::undo::Made;
 use super::watches::Note;
 use super::{ENGINE, Etcd, Here};
-use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::{Chain, Who};
+use crate::holder::Who;
 use crate::kept::Access;
 use crate::kept::Downgrade;
 use crate::kept::{Deleted, Taking, list};
@@ -39,15 +38,6 @@ impl Taking for Etcd {
 
     fn check(request: &Request) -> Result<(), LockError> {
         check_name(&request.name)
-    }
-
-    fn reenter<'a>(
-        alive: Arc<Background>,
-        record: Arc<Record>,
-        chain: Chain,
-        request: &'a Request,
-    ) -> impl Future<Output = Result<EtcdHold, LockError>> + Send + 'a {
-        reenter(alive, record, chain, request)
     }
 
     fn made(self: &Arc<Self>, who: &Arc<Who>) -> Made {

@@ -11,12 +11,11 @@ use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use super::Mem;
-use super::hold::{MemHold, Record, reenter};
+use super::hold::{Record, reenter};
 use super::store::{Try, Waiting};
-use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::{Chain, Who};
+use crate::holder::Who;
 use crate::kept::{Deleted, Downgrade, Taken, Taking, Undo, list, lost};
 use crate::request::{Kind, Request};
 
@@ -27,15 +26,6 @@ impl Taking for Mem {
     type Made = Made;
     type More = ();
     const ENGINE: &'static str = super::ENGINE;
-
-    fn reenter<'a>(
-        alive: Arc<Background>,
-        record: Arc<Record>,
-        chain: Chain,
-        request: &'a Request,
-    ) -> impl Future<Output = Result<MemHold, LockError>> + Send + 'a {
-        reenter(alive, record, chain, request)
-    }
 
     fn made(self: &Arc<Self>, who: &Arc<Who>) -> Made {
         Made {

@@ -11,11 +11,9 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::Record;
 use super::hold::reenter;
-use super::record::SqlHold;
 pub(crate) use super::taking::{SqlTaking, Taken};
-use crate::background::Background;
 use crate::error::LockError;
-use crate::holder::{Chain, Who};
+use crate::holder::Who;
 use crate::kept::Taking;
 use crate::request::{Kind, Request};
 
@@ -26,15 +24,6 @@ impl<S: SqlTaking> Taking for S {
     type Made = S::Made;
     type More = ();
     const ENGINE: &'static str = S::ENGINE;
-
-    fn reenter<'a>(
-        alive: Arc<Background>,
-        record: Arc<Record<S>>,
-        chain: Chain,
-        request: &'a Request,
-    ) -> impl Future<Output = Result<SqlHold<S>, LockError>> + Send + 'a {
-        reenter(alive, record, chain, request)
-    }
 
     fn made(self: &Arc<Self>, who: &Arc<Who>) -> S::Made {
         SqlTaking::made(self, who)

@@ -11,15 +11,14 @@ use tokio::time::Instant;
 use tokio::sync::OwnedMutexGuard;
 use zookeeper_client as zk;
 
-use super::hold::{Record, ZkHold, lost, reenter};
+use super::hold::{Record, lost, reenter};
 use super::layout::{self, Contender, Term, blocker, check_name, contenders};
 use super::session::Session;
 use super::undo::{Made, Node, clear};
 use super::{Zk, store_error};
-use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::{Chain, Who};
+use crate::holder::Who;
 use crate::kept::Access;
 use crate::kept::Downgrade;
 use crate::kept::{Deleted, Taking, list};
@@ -38,15 +37,6 @@ impl Taking for Zk {
 
     fn check(request: &Request) -> Result<(), LockError> {
         check_name(&request.name)
-    }
-
-    fn reenter<'a>(
-        alive: Arc<Background>,
-        record: Arc<Record>,
-        chain: Chain,
-        request: &'a Request,
-    ) -> impl Future<Output = Result<ZkHold, LockError>> + Send + 'a {
-        reenter(alive, record, chain, request)
     }
 
     fn made(self: &Arc<Self>, _who: &Arc<Who>) -> Made {
