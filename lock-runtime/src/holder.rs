@@ -14,7 +14,6 @@
 //! other holders.
 
 use std::future::Future;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
@@ -23,27 +22,19 @@ use tokio::time::Instant;
 /// and shared (an `Arc`) by everything that names the hold: its tries, its
 /// record, the client's lists of records and of live holds, and the scopes
 /// of its guards. Equal and hashed by both.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Who {
     pub(crate) name: String,
     pub(crate) holder: String,
-}
-
-impl Hash for Who {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.name.hash(state);
-        self.holder.hash(state);
-    }
 }
 
 impl Who {
     /// Holder `number` (`None`: a fresh number) of `client`, on lock `name`.
     #[cfg_attr(not(turns), allow(dead_code))]
     pub(crate) fn new(client: &str, name: &str, number: Option<u64>) -> Arc<Who> {
-        let number = number.unwrap_or_else(fresh_number);
         Arc::new(Who {
             name: name.to_owned(),
-            holder: id(client, number),
+            holder: new_id(client, number),
         })
     }
 
@@ -115,6 +106,11 @@ pub(crate) fn fresh_number() -> u64 {
 /// `<client>:<number>`.
 pub(crate) fn id(client: &str, number: u64) -> String {
     [client, ":", itoa::Buffer::new().format(number)].concat()
+}
+
+/// The id of holder `number` of `client` (`None`: a fresh number).
+pub(crate) fn new_id(client: &str, number: Option<u64>) -> String {
+    id(client, number.unwrap_or_else(fresh_number))
 }
 
 /// A fresh id for one call (an acquire attempt, a release request: the

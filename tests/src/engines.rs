@@ -52,10 +52,6 @@ pub trait TestStore: Send + Sync {
     /// The engine's name, as [`LockClient::engine_name`] gives it.
     fn engine(&self) -> &'static str;
 
-    /// The URL scheme of the engine (`redis`, `etcd`, `zk`, `postgres`,
-    /// `mysql`, `memory`).
-    fn scheme(&self) -> &'static str;
-
     /// The URL a lock client (or `lockctl --url`) is configured with.
     fn url(&self) -> String;
 
@@ -102,6 +98,8 @@ pub struct Memory {
     name: String,
     hooks: lock_runtime::memory::MemoryStore,
     clients: std::sync::Mutex<Vec<LockClient>>,
+    /// A client of its own that reads its records (never cut off).
+    reader: tokio::sync::OnceCell<LockClient>,
 }
 
 impl Store {
@@ -141,6 +139,7 @@ impl Store {
             name,
             hooks,
             clients: std::sync::Mutex::default(),
+            reader: tokio::sync::OnceCell::new(),
         }))
     }
 
@@ -149,9 +148,12 @@ impl Store {
         self.0.engine()
     }
 
-    /// The URL scheme of the engine.
-    pub fn scheme(&self) -> &'static str {
-        self.0.scheme()
+    /// The URL scheme of the engine (`redis`, `etcd`, `zk`, `postgres`,
+    /// `mysql`, `memory`), as its URL has it.
+    pub fn scheme(&self) -> String {
+        let url = self.url();
+        url.split_once("://")
+            .map_or(url.clone(), |(scheme, _)| scheme.to_owned())
     }
 
     /// The URL a lock client (or `lockctl --url`) is configured with.
@@ -314,10 +316,6 @@ impl TestStore for Server {
         "redis"
     }
 
-    fn scheme(&self) -> &'static str {
-        "redis"
-    }
-
     fn url(&self) -> String {
         Server::url(self)
     }
@@ -364,10 +362,6 @@ impl TestStore for Etcd {
         "etcd"
     }
 
-    fn scheme(&self) -> &'static str {
-        "etcd"
-    }
-
     fn url(&self) -> String {
         Etcd::url(self)
     }
@@ -391,10 +385,6 @@ impl TestStore for Etcd {
 impl TestStore for ZooKeeper {
     fn engine(&self) -> &'static str {
         "zookeeper"
-    }
-
-    fn scheme(&self) -> &'static str {
-        "zk"
     }
 
     fn url(&self) -> String {
@@ -425,10 +415,6 @@ impl TestStore for ZooKeeper {
 impl<D: Database> TestStore for SqlServer<D> {
     fn engine(&self) -> &'static str {
         D::ENGINE
-    }
-
-    fn scheme(&self) -> &'static str {
-        D::SCHEME
     }
 
     fn url(&self) -> String {
@@ -472,10 +458,6 @@ impl TestStore for Memory {
         "memory"
     }
 
-    fn scheme(&self) -> &'static str {
-        "memory"
-    }
-
     fn url(&self) -> String {
         format!("memory://{}", self.name)
     }
@@ -494,8 +476,11 @@ impl TestStore for Memory {
     /// Its holders, as `inspect` on a client of its own shows them.
     fn records<'a>(&'a self, name: &'a str) -> Counting<'a> {
         Box::pin(async move {
-            let client = LockClient::connect(Config::new(self.url())).await;
-            let client = client.expect("a client of a memory store");
+            let connect = || async {
+                let client = LockClient::connect(Config::new(self.url())).await;
+                client.expect("a client of a memory store")
+            };
+            let client = self.reader.get_or_init(connect).await;
             let info = client.inspect(name).await.expect("inspect");
             info.map_or(0, |info| info.holders.len())
         })

@@ -220,7 +220,7 @@ pub(crate) fn take_hold<S: Taking>(
         S::check(request)?;
         let name = request.name.as_str();
         if let Some((who, chain)) = reentry {
-            match in_scope(store.records(), &who, request.kind.access())? {
+            match in_scope(store.records(), &who, Access::from(request.kind))? {
                 InScope::Reenter(record) => {
                     return S::reenter(alive, record, chain, request).await;
                 }

@@ -83,18 +83,12 @@ pub(crate) enum Access {
 
 /// What a lock of each kind holds, as re-entry sees it (a fair lock is a
 /// mutex).
-impl Kind {
-    pub(crate) fn access(self) -> Access {
-        match self {
+impl From<Kind> for Access {
+    fn from(kind: Kind) -> Access {
+        match kind {
             Kind::Reentrant | Kind::Fair => Access::Mutex,
             Kind::Read => Access::Read,
             Kind::Write => Access::Write,
         }
-    }
-}
-
-impl From<Kind> for Access {
-    fn from(kind: Kind) -> Access {
-        kind.access()
     }
 }

@@ -227,7 +227,7 @@ pub(super) async fn reenter(
     chain: Chain,
     request: &Request,
 ) -> Result<EtcdHold, LockError> {
-    let counted = Counted::count(record, request.kind.access(), chain)?;
+    let counted = Counted::count(record, Access::from(request.kind), chain)?;
     let record = counted.record().clone();
     let etcd = record.etcd.clone();
     let sent = Instant::now();

@@ -89,7 +89,7 @@ impl Taking for Etcd {
         let record = Arc::new(Record {
             etcd: self.clone(),
             who: who.clone(),
-            side: request.kind.access(),
+            side: Access::from(request.kind),
             key: claim.key().to_owned(),
             create_revision: taken.more,
             lease,
@@ -120,7 +120,7 @@ async fn take(
     under: Option<&Arc<Record>>,
     pending: &mut Made,
 ) -> Result<Taken, LockError> {
-    let (name, side) = (request.name.as_str(), request.kind.access());
+    let (name, side) = (request.name.as_str(), Access::from(request.kind));
     let session = match pending.session.take().filter(|s| s.is_usable()) {
         Some(session) => session,
         None => match etcd.sessions.live() {

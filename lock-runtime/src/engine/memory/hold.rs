@@ -16,7 +16,7 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::{Chain, Who};
-use crate::kept::{Counted, Deleted, Downgrade, Hold, give_back_retried, lost};
+use crate::kept::{Access, Counted, Deleted, Downgrade, Hold, give_back_retried, lost};
 use crate::request::Kind;
 use crate::request::Request;
 
@@ -258,7 +258,7 @@ pub(super) async fn reenter(
     chain: Chain,
     request: &Request,
 ) -> Result<MemHold, LockError> {
-    let counted = Counted::count(record, request.kind.access(), chain)?;
+    let counted = Counted::count(record, Access::from(request.kind), chain)?;
     let record = counted.record().clone();
     let now = record.now();
     let token = {

@@ -143,10 +143,7 @@ impl Acquisition {
         let reenter = scoped.is_some();
         let holder = match scoped {
             Some((who, _)) => who.holder.clone(),
-            None => holder::id(
-                &core.id,
-                request.number.unwrap_or_else(holder::fresh_number),
-            ),
+            None => holder::new_id(&core.id, request.number),
         };
         Try {
             holder,

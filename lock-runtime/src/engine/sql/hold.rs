@@ -21,7 +21,7 @@ use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::{Chain, Who};
 use crate::kept::Downgrade;
-use crate::kept::{Counted, Deleted, give_back_retried, list, lost};
+use crate::kept::{Access, Counted, Deleted, give_back_retried, list, lost};
 use crate::request::{Kind, Request};
 
 impl<S: SqlTaking> Record<S> {
@@ -83,7 +83,7 @@ pub(crate) async fn reenter<S: SqlTaking>(
     chain: Chain,
     request: &Request,
 ) -> Result<SqlHold<S>, LockError> {
-    let counted = Counted::count(record, request.kind.access(), chain)?;
+    let counted = Counted::count(record, Access::from(request.kind), chain)?;
     let record = counted.record().clone();
     let sent = Instant::now();
     let (store, name, holder) = (&record.store, &record.who.name, &record.who.holder);

@@ -179,7 +179,7 @@ pub(super) async fn reenter(
     chain: Chain,
     request: &Request,
 ) -> Result<ZkHold, LockError> {
-    let counted = Counted::count(record, request.kind.access(), chain)?;
+    let counted = Counted::count(record, Access::from(request.kind), chain)?;
     let record = counted.record().clone();
     let sent = Instant::now();
     let session = &record.session;

@@ -78,7 +78,7 @@ impl Taking for Zk {
         let record = Arc::new(Record {
             zk: self.clone(),
             who: who.clone(),
-            side: request.kind.access(),
+            side: Access::from(request.kind),
             path: format!("{lock}/{child}"),
             session,
             bound: OnceLock::new(),
@@ -115,7 +115,7 @@ async fn take(
         pending.node = None;
     }
     let session = zk.session().await?;
-    let (name, side) = (request.name.as_str(), request.kind.access());
+    let (name, side) = (request.name.as_str(), Access::from(request.kind));
     let lock = zk.lock_path(name);
     let id = zk.protected_id();
     let path = layout::create_path(side, &lock, &id);
