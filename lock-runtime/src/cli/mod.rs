@@ -173,13 +173,16 @@ impl Connection {
             Some(url) => Config::new(url.clone()),
             None => Config::from_env(),
         };
-        if config.url().starts_with("memory://") {
-            return Err(LockError::Config(
-                "lockctl cannot reach a memory:// store: its locks live only in the process whose \
-                 clients name it (a test's); inspect them there (LockClient::inspect), or give \
-                 lockctl the URL of a store with a server"
-                    .into(),
-            ));
+        if crate::engine::Store::of(&config).is_ok_and(|store| store.in_process()) {
+            let scheme = config
+                .url()
+                .split_once("://")
+                .map_or("", |(scheme, _)| scheme);
+            return Err(LockError::Config(format!(
+                "lockctl cannot reach a {scheme}:// store: its locks live only in the process \
+                 whose clients name it (a test's); inspect them there (LockClient::inspect), or \
+                 give lockctl the URL of a store with a server"
+            )));
         }
         Ok(config)
     }

@@ -93,6 +93,15 @@ macro_rules! engine_list {
                 }
             }
 
+            /// Whether the engine's stores live in this process only (no
+            /// other process can reach them).
+            #[cfg_attr(not(feature = "cli"), allow(dead_code))]
+            pub(crate) fn in_process(self) -> bool {
+                match self {
+                    $(Store::$variant => <$variant as Engine>::IN_PROCESS,)+
+                }
+            }
+
             /// Whether this build has the engine.
             fn built(self) -> bool {
                 match self {

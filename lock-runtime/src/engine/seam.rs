@@ -31,6 +31,10 @@ pub(crate) trait Engine: Sized + Send + Sync + 'static {
     /// and [`LockError::Unsupported`] give it.
     const NAME: &'static str;
 
+    /// Whether the store lives in this process only: no other process
+    /// (`lockctl` among them) can reach it.
+    const IN_PROCESS: bool = false;
+
     /// One hold of one lock by one holder on this store.
     type Hold: Hold;
 

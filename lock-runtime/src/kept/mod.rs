@@ -22,14 +22,24 @@
 //!   the store ([`Pending`](undo::Pending)).
 
 pub(crate) mod hold;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod line;
 pub(crate) mod record;
 pub(crate) mod take;
 pub(crate) mod turns;
 pub(crate) mod undo;
 
 pub(crate) use hold::{Counted, Hold, give_back_retried};
-pub(crate) use record::{Deleted, Downgrade, Record, gone_or_ended, lost, record_fields};
-pub(crate) use take::{Taken, Taking, acquire, holds_of, list, taking_fields, unlist};
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) use record::give_back_in_order;
+pub(crate) use record::{Base, Downgrade, Record, base_of, gone_or_ended, lost, record_fields};
+// Through `line` on etcd and ZooKeeper; by name on the others.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "mysql", feature = "memory")),
+    allow(unused_imports)
+)]
+pub(crate) use take::holds_of;
+pub(crate) use take::{Taken, Taking, acquire, listed, taking_fields, unlist};
 #[cfg_attr(not(remote_turns), allow(unused_imports))]
 pub(crate) use turns::{Access, Records, Turns, records_of};
 pub(crate) use undo::Undo;

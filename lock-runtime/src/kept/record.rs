@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use super::turns::Access;
@@ -58,6 +59,9 @@ pub(crate) trait Record: Send + Sync + Sized + 'static {
         self: Arc<Self>,
         keep: Option<Instant>,
     ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static;
+    /// Starts what a new record needs once listed: what tells it of its
+    /// loss, and its renewals.
+    fn start(self: &Arc<Self>);
     /// Whether the store may still keep the record alive, so a give-back
     /// that failed is worth trying on in the background.
     fn may_outlive(&self) -> bool;
@@ -67,14 +71,88 @@ pub(crate) trait Record: Send + Sync + Sized + 'static {
     }
 }
 
+/// What every engine's record keeps of its hold beside the store's own
+/// (its key, node, row or entry): who the hold is, how many holds its
+/// chain has, whether the store is known to have lost it, the client's
+/// turn at the name, and its downgrade. A record derefs to it
+/// ([`base_of!`]), as a record that extends it: `record.holds` reads as
+/// a field of the record's own.
+pub(crate) struct Base<R> {
+    /// Who the hold is: the lock's name and the holder id.
+    pub(crate) who: Arc<Who>,
+    /// Live holds of the chain (a hold and its re-entries).
+    pub(crate) holds: AtomicUsize,
+    /// Whether the store is known to have lost the record.
+    pub(crate) deleted: Deleted,
+    /// The client's turn at the name: passed on when the record goes.
+    pub(crate) turn: Mutex<Option<OwnedMutexGuard<()>>>,
+    /// A read's write, or a write's reads.
+    pub(crate) downgrade: Downgrade<R>,
+}
+
+impl<R: Record> Base<R> {
+    /// A new hold's (one live hold) by `who`, holding the client's `turn`
+    /// at the name, taken under `under` when it is a read under a write.
+    pub(crate) fn new(
+        who: &Arc<Who>,
+        turn: Option<OwnedMutexGuard<()>>,
+        under: Option<&Arc<R>>,
+    ) -> Base<R> {
+        Base {
+            who: who.clone(),
+            holds: AtomicUsize::new(1),
+            deleted: Deleted::default(),
+            turn: Mutex::new(turn),
+            downgrade: Downgrade::new(under.cloned()),
+        }
+    }
+}
+
+/// An engine's record derefs to its field `base`, a [`Base`] of it.
+macro_rules! base_of {
+    ($record:ty $(, for <$($param:ident: $bound:path),+>)?) => {
+        impl$(<$($param: $bound),+>)? std::ops::Deref for $record {
+            type Target = $crate::kept::Base<$record>;
+
+            fn deref(&self) -> &Self::Target {
+                &self.base
+            }
+        }
+    };
+}
+pub(crate) use base_of;
+
 /// The accessors of [`Record`] that read an engine's record's own fields
-/// (`who`, `side`, `downgrade`, `holds`) and its client's (`id`, `own`,
+/// (`side`, and its [`Base`]'s `who`, `downgrade`, `holds`) and its client's (`id`, `own`,
 /// `runtime`), reached by `client`: written once for every engine's
 /// record. With `, by inherent`, also the methods a record has of its own
-/// under the same names (`is_lost`, `remaining`, `lost`) and its module's
-/// `give_back(record, keep)`.
+/// under the same names (`is_lost`, `remaining`, `lost`, `start`) and its module's
+/// `give_back(record, keep)`; with `, in order by own`, a give-back in its
+/// downgrade's order ([`give_back_in_order`]) by its module's
+/// `waits_for_reads(record)` and `own(record, keep)`.
 macro_rules! record_fields {
+    (client |$me:ident| $client:expr, by inherent, in order by $own:path) => {
+        $crate::kept::record_fields!(@inherent client |$me| $client);
+        $crate::kept::record_fields!(@give_back |record, keep| {
+            $crate::kept::give_back_in_order(record, keep, waits_for_reads, $own)
+        });
+    };
     (client |$me:ident| $client:expr, by inherent) => {
+        $crate::kept::record_fields!(@inherent client |$me| $client);
+        $crate::kept::record_fields!(@give_back |record, keep| give_back(record, keep));
+    };
+    (@give_back |$record:ident, $keep:ident| $body:expr) => {
+        fn give_back(
+            self: std::sync::Arc<Self>,
+            $keep: Option<tokio::time::Instant>,
+        ) -> impl std::future::Future<Output = Result<bool, $crate::error::LockError>>
+               + Send
+               + 'static {
+            let $record = self;
+            $body
+        }
+    };
+    (@inherent client |$me:ident| $client:expr) => {
         $crate::kept::record_fields!(client |$me| $client);
 
         fn is_lost(&self) -> bool {
@@ -89,18 +167,13 @@ macro_rules! record_fields {
             Self::lost(self)
         }
 
-        fn give_back(
-            self: std::sync::Arc<Self>,
-            keep: Option<tokio::time::Instant>,
-        ) -> impl std::future::Future<Output = Result<bool, $crate::error::LockError>>
-               + Send
-               + 'static {
-            give_back(self, keep)
+        fn start(self: &std::sync::Arc<Self>) {
+            Self::start(self)
         }
     };
     (client |$me:ident| $client:expr) => {
         fn who(&self) -> &std::sync::Arc<$crate::holder::Who> {
-            &self.who
+            &self.base.who
         }
 
         fn client_id(&self) -> &str {
@@ -123,11 +196,11 @@ macro_rules! record_fields {
         }
 
         fn downgrade(&self) -> &$crate::kept::Downgrade<Self> {
-            &self.downgrade
+            &self.base.downgrade
         }
 
         fn count(&self) -> &std::sync::atomic::AtomicUsize {
-            &self.holds
+            &self.base.holds
         }
     };
 }
@@ -317,4 +390,40 @@ impl<R: Record> Downgrade<R> {
         use std::sync::atomic::Ordering;
         !self.holds_reads() && self.deferred.swap(false, Ordering::AcqRel)
     }
+}
+
+/// A give-back in its downgrade's order, for a store whose contenders
+/// queue by age (etcd's keys, ZooKeeper's nodes; see [`Downgrade`]): a
+/// write whose give-back waits for the reads under it (`waits_for_reads`
+/// says so, and marks it) is left to the last of them, and answers
+/// whether it still counts as held; else the record is given back by
+/// `own` (kept until `keep`). Then a read under such a write, the last to
+/// go, gives that write back.
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) async fn give_back_in_order<R, W, G>(
+    record: Arc<R>,
+    keep: Option<Instant>,
+    waits_for_reads: impl FnOnce(Arc<R>) -> W,
+    own: impl Fn(Arc<R>, Option<Instant>) -> G,
+) -> Result<bool, LockError>
+where
+    R: Record,
+    W: Future<Output = Result<bool, LockError>>,
+    G: Future<Output = Result<bool, LockError>>,
+{
+    if record.access() == Access::Write
+        && keep.is_none_or(|k| k <= Instant::now())
+        && waits_for_reads(record.clone()).await?
+    {
+        return Ok(!record.is_lost());
+    }
+    let over = record.downgrade().over.clone();
+    let released = own(record, keep).await;
+    if let Some(write) = over
+        && write.downgrade().take_deferred()
+        && let Err(e) = own(write, None).await
+    {
+        tracing::warn!(error = %e, "the give-back of a write kept for the reads under it failed");
+    }
+    released
 }

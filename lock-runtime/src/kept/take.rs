@@ -54,15 +54,22 @@ pub(crate) fn in_scope<R: Record>(
 }
 
 /// Lists a new `record` in the client's `records` (and, for a read under
-/// this client's write, under that write).
-pub(crate) fn list<R: Record>(records: &Records<R>, record: &Arc<R>, under: Option<&Arc<R>>) {
+/// this client's write, under that write), and starts it
+/// ([`Record::start`]).
+pub(crate) fn listed<R: Record>(
+    records: &Records<R>,
+    record: Arc<R>,
+    under: Option<&Arc<R>>,
+) -> Arc<R> {
     if let Some(write) = under {
-        write.downgrade().add(record);
+        write.downgrade().add(&record);
     }
     records
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(record.who().clone(), Arc::downgrade(record));
+        .insert(record.who().clone(), Arc::downgrade(&record));
+    record.start();
+    record
 }
 
 /// Takes the record of hold `who` out of the client's `records` (its
@@ -144,6 +151,22 @@ pub(crate) trait Taking: Send + Sync + Sized + 'static {
 /// engine module's own `reenter(alive, record, chain, request)`: written
 /// once for every engine.
 macro_rules! taking_fields {
+    (client |$me:ident| $client:expr, take by module) => {
+        $crate::kept::taking_fields!(client | $me | $client);
+
+        fn take<'a>(
+            self: &'a std::sync::Arc<Self>,
+            request: &'a $crate::request::Request,
+            who: &'a std::sync::Arc<$crate::holder::Who>,
+            under: Option<&'a std::sync::Arc<Self::Record>>,
+            made: &'a mut Self::Made,
+        ) -> impl std::future::Future<
+            Output = Result<$crate::kept::Taken<Self::More>, $crate::error::LockError>,
+        > + Send
+        + 'a {
+            take(self, request, who, under, made)
+        }
+    };
     (client |$me:ident| $client:expr) => {
         fn reenter<'a>(
             alive: std::sync::Arc<$crate::background::Background>,

@@ -2,7 +2,7 @@
 //! (shared by a hold and its re-entries), and the guard's side of it:
 //! loss, `extend`, release. Taking one is in `take`.
 
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -17,11 +17,10 @@ use super::watches::Note;
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::{Chain, Who};
+use crate::holder::Chain;
 use crate::kept::Access;
-use crate::kept::Downgrade;
 pub(super) use crate::kept::lost;
-use crate::kept::{Counted, Deleted, Hold, give_back_retried};
+use crate::kept::{Counted, Hold, give_back_retried};
 use crate::request::{Request, backoff};
 
 /// The end of a key's value (its holder id) while the key is kept only by
@@ -58,25 +57,18 @@ impl Lease {
 /// gone.
 pub(crate) struct Record {
     pub(super) etcd: Arc<Etcd>,
-    /// Who the hold is: the lock's name and the holder id.
-    pub(super) who: Arc<Who>,
+    /// Who the hold is, its chain's count, its loss, its turn and its
+    /// downgrade.
+    pub(crate) base: crate::kept::Base<Record>,
     pub(super) side: Access,
     pub(super) key: String,
     pub(super) create_revision: i64,
     pub(super) lease: Lease,
-    /// Live holds of the chain (a hold and its re-entries).
-    pub(super) holds: AtomicUsize,
-    /// The key is gone (deleted by someone else: `force_unlock`, `etcdctl
-    /// del`; or its lease lost).
-    pub(super) deleted: Deleted,
     /// The task watching the key's deletion.
     pub(super) watcher: OnceLock<tokio::task::AbortHandle>,
-    /// A mutex key's turn in the process queue: passed on when the record
-    /// goes, or as soon as its key is known gone.
-    pub(super) turn: Mutex<Option<OwnedMutexGuard<()>>>,
-    /// A read's write, or a write's reads (see [`Downgrade`]).
-    pub(super) downgrade: Downgrade<Record>,
 }
+
+crate::kept::base_of!(Record);
 
 impl Drop for Record {
     fn drop(&mut self) {
@@ -97,6 +89,15 @@ impl Gone for Record {
 }
 
 impl Record {
+    /// A fixed lease's record watches its key's deletion; a session's is
+    /// bound to its session.
+    fn start(self: &Arc<Record>) {
+        match self.lease {
+            Lease::Fixed { .. } => self.watch_deletion(),
+            Lease::Session { .. } => self.bind(),
+        }
+    }
+
     /// Binds a session's record to its session (told when its key is gone).
     pub(super) fn bind(self: &Arc<Record>) {
         if let Lease::Session { session, bound } = &self.lease {
@@ -207,7 +208,7 @@ impl Record {
 pub(crate) type EtcdHold = Hold<Record>;
 
 impl crate::kept::Record for Record {
-    crate::kept::record_fields!(client | r | r.etcd, by inherent);
+    crate::kept::record_fields!(client | r | r.etcd, by inherent, in order by give_back_key);
 
     async fn give_back_once(self: Arc<Self>, keep: Option<Instant>) -> Result<bool, LockError> {
         give_back_once(&self, keep).await
@@ -312,33 +313,10 @@ impl EtcdHold {
     }
 }
 
-/// Deletes `record`'s key, or keeps it until `keep` on a lease that ends
-/// then; whether the key was still this record's. Retries a call whose
-/// answer was lost (each is idempotent: it names the record's create
-/// revision); a retry that finds the key gone counts as given back (the
-/// lost call most likely deleted it). When the tries run out, the error is
-/// returned and the key is given back in the background, the record (and
-/// its turn in the process queue) kept until then: a key on the session's
-/// lease would otherwise be kept alive for good.
-async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
-    if record.side == Access::Write
-        && keep.is_none_or(|k| k <= Instant::now())
-        && waits_for_reads(&record).await?
-    {
-        return Ok(!record.is_lost());
-    }
-    let over = record.downgrade.over.clone();
-    let released = give_back_key(record, keep).await;
-    if let Some(write) = over {
-        after_read(write).await;
-    }
-    released
-}
-
 /// Whether the give-back of `write`'s key waits for the reads taken under
 /// it (see [`Downgrade`]): a key that keeps readers out was made between
 /// the write's and a holding read's. If so, the last read gives it back.
-async fn waits_for_reads(write: &Arc<Record>) -> Result<bool, LockError> {
+async fn waits_for_reads(write: Arc<Record>) -> Result<bool, LockError> {
     let reads = write.downgrade.holding_reads();
     let Some(last) = reads.iter().map(|r| r.create_revision).max() else {
         return Ok(false);
@@ -362,18 +340,14 @@ async fn waits_for_reads(write: &Arc<Record>) -> Result<bool, LockError> {
     Ok(between && write.downgrade.defer())
 }
 
-/// After a read under `write` was given back: the last such read gives
-/// back the write's key if its give-back waited for them.
-async fn after_read(write: Arc<Record>) {
-    if !write.downgrade.take_deferred() {
-        return;
-    }
-    if let Err(e) = Box::pin(give_back_key(write, None)).await {
-        tracing::warn!(error = %e, "the give-back of a write kept for the reads under it failed");
-    }
-}
-
-/// [`give_back`] of the record's own key.
+/// Deletes `record`'s key, or keeps it until `keep` on a lease that ends
+/// then; whether the key was still this record's. Retries a call whose
+/// answer was lost (each is idempotent: it names the record's create
+/// revision); a retry that finds the key gone counts as given back (the
+/// lost call most likely deleted it). When the tries run out, the error is
+/// returned and the key is given back in the background, the record (and
+/// its turn in the process queue) kept until then: a key on the session's
+/// lease would otherwise be kept alive for good.
 async fn give_back_key(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
     // A plain delete that was sent counts as the first try: a later try
     // that finds the key gone finds what it most likely deleted.
@@ -449,7 +423,7 @@ impl Drop for Unanswered {
     }
 }
 
-/// One give-back of `record`'s key (see [`give_back`]).
+/// One give-back of `record`'s key (see [`give_back_key`]).
 async fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, LockError> {
     let etcd = &record.etcd;
     let here = etcd.here();

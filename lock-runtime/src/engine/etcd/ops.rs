@@ -11,8 +11,8 @@ use super::Etcd;
 use super::hold::KEPT;
 use super::layout::{self, check_name, prefix, side_of_any};
 use crate::error::LockError;
-use crate::info::{HolderInfo, LockInfo, LockKind, RwMode};
-use crate::kept::Access;
+use crate::info::LockInfo;
+use crate::kept::{Access, line};
 
 /// The contenders of lock `name` in arrival order (lowest create revision
 /// first), each with its side: the holders, then the waiters. Every key
@@ -38,19 +38,6 @@ async fn contenders(etcd: &Etcd, name: &str) -> Result<Vec<(Access, KeyValue)>, 
         .collect())
 }
 
-/// How many of the `contenders` (in arrival order) hold the lock: the
-/// first, or the readers before the first contender that is not one.
-fn holders(contenders: &[(Access, KeyValue)]) -> usize {
-    match contenders.first() {
-        None => 0,
-        Some((Access::Read, _)) => contenders
-            .iter()
-            .take_while(|(side, _)| *side == Access::Read)
-            .count(),
-        Some(_) => 1,
-    }
-}
-
 /// A contender's holder id: the value we write, else (`etcdctl`) the key.
 fn holder_of(kv: &KeyValue) -> String {
     match kv.value_str() {
@@ -70,24 +57,9 @@ fn kept(kv: &KeyValue) -> bool {
 pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>, LockError> {
     check_name(name)?;
     let contenders = contenders(etcd, name).await?;
-    let Some((first_side, first)) = contenders.first() else {
+    let Some((_, first)) = contenders.first() else {
         return Ok(None);
     };
-    let held = holders(&contenders);
-    let read_write = contenders.iter().any(|(side, _)| *side != Access::Mutex);
-    let holders = contenders[..held]
-        .iter()
-        .map(|(side, kv)| {
-            let id = holder_of(kv);
-            let count = crate::kept::holds_of(&etcd.records, name, &id, kept(kv));
-            HolderInfo {
-                guards: etcd.own.guards(name, &id),
-                id,
-                count,
-                write: *side == Access::Write,
-            }
-        })
-        .collect();
     let ttl = if first.lease() == 0 {
         None
     } else {
@@ -95,24 +67,15 @@ pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>,
         let left = etcd.call(leases.time_to_live(first.lease(), None)).await?;
         Some(Duration::from_secs(left.ttl().max(0) as u64))
     };
-    let queue: Vec<String> = contenders[held..]
+    let line = contenders
         .iter()
-        .map(|(_, kv)| holder_of(kv))
+        .map(|(side, kv)| line::Contender {
+            side: *side,
+            id: holder_of(kv),
+            kept: kept(kv),
+        })
         .collect();
-    let (kind, mode) = match (read_write, first_side) {
-        (true, Access::Read) => (LockKind::ReadWrite, Some(RwMode::Read)),
-        (true, _) => (LockKind::ReadWrite, Some(RwMode::Write)),
-        (false, _) if queue.is_empty() => (LockKind::Reentrant, None),
-        (false, _) => (LockKind::Fair, None),
-    };
-    Ok(Some(LockInfo {
-        name: name.to_owned(),
-        kind,
-        mode,
-        holders,
-        ttl,
-        queue,
-    }))
+    Ok(line::info(name, line, &etcd.records, &etcd.own, ttl))
 }
 
 /// The held locks whose names match `pattern` (`*` and `?` wildcards):
@@ -159,7 +122,7 @@ pub(crate) async fn force_unlock(etcd: &Etcd, name: &str) -> Result<bool, LockEr
     check_name(name)?;
     loop {
         let contenders = contenders(etcd, name).await?;
-        let held = holders(&contenders);
+        let held = line::holding(contenders.iter().map(|(side, _)| *side));
         if held == 0 {
             return Ok(false);
         }

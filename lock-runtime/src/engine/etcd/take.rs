@@ -3,7 +3,7 @@
 //! the last one that blocks it); the undoing of all that when the
 //! acquisition fails or is dropped is `undo`'s.
 
-use std::sync::atomic::{AtomicI64, AtomicUsize};
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -21,15 +21,14 @@ use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Who;
 use crate::kept::Access;
-use crate::kept::Downgrade;
-use crate::kept::{Deleted, Taking, list};
+use crate::kept::{Taking, listed};
 use crate::request::{Kind, Request, backoff, pause_within, within};
 
 /// A hold taken in etcd: its key's create revision beside the token.
 type Taken = crate::kept::Taken<i64>;
 
 impl Taking for Etcd {
-    crate::kept::taking_fields!(client | e | e);
+    crate::kept::taking_fields!(client | e | e, take by module);
 
     type Record = Record;
     type Made = Made;
@@ -50,16 +49,6 @@ impl Taking for Etcd {
             sent: false,
             who: who.clone(),
         }
-    }
-
-    fn take<'a>(
-        self: &'a Arc<Self>,
-        request: &'a Request,
-        who: &'a Arc<Who>,
-        under: Option<&'a Arc<Record>>,
-        made: &'a mut Made,
-    ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        take(self, request, who, under, made)
     }
 
     fn record(
@@ -88,22 +77,14 @@ impl Taking for Etcd {
         };
         let record = Arc::new(Record {
             etcd: self.clone(),
-            who: who.clone(),
+            base: crate::kept::Base::new(who, turn, under),
             side: Access::from(request.kind),
             key: claim.key().to_owned(),
             create_revision: taken.more,
             lease,
-            holds: AtomicUsize::new(1),
-            deleted: Deleted::default(),
             watcher: OnceLock::new(),
-            turn: Mutex::new(turn),
-            downgrade: Downgrade::new(under.cloned()),
         });
-        list(&self.records, &record, under);
-        match record.lease {
-            Lease::Fixed { .. } => record.watch_deletion(),
-            Lease::Session { .. } => record.bind(),
-        }
+        let record = listed(&self.records, record, under);
         drop(claim);
         Ok(record)
     }

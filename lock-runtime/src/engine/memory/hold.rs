@@ -2,12 +2,10 @@
 //! entry (shared by a hold and its re-entries), its renewals, and the
 //! guard's side of it: loss, `extend`, release. Taking one is in `take`.
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
-use tokio::sync::OwnedMutexGuard;
 use tokio::time::Instant;
 
 use super::Mem;
@@ -15,16 +13,17 @@ use super::store::{State, Told};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::{Chain, Who};
-use crate::kept::{Access, Counted, Deleted, Downgrade, Hold, give_back_retried, lost};
+use crate::holder::Chain;
+use crate::kept::{Access, Counted, Hold, give_back_retried, lost};
 use crate::request::Kind;
 use crate::request::Request;
 
 /// A client's entry for one name, shared by a hold and its re-entries.
 pub(crate) struct Record {
     pub(super) mem: Arc<Mem>,
-    /// Who the hold is: the lock's name and the holder id.
-    pub(super) who: Arc<Who>,
+    /// Who the hold is, its chain's count, its loss, its turn and its
+    /// downgrade.
+    pub(crate) base: crate::kept::Base<Record>,
     pub(super) side: Kind,
     /// The runtime that acquired it: its renewals run there, and every
     /// instant the record reads is that runtime's (a test's paused clock),
@@ -34,20 +33,13 @@ pub(crate) struct Record {
     pub(super) fixed: bool,
     /// Until when the hold counts as held, by the client's clock.
     pub(super) until: Mutex<Instant>,
-    /// Live holds of the chain (a hold and its re-entries).
-    pub(super) holds: AtomicUsize,
-    /// The entry is gone (ended, taken away, or given back).
-    pub(super) deleted: Deleted,
-    /// A mutex entry's turn in the process queue: passed on once the entry
-    /// is gone.
-    pub(super) turn: Mutex<Option<OwnedMutexGuard<()>>>,
-    /// A read's write, or a write's reads (see [`Downgrade`]).
-    pub(super) downgrade: Downgrade<Record>,
     /// The task renewing the hold: the hold counts among the client's
     /// renewed ones while it runs (it ends with the hold, or with the
     /// runtime that took it).
     pub(super) renewal: Mutex<Option<tokio::task::AbortHandle>>,
 }
+
+crate::kept::base_of!(Record);
 
 impl Drop for Record {
     fn drop(&mut self) {
@@ -217,6 +209,10 @@ impl crate::kept::Record for Record {
 
     fn may_outlive(&self) -> bool {
         !crate::kept::Record::is_lost(self)
+    }
+
+    fn start(self: &Arc<Self>) {
+        Record::start(self)
     }
 }
 

@@ -137,6 +137,7 @@ fn cut_off(store: &str) -> LockError {
 
 impl crate::engine::seam::Engine for Mem {
     const NAME: &'static str = ENGINE;
+    const IN_PROCESS: bool = true;
     type Hold = MemHold;
 
     fn connect(

@@ -4,7 +4,6 @@
 //! waiter holds a place in the name's queue meanwhile ([`Made`], undone
 //! when the acquisition fails or is dropped).
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::OwnedMutexGuard;
@@ -16,11 +15,11 @@ use super::store::{Try, Waiting};
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Who;
-use crate::kept::{Deleted, Downgrade, Taken, Taking, Undo, list, lost};
+use crate::kept::{Taken, Taking, Undo, listed, lost};
 use crate::request::{Kind, Request};
 
 impl Taking for Mem {
-    crate::kept::taking_fields!(client | m | m);
+    crate::kept::taking_fields!(client | m | m, take by module);
 
     type Record = Record;
     type Made = Made;
@@ -36,16 +35,6 @@ impl Taking for Mem {
         }
     }
 
-    fn take<'a>(
-        self: &'a Arc<Self>,
-        request: &'a Request,
-        who: &'a Arc<Who>,
-        under: Option<&'a Arc<Record>>,
-        made: &'a mut Made,
-    ) -> impl Future<Output = Result<Taken<()>, LockError>> + Send + 'a {
-        take(self, request, &who.holder, under, made)
-    }
-
     fn record(
         self: &Arc<Self>,
         request: &Request,
@@ -58,17 +47,13 @@ impl Taking for Mem {
         let name = request.name.as_str();
         let record = Arc::new(Record {
             mem: self.clone(),
-            who: who.clone(),
+            base: crate::kept::Base::new(who, turn, under),
             side: request.kind,
             // The acquisition's runtime (the client's own when it is
             // polled outside one).
             runtime: tokio::runtime::Handle::try_current().unwrap_or_else(|_| self.runtime.clone()),
             fixed: !request.lease.renewed,
             until: Mutex::new(valid_until(taken.sent, request.lease.length)),
-            holds: AtomicUsize::new(1),
-            deleted: Deleted::default(),
-            turn: Mutex::new(turn),
-            downgrade: Downgrade::new(under.cloned()),
             renewal: Mutex::new(None),
         });
         // The entry learns its record, so that whatever ends it tells the
@@ -81,9 +66,7 @@ impl Taking for Mem {
         entry.record = Some(told);
         drop(state);
         made.entry = false;
-        list(&self.records, &record, under);
-        record.start();
-        Ok(record)
+        Ok(listed(&self.records, record, under))
     }
 }
 
@@ -93,10 +76,11 @@ impl Taking for Mem {
 async fn take(
     mem: &Arc<Mem>,
     request: &Request,
-    holder: &str,
+    who: &Who,
     under: Option<&Arc<Record>>,
     made: &mut Made,
 ) -> Result<Taken<()>, LockError> {
+    let holder = who.holder.as_str();
     let (name, side, lease) = (request.name.as_str(), request.kind, request.lease.length);
     let under = under.map(|write| write.who.holder.as_str());
     // Counted among the name's waiters from its first wait until it is

@@ -5,7 +5,6 @@
 //! abandoned mid-statement ended before its place is used again.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mysql_async::prelude::{FromRow, Queryable};
 use mysql_async::{Conn, Opts, Params};
@@ -157,23 +156,8 @@ impl<'a> From<&'a String> for Stmt<'a> {
     }
 }
 
-/// Connections of one runtime: each made when first needed (and again
-/// after it broke), on that runtime.
-pub(super) struct Slots {
-    pub(super) slots: Vec<Slot>,
-    next: AtomicUsize,
-}
-
-impl Slots {
-    pub(super) fn new(n: usize) -> Slots {
-        Slots {
-            slots: (0..n)
-                .map(|_| Arc::new(tokio::sync::Mutex::new(None)))
-                .collect(),
-            next: AtomicUsize::new(0),
-        }
-    }
-}
+/// The connections of one runtime.
+pub(super) type Slots = crate::engine::sql::Slots<Slot>;
 
 /// A connection of the pool, the caller's until dropped (`None` when its
 /// place has none yet).
@@ -192,7 +176,7 @@ impl My {
     /// The connections for a statement of a caller's task (see
     /// [`pool_here`](crate::engine::sql::pool_here)).
     fn slots(&self) -> (Arc<Slots>, bool) {
-        crate::engine::sql::pool_here(&self.home, &self.near, || Slots::new(POOL))
+        crate::engine::sql::pool_here(&self.home, &self.near, POOL)
     }
 
     /// A connection of the pool, within the response timeout: a free one
@@ -200,7 +184,7 @@ impl My {
     /// made when its place has none (on the runtime whose pool it is).
     pub(crate) async fn conn(&self) -> Result<Pooled, LockError> {
         let (pool, home) = self.slots();
-        let start = pool.next.fetch_add(1, Ordering::Relaxed);
+        let start = pool.next();
         let n = pool.slots.len();
         let places = || (0..n).map(|i| &pool.slots[(start + i) % n]);
         // A free place with a working connection first: a connection is

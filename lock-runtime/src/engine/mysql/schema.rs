@@ -10,6 +10,7 @@ use super::Site;
 use super::errors::{server_code, store_error};
 use super::layout::{self, Charset, Q};
 use crate::config::Config;
+use crate::engine::sql::table::{Found, check_column};
 use crate::error::LockError;
 
 /// The statement that makes the lock table `config`'s URL names
@@ -66,48 +67,18 @@ pub(super) async fn prepare_table(
     let mut charset = Charset::Any;
     let mut folds = None;
     for (column, types) in layout::COLUMNS {
-        let Some((_, kind, length, nullable, set, collation, whole)) =
-            columns.iter().find(|c| c.0.eq_ignore_ascii_case(column))
-        else {
-            let fix = if column == "fence" {
-                format!(
-                    " (a ShedLock table gains it with: ALTER TABLE {quoted} ADD COLUMN fence \
-                     BIGINT NOT NULL DEFAULT 0;)"
-                )
-            } else {
-                String::new()
-            };
-            return Err(LockError::Config(format!(
-                "the table {quoted} is not a lock table: it has no `{column}` column{fix}"
-            )));
-        };
-        let kind = kind.to_ascii_lowercase();
-        if !types.contains(&kind.as_str()) {
-            return Err(LockError::Config(format!(
-                "the table {quoted} is not a lock table: its `{column}` column is {kind}, not {}",
-                types.join(" or ")
-            )));
-        }
-        if nullable.eq_ignore_ascii_case("YES") {
-            return Err(LockError::Config(format!(
-                "the table {quoted} is not a lock table: its `{column}` column may be NULL"
-            )));
-        }
-        let length = length.and_then(|n| usize::try_from(n).ok());
-        match column {
-            "name" => {
-                longest = length;
-                charset = Charset::of(set.as_deref());
-                folds = Some((whole, set, collation));
-            }
-            // A holder id (a UUID, `:`, a number) marked kept.
-            "locked_by" if length.is_some_and(|n| n < 64) => {
-                return Err(LockError::Config(format!(
-                    "the table {quoted}: its `locked_by` column is shorter than a holder id \
-                     (64 characters); ShedLock's is VARCHAR(255)"
-                )));
-            }
-            _ => {}
+        let row = columns.iter().find(|c| c.0.eq_ignore_ascii_case(column));
+        let kind = row.map(|c| c.1.to_ascii_lowercase());
+        let found = row.zip(kind.as_deref()).map(|(c, kind)| Found {
+            kind,
+            nullable: c.3.eq_ignore_ascii_case("YES"),
+            length: c.2.and_then(|n| usize::try_from(n).ok()),
+        });
+        let length = check_column(&quoted, column, types, found)?;
+        if let (Some((_, _, _, _, set, collation, whole)), "name") = (row, column) {
+            longest = length;
+            charset = Charset::of(set.as_deref());
+            folds = Some((whole, set, collation));
         }
     }
     // Once every column is there, of its type.

@@ -14,7 +14,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::{Answer, ENGINE, My, Pooled, Slot, Stmt};
 use crate::engine::sql::micros;
-use crate::engine::sql::queue::{FIRST_POLL, Line, leave};
+use crate::engine::sql::queue::{FIRST_POLL, Line, leave_untaken};
 use crate::engine::sql::take::{SqlTaking, Taken};
 use crate::error::LockError;
 use crate::holder::Who;
@@ -316,18 +316,8 @@ impl Undo for Made {
                 .await?;
             self.until = None;
         }
-        if self.line.ticket.is_some() {
-            let my = self.my.clone();
-            let (name, holder, side) = (
-                self.who.name.clone(),
-                self.who.holder.clone(),
-                self.line.side,
-            );
-            // An acquisition never taken has no reads under it.
-            leave(&my, self, &name, &holder, side, false).await?;
-            self.line.ticket = None;
-        }
-        Ok(())
+        let (my, who) = (self.my.clone(), self.who.clone());
+        leave_untaken(&my, self, &who).await
     }
 
     fn may_outlive(&self) -> bool {

@@ -3,7 +3,7 @@
 //! statements prepared, the statements run on them within the response
 //! timeout, and the backend of a connection that broke ended.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use tokio_postgres::error::SqlState;
@@ -136,22 +136,8 @@ impl Slot {
     }
 }
 
-/// The connections of one runtime, made and driven there: the client's
-/// own, or a caller runtime's (see `crate::near`: a statement's answer
-/// then wakes no other thread).
-pub(super) struct Slots {
-    pub(super) slots: Vec<Slot>,
-    next: AtomicUsize,
-}
-
-impl Slots {
-    pub(super) fn new(n: usize) -> Slots {
-        Slots {
-            slots: (0..n).map(|_| Slot::default()).collect(),
-            next: AtomicUsize::new(0),
-        }
-    }
-}
+/// The connections of one runtime.
+pub(super) type Slots = crate::engine::sql::Slots<Slot>;
 
 impl Pg {
     /// Prepares the statements on a connection's `client`.
@@ -231,7 +217,7 @@ impl Pg {
     /// The connections for a statement of a caller's task (see
     /// [`pool_here`](crate::engine::sql::pool_here)).
     fn pool(&self) -> (Arc<Slots>, bool) {
-        crate::engine::sql::pool_here(&self.home, &self.near, || Slots::new(POOL))
+        crate::engine::sql::pool_here(&self.home, &self.near, POOL)
     }
 
     /// A connection of the pool (in turn), made again (within the response
@@ -239,7 +225,7 @@ impl Pg {
     /// is.
     pub(crate) async fn conn(&self) -> Result<Arc<Conn>, LockError> {
         let (pool, home) = self.pool();
-        let at = pool.next.fetch_add(1, Ordering::Relaxed) % pool.slots.len();
+        let at = pool.next();
         let slot = &pool.slots[at];
         if let Some(conn) = slot.live() {
             return Ok(conn);

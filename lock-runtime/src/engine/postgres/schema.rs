@@ -6,6 +6,7 @@ use super::Site;
 use super::errors::store_error;
 use super::layout::{self, PgTable, Q};
 use crate::config::Config;
+use crate::engine::sql::table::{Found, check_column};
 use crate::error::LockError;
 use tokio_postgres::error::SqlState;
 
@@ -88,45 +89,18 @@ pub(super) async fn prepare_table(
         .map_err(|e| store_error(&e))?;
     let mut longest = None;
     for (column, types) in layout::COLUMNS {
-        let found = columns.iter().find(|r| r.get::<_, String>(0) == column);
-        let Some(found) = found else {
-            let fix = if column == "fence" {
-                format!(
-                    " (a ShedLock table gains it with: ALTER TABLE {quoted} ADD COLUMN fence \
-                     BIGINT NOT NULL DEFAULT 0;)"
-                )
-            } else {
-                String::new()
-            };
-            return Err(LockError::Config(format!(
-                "the table {quoted} is not a lock table: it has no `{column}` column{fix}"
-            )));
-        };
-        let kind: String = found.get(1);
-        if !types.contains(&kind.as_str()) {
-            return Err(LockError::Config(format!(
-                "the table {quoted} is not a lock table: its `{column}` column is {kind}, not {}",
-                types.join(" or ")
-            )));
-        }
-        if !found.get::<_, bool>(3) {
-            return Err(LockError::Config(format!(
-                "the table {quoted} is not a lock table: its `{column}` column may be NULL"
-            )));
-        }
-        let length = found
-            .get::<_, Option<i32>>(2)
-            .and_then(|n| usize::try_from(n).ok());
-        match column {
-            "name" => longest = length,
-            // A holder id (a UUID, `:`, a number) marked kept.
-            "locked_by" if length.is_some_and(|n| n < 64) => {
-                return Err(LockError::Config(format!(
-                    "the table {quoted}: its `locked_by` column is shorter than a holder id \
-                     (64 characters); ShedLock's is VARCHAR(255)"
-                )));
-            }
-            _ => {}
+        let row = columns.iter().find(|r| r.get::<_, String>(0) == column);
+        let kind = row.map(|r| r.get::<_, String>(1));
+        let found = row.zip(kind.as_deref()).map(|(r, kind)| Found {
+            kind,
+            nullable: !r.get::<_, bool>(3),
+            length: r
+                .get::<_, Option<i32>>(2)
+                .and_then(|n| usize::try_from(n).ok()),
+        });
+        let length = check_column(&quoted, column, types, found)?;
+        if column == "name" {
+            longest = length;
         }
     }
     Ok((longest, lined))

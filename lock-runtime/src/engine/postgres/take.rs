@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Conn, ENGINE, Interval, Pg, Prepared, layout};
-use crate::engine::sql::queue::{Line, leave};
+use crate::engine::sql::queue::{Line, leave_untaken};
 use crate::engine::sql::take::{SqlTaking, Taken};
 use crate::error::LockError;
 use crate::holder::Who;
@@ -347,17 +347,8 @@ impl Undo for Made {
                 .await?;
             self.until = None;
         }
-        if self.line.ticket.is_some() {
-            let (name, holder, side) = (
-                self.who.name.clone(),
-                self.who.holder.clone(),
-                self.line.side,
-            );
-            // An acquisition never taken has no reads under it.
-            leave(&pg, self, &name, &holder, side, false).await?;
-            self.line.ticket = None;
-        }
-        Ok(())
+        let who = self.who.clone();
+        leave_untaken(&pg, self, &who).await
     }
 
     fn may_outlive(&self) -> bool {

@@ -20,8 +20,7 @@ use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::{Chain, Who};
-use crate::kept::Downgrade;
-use crate::kept::{Access, Counted, Deleted, give_back_retried, list, lost};
+use crate::kept::{Access, Counted, give_back_retried, listed, lost};
 use crate::request::{Kind, Request};
 
 impl<S: SqlTaking> Record<S> {
@@ -42,22 +41,21 @@ impl<S: SqlTaking> Record<S> {
         let (sent, token) = (taken.sent, taken.token);
         let record = Arc::new(Record {
             store: store.clone(),
-            who: who.clone(),
+            base: crate::kept::Base::new(who, turn, under),
             side: request.kind,
             until: Mutex::new(valid_until(sent, request.lease.length)),
             fixed,
             kept: AtomicBool::new(false),
-            holds: AtomicUsize::new(1),
             token: AtomicI64::new(i64::try_from(token).unwrap_or(UNKNOWN_TOKEN)),
-            deleted: Deleted::default(),
-            turn: Mutex::new(turn),
-            downgrade: Downgrade::new(under.cloned()),
         });
-        list(&common.records, &record, under);
-        if !fixed {
-            common.keeper.keep(&record);
+        listed(&common.records, record, under)
+    }
+
+    /// Kept alive by the watchdog, unless its lease is fixed.
+    fn start(self: &Arc<Self>) {
+        if !self.fixed {
+            self.store.common().keeper.keep(self);
         }
-        record
     }
 }
 

@@ -348,19 +348,45 @@ pub(crate) fn check_name(
     Ok(())
 }
 
+/// The connections of one runtime (`Slot`s, each made when first needed
+/// and again after it broke, on that runtime): the client's own, or a
+/// caller runtime's (see `crate::near`: a statement's answer then wakes no
+/// other thread).
+pub(crate) struct Slots<Slot> {
+    pub(crate) slots: Vec<Slot>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl<Slot: Default> Slots<Slot> {
+    /// `n` places, none with a connection yet.
+    pub(crate) fn new(n: usize) -> Slots<Slot> {
+        Slots {
+            slots: (0..n).map(|_| Slot::default()).collect(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// The place to try first, in turn: callers spread over the places.
+    pub(crate) fn next(&self) -> usize {
+        self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.slots.len()
+    }
+}
+
 /// The connections for a statement of a caller's task: its runtime's
-/// (`near`, made by `make` on its first call) when they are ready, else the
-/// client's own `home` (also for a call finished for a caller who left,
-/// whose runtime may be gone); and whether they are the client's own.
-pub(crate) fn pool_here<T: Send + Sync + 'static>(
-    home: &Arc<T>,
-    near: &crate::near::Near<Arc<T>>,
-    make: fn() -> T,
-) -> (Arc<T>, bool) {
+/// (`near`, `size` places made on its first call) when they are ready,
+/// else the client's own `home` (also for a call finished for a caller
+/// who left, whose runtime may be gone); and whether they are the
+/// client's own.
+pub(crate) fn pool_here<Slot: Default + Send + Sync + 'static>(
+    home: &Arc<Slots<Slot>>,
+    near: &crate::near::Near<Arc<Slots<Slot>>>,
+    size: usize,
+) -> (Arc<Slots<Slot>>, bool) {
     if crate::background::finishing_for_one_who_left() {
         return (home.clone(), true);
     }
-    match near.here(|| async move { Ok::<_, std::convert::Infallible>(Arc::new(make())) }) {
+    match near.here(|| async move { Ok::<_, std::convert::Infallible>(Arc::new(Slots::new(size))) })
+    {
         Some((_, pool)) => (pool, false),
         None => (home.clone(), true),
     }

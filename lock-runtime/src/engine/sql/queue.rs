@@ -61,6 +61,7 @@ use super::record::Record;
 pub(crate) use super::side::Line;
 use super::taking::{SqlTaking, Taken};
 use crate::error::LockError;
+use crate::holder::Who;
 use crate::info::{HolderInfo, LockInfo, LockKind, RwMode};
 use crate::request::{Kind, Request, within};
 
@@ -191,6 +192,23 @@ pub(crate) async fn leave<S: SqlTaking>(
         return Ok(true);
     }
     s.release_row(made, name, holder).await
+}
+
+/// Leaves the line an acquisition `who` joined through `made` and was
+/// never let in from (so no reads are under it), if it took a ticket.
+pub(crate) async fn leave_untaken<S: SqlTaking>(
+    s: &Arc<S>,
+    made: &mut S::Made,
+    who: &Who,
+) -> Result<(), LockError> {
+    let line = S::line(made);
+    if line.ticket.is_none() {
+        return Ok(());
+    }
+    let side = line.side;
+    leave(s, made, &who.name, &who.holder, side, false).await?;
+    S::line(made).ticket = None;
+    Ok(())
 }
 
 /// Frees the readers' row of `name` when no held reader is left: only if

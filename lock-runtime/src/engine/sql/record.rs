@@ -3,18 +3,14 @@
 //! what any engine's statements ([`Rows`]) let it do on its own. Taking,
 //! renewing and giving it back are `hold`'s.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-use tokio::sync::OwnedMutexGuard;
-
 use super::{Rows, UNKNOWN_TOKEN};
 use crate::clock::valid_until;
-use crate::holder::Who;
-use crate::kept::Downgrade;
-use crate::kept::{Deleted, Hold};
+use crate::kept::Hold;
 use crate::request::Kind;
 
 /// A client's one row for one name, shared by a hold and its re-entries.
@@ -22,8 +18,9 @@ use crate::request::Kind;
 /// given back.
 pub(crate) struct Record<S: Rows> {
     pub(crate) store: Arc<S>,
-    /// Who the hold is: the lock's name and the holder id.
-    pub(crate) who: Arc<Who>,
+    /// Who the hold is, its chain's count, its loss, its turn and its
+    /// downgrade.
+    pub(crate) base: crate::kept::Base<Record<S>>,
     /// A plain lock's row, or a fair lock's, a reader's or a writer's
     /// ticket and row (see [`queue`](super::queue)).
     pub(super) side: Kind,
@@ -36,21 +33,14 @@ pub(crate) struct Record<S: Rows> {
     /// Its row is kept by a `hold_at_least` minimum (its holder id marked
     /// kept).
     pub(super) kept: AtomicBool,
-    /// Live holds of the chain (a hold and its re-entries).
-    pub(super) holds: AtomicUsize,
     /// The row's token as the record last knew it (its acquisition's, then
     /// its re-entries'), or [`UNKNOWN_TOKEN`]: a plain lock's release
     /// announces the name when the row's token moved past it (PostgreSQL's
     /// waiters mark a held row by raising it).
     pub(super) token: AtomicI64,
-    /// The row is known gone (freed by someone else: `force_unlock`; or
-    /// taken over after its lease ran out).
-    pub(super) deleted: Deleted,
-    /// The process queue's turn: passed on when the record goes, or as
-    /// soon as its row is known gone.
-    pub(super) turn: Mutex<Option<OwnedMutexGuard<()>>>,
-    pub(super) downgrade: Downgrade<Record<S>>,
 }
+
+crate::kept::base_of!(Record<S>, for <S: Rows>);
 
 /// A hold on an SQL engine: the record it shares with its chain, and its
 /// own token.

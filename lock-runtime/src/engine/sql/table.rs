@@ -1,5 +1,6 @@
 //! The lock table's name, as a URL's `table=` gives it: validated, and
-//! quoted the way each database quotes an identifier.
+//! quoted the way each database quotes an identifier; and the check of a
+//! table's columns ([`check_column`]).
 
 use crate::error::LockError;
 
@@ -84,6 +85,63 @@ pub(crate) fn fnv(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
+}
+
+/// What a database's catalog says of one column of a lock table.
+pub(crate) struct Found<'a> {
+    /// Its type's name, in lower case.
+    pub(crate) kind: &'a str,
+    /// It may be NULL.
+    pub(crate) nullable: bool,
+    /// Its most characters, for a character column.
+    pub(crate) length: Option<usize>,
+}
+
+/// Refuses table `quoted` when its `column` (`found` in the catalog, or
+/// not) is not what a lock table's is: there, of one of `types`, NOT
+/// NULL, and for `locked_by` long enough for a holder id. A ShedLock table
+/// without `fence` is told the statement that adds it. The column's
+/// length, else.
+pub(crate) fn check_column(
+    quoted: &str,
+    column: &str,
+    types: &[&str],
+    found: Option<Found<'_>>,
+) -> Result<Option<usize>, LockError> {
+    let not = |what: String| {
+        Err(LockError::Config(format!(
+            "the table {quoted} is not a lock table: {what}"
+        )))
+    };
+    let Some(found) = found else {
+        let fix = if column == "fence" {
+            format!(
+                " (a ShedLock table gains it with: ALTER TABLE {quoted} ADD COLUMN fence BIGINT \
+                 NOT NULL DEFAULT 0;)"
+            )
+        } else {
+            String::new()
+        };
+        return not(format!("it has no `{column}` column{fix}"));
+    };
+    if !types.contains(&found.kind) {
+        return not(format!(
+            "its `{column}` column is {}, not {}",
+            found.kind,
+            types.join(" or ")
+        ));
+    }
+    if found.nullable {
+        return not(format!("its `{column}` column may be NULL"));
+    }
+    // A holder id (a UUID, `:`, a number) marked kept.
+    if column == "locked_by" && found.length.is_some_and(|n| n < 64) {
+        return Err(LockError::Config(format!(
+            "the table {quoted}: its `locked_by` column is shorter than a holder id (64 \
+             characters); ShedLock's is VARCHAR(255)"
+        )));
+    }
+    Ok(found.length)
 }
 
 #[cfg(test)]

@@ -2,12 +2,10 @@
 //! (shared by a hold and its re-entries), and the guard's side of it:
 //! loss, `extend`, release. Taking one is in `take`.
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
-use tokio::sync::OwnedMutexGuard;
 use zookeeper_client as zk;
 
 use super::layout::{self, Contender, Term, contenders};
@@ -16,11 +14,10 @@ use super::{Zk, store_error};
 use crate::background::Background;
 use crate::clock::valid_until;
 use crate::error::LockError;
-use crate::holder::{Chain, Who};
+use crate::holder::Chain;
 use crate::kept::Access;
-use crate::kept::Downgrade;
 pub(super) use crate::kept::lost;
-use crate::kept::{Counted, Deleted, Hold, give_back_retried};
+use crate::kept::{Counted, Hold, give_back_retried};
 use crate::request::Request;
 
 /// A client's one node for one name, shared by a hold and its re-entries.
@@ -28,8 +25,9 @@ use crate::request::Request;
 /// is gone.
 pub(crate) struct Record {
     pub(super) zk: Arc<Zk>,
-    /// Who the hold is: the lock's name and the holder id.
-    pub(super) who: Arc<Who>,
+    /// Who the hold is, its chain's count, its loss, its turn and its
+    /// downgrade.
+    pub(crate) base: crate::kept::Base<Record>,
     pub(super) side: Access,
     /// The node's path.
     pub(super) path: String,
@@ -40,19 +38,11 @@ pub(crate) struct Record {
     /// A fixed lease's end, by the client's clock: the node is given back
     /// then.
     pub(super) fixed: Option<Mutex<Instant>>,
-    /// Live holds of the chain (a hold and its re-entries).
-    pub(super) holds: AtomicUsize,
-    /// The node is gone (deleted by someone else, `force_unlock`; or given
-    /// back at the fixed lease's end).
-    pub(super) deleted: Deleted,
     /// The task that ends a fixed lease.
     pub(super) timer: OnceLock<tokio::task::AbortHandle>,
-    /// A mutex node's turn in the process queue: passed on when the record
-    /// goes, or as soon as its node is known gone.
-    pub(super) turn: Mutex<Option<OwnedMutexGuard<()>>>,
-    /// A read's write, or a write's reads (see [`Downgrade`]).
-    pub(super) downgrade: Downgrade<Record>,
 }
+
+crate::kept::base_of!(Record);
 
 impl Drop for Record {
     fn drop(&mut self) {
@@ -160,7 +150,7 @@ impl Record {
 pub(crate) type ZkHold = Hold<Record>;
 
 impl crate::kept::Record for Record {
-    crate::kept::record_fields!(client | r | r.zk, by inherent);
+    crate::kept::record_fields!(client | r | r.zk, by inherent, in order by give_back_node);
 
     async fn give_back_once(self: Arc<Self>, _keep: Option<Instant>) -> Result<bool, LockError> {
         give_back_once(&self).await
@@ -261,36 +251,11 @@ impl ZkHold {
     }
 }
 
-/// Deletes `record`'s node, or keeps it until `keep` (then deletes it from
-/// the client's runtime); whether the node was still there. Retries a
-/// call whose answer was lost; a retry that finds the node gone counts as
-/// given back (the lost call most likely deleted it). When the tries run
-/// out, the error is returned and the node is given back in the
-/// background while the session lives. A session that is over took its
-/// nodes with it.
-async fn give_back(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
-    if record.side == Access::Write
-        && keep.is_none_or(|k| k <= Instant::now())
-        && waits_for_reads(&record).await?
-    {
-        return Ok(!record.is_lost());
-    }
-    let over = record.downgrade.over.clone();
-    let released = give_back_node(record, keep).await;
-    if let Some(write) = over
-        && write.downgrade.take_deferred()
-        && let Err(e) = Box::pin(give_back_now(write)).await
-    {
-        tracing::warn!(error = %e, "the give-back of a write kept for the reads under it failed");
-    }
-    released
-}
-
 /// Whether the give-back of `write`'s node waits for the reads taken
 /// under it (see [`Downgrade`]): a contender that keeps readers out came
 /// between the write and a holding read. If so, the last read gives it
 /// back.
-async fn waits_for_reads(write: &Arc<Record>) -> Result<bool, LockError> {
+async fn waits_for_reads(write: Arc<Record>) -> Result<bool, LockError> {
     let sequence = |path: &str| {
         Contender::of(path.rsplit('/').next().unwrap_or(path)).map_or(0, |c| c.sequence)
     };
@@ -311,7 +276,13 @@ async fn waits_for_reads(write: &Arc<Record>) -> Result<bool, LockError> {
     Ok(between && write.downgrade.defer())
 }
 
-/// [`give_back`] of the record's own node.
+/// Deletes `record`'s node, or keeps it until `keep` (then deletes it from
+/// the client's runtime); whether the node was still there. Retries a
+/// call whose answer was lost; a retry that finds the node gone counts as
+/// given back (the lost call most likely deleted it). When the tries run
+/// out, the error is returned and the node is given back in the
+/// background while the session lives. A session that is over took its
+/// nodes with it.
 async fn give_back_node(record: Arc<Record>, keep: Option<Instant>) -> Result<bool, LockError> {
     if let Some(keep) = keep.filter(|k| *k > Instant::now()) {
         if let Some(bound) = record.bound.get() {
@@ -341,7 +312,7 @@ async fn give_back_node(record: Arc<Record>, keep: Option<Instant>) -> Result<bo
     give_back_now(record).await
 }
 
-/// [`give_back`] with no minimum to keep.
+/// [`give_back_node`] with no minimum to keep.
 async fn give_back_now(record: Arc<Record>) -> Result<bool, LockError> {
     give_back_retried(record, None, 0).await
 }

@@ -97,19 +97,6 @@ pub(crate) fn contenders(children: &[String]) -> Vec<Contender> {
     found
 }
 
-/// How many of `contenders` (in order) hold the lock: the first, or the
-/// readers before the first writer or mutex.
-pub(crate) fn holders(contenders: &[Contender]) -> usize {
-    match contenders.first() {
-        None => 0,
-        Some(first) if first.side == Access::Read => contenders
-            .iter()
-            .take_while(|c| c.side == Access::Read)
-            .count(),
-        Some(_) => 1,
-    }
-}
-
 /// The last contender before `ours` (by sequence) that keeps it out, if
 /// any: the one to watch.
 pub(crate) fn blocker<'a>(contenders: &'a [Contender], ours: &Contender) -> Option<&'a Contender> {
@@ -282,7 +269,7 @@ mod tests {
         .map(String::from)
         .into();
         let all = contenders(&children);
-        assert_eq!(holders(&all), 1);
+        assert_eq!(crate::kept::line::holding(all.iter().map(|c| c.side)), 1);
         assert_eq!(blocker(&all, &all[3]).unwrap().sequence, 2);
         assert_eq!(blocker(&all, &all[1]).unwrap().sequence, 1);
         assert_eq!(blocker(&all, &all[0]), None);
@@ -290,7 +277,10 @@ mod tests {
             .map(String::from)
             .into();
         let readers = contenders(&readers);
-        assert_eq!(holders(&readers), 2);
+        assert_eq!(
+            crate::kept::line::holding(readers.iter().map(|c| c.side)),
+            2
+        );
         assert_eq!(blocker(&readers, &readers[1]), None);
     }
 }

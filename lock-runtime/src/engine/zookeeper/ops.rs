@@ -6,11 +6,11 @@ use std::time::{Duration, SystemTime};
 
 use zookeeper_client as zk;
 
-use super::layout::{Contender, Term, check_name, contenders, holders, read_data};
+use super::layout::{Contender, Term, check_name, contenders, read_data};
 use super::{Zk, store_error};
 use crate::error::LockError;
-use crate::info::{HolderInfo, LockInfo, LockKind, RwMode};
-use crate::kept::Access;
+use crate::info::LockInfo;
+use crate::kept::line;
 
 /// The contenders of lock `name` in sequence order, each with its node's
 /// data (`None` when it went meanwhile); empty when the lock has no node.
@@ -74,44 +74,19 @@ pub(crate) async fn inspect(zk: &Arc<Zk>, name: &str) -> Result<Option<LockInfo>
         .into_iter()
         .filter_map(|(c, data)| data.map(|d| (c, d)))
         .collect();
-    let contenders: Vec<Contender> = present.iter().map(|(c, _)| c.clone()).collect();
-    let Some(first) = contenders.first() else {
+    let Some((_, first)) = present.first() else {
         return Ok(None);
     };
-    let held = holders(&contenders);
-    let read_write = contenders.iter().any(|c| c.side != Access::Mutex);
-    let holders = present[..held]
+    let ttl = ttl_of(first);
+    let line = present
         .iter()
-        .map(|(contender, data)| {
-            let id = holder_of(contender, data);
-            let kept = matches!(read_data(data).1, Some(Term::Kept(_)));
-            let count = crate::kept::holds_of(&zk.records, name, &id, kept);
-            HolderInfo {
-                guards: zk.own.guards(name, &id),
-                id,
-                count,
-                write: contender.side == Access::Write,
-            }
+        .map(|(contender, data)| line::Contender {
+            side: contender.side,
+            id: holder_of(contender, data),
+            kept: matches!(read_data(data).1, Some(Term::Kept(_))),
         })
         .collect();
-    let queue: Vec<String> = present[held..]
-        .iter()
-        .map(|(c, data)| holder_of(c, data))
-        .collect();
-    let (kind, mode) = match (read_write, first.side) {
-        (true, Access::Read) => (LockKind::ReadWrite, Some(RwMode::Read)),
-        (true, _) => (LockKind::ReadWrite, Some(RwMode::Write)),
-        (false, _) if queue.is_empty() => (LockKind::Reentrant, None),
-        (false, _) => (LockKind::Fair, None),
-    };
-    Ok(Some(LockInfo {
-        name: name.to_owned(),
-        kind,
-        mode,
-        holders,
-        ttl: ttl_of(&present[0].1),
-        queue,
-    }))
+    Ok(line::info(name, line, &zk.records, &zk.own, ttl))
 }
 
 /// The held locks whose names match `pattern` (`*` and `?` wildcards).
@@ -152,7 +127,7 @@ pub(crate) async fn force_unlock(zk: &Arc<Zk>, name: &str) -> Result<bool, LockE
         Err(e) => return Err(store_error(e)),
     };
     let contenders = contenders(&children);
-    let held = holders(&contenders);
+    let held = line::holding(contenders.iter().map(|c| c.side));
     let mut freed = false;
     for holder in &contenders[..held] {
         let path = format!("{lock}/{}", holder.child);

@@ -3,7 +3,6 @@
 //! (a watch on the last one that keeps it out); the undoing of all that
 //! when the acquisition fails or is dropped is `undo`'s.
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 use tokio::time::Instant;
@@ -20,15 +19,14 @@ use crate::clock::valid_until;
 use crate::error::LockError;
 use crate::holder::Who;
 use crate::kept::Access;
-use crate::kept::Downgrade;
-use crate::kept::{Deleted, Taking, list};
+use crate::kept::{Taking, listed};
 use crate::request::{Request, within};
 
 /// A hold taken in ZooKeeper.
 type Taken = crate::kept::Taken<()>;
 
 impl Taking for Zk {
-    crate::kept::taking_fields!(client | z | z);
+    crate::kept::taking_fields!(client | z | z, take by module);
 
     type Record = Record;
     type Made = Made;
@@ -44,16 +42,6 @@ impl Taking for Zk {
             zk: self.clone(),
             node: None,
         }
-    }
-
-    fn take<'a>(
-        self: &'a Arc<Self>,
-        request: &'a Request,
-        who: &'a Arc<Who>,
-        under: Option<&'a Arc<Record>>,
-        made: &'a mut Made,
-    ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        take(self, request, &who.holder, under, made)
     }
 
     fn record(
@@ -77,21 +65,15 @@ impl Taking for Zk {
         let fixed = (request.lease.fixed()).map(|lease| Mutex::new(valid_until(taken.sent, lease)));
         let record = Arc::new(Record {
             zk: self.clone(),
-            who: who.clone(),
+            base: crate::kept::Base::new(who, turn, under),
             side: Access::from(request.kind),
             path: format!("{lock}/{child}"),
             session,
             bound: OnceLock::new(),
             fixed,
-            holds: AtomicUsize::new(1),
-            deleted: Deleted::default(),
             timer: OnceLock::new(),
-            turn: Mutex::new(turn),
-            downgrade: Downgrade::new(under.cloned()),
         });
-        list(&self.records, &record, under);
-        record.start();
-        Ok(record)
+        Ok(listed(&self.records, record, under))
     }
 }
 
@@ -103,10 +85,11 @@ impl Taking for Zk {
 async fn take(
     zk: &Arc<Zk>,
     request: &Request,
-    holder: &str,
+    who: &Who,
     under: Option<&Arc<Record>>,
     pending: &mut Made,
 ) -> Result<Taken, LockError> {
+    let holder = who.holder.as_str();
     // An earlier try's node (its answer lost, or its session gone) first.
     // Cleared by reference: dropped meanwhile, the acquisition's undo
     // still knows it.
