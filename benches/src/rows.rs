@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{Config, LockClient};
 
-use examples::{NoRedis, median, per_second, percentile};
+use examples::{NoServer, median, per_second, percentile};
 
 #[doc(hidden)]
 pub use stats_alloc;
@@ -53,7 +53,7 @@ pub const DRAIN: &str = "bench-drain-";
 /// store's kind, otherwise a throwaway one this program starts and stops.
 pub trait Server: Sized + Send + Sync + 'static {
     /// `LOCK_URL`'s server, or a throwaway one.
-    fn from_env_or_start() -> Result<Self, NoRedis>;
+    fn from_env_or_start() -> Result<Self, NoServer>;
     /// The URL a `LockClient` connects to.
     fn url(&self) -> &str;
     /// Where the server comes from, for the report.
@@ -64,7 +64,7 @@ pub trait Server: Sized + Send + Sync + 'static {
 macro_rules! servers {
     ($($server:ty),*) => {$(
         impl Server for $server {
-            fn from_env_or_start() -> Result<Self, NoRedis> {
+            fn from_env_or_start() -> Result<Self, NoServer> {
                 <$server>::from_env_or_start()
             }
             fn url(&self) -> &str {

@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use crate::{Etcd, MariaDb, NoRedis, Postgres, Redis, ZooKeeper};
+use crate::{Etcd, MariaDb, NoServer, Postgres, Redis, ZooKeeper};
 
 /// The engines a lock (and a demo's data) can live on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,9 +110,9 @@ impl Server {
     /// one the environment names, as each starter reads it: `REDIS_URL`
     /// for Redis, `LOCK_URL` for the others). An engine this build lacks is
     /// an error that says how to build it in.
-    pub fn find(engine: Engine, url: Option<String>) -> Result<Server, NoRedis> {
+    pub fn find(engine: Engine, url: Option<String>) -> Result<Server, NoServer> {
         if !engine.built() {
-            return Err(NoRedis(format!(
+            return Err(NoServer(format!(
                 "this build of the examples has no {0}: add `--features {1}` (or \
                  `--features all`) after `-p examples`, for example\n  \
                  cargo run --release -p examples --features {1} --example flash_sale -- --engine {0}",

@@ -317,11 +317,11 @@ impl TestStore for Server {
     }
 
     fn url(&self) -> String {
-        Server::url(self)
+        servers::Redis::url(self)
     }
 
     fn stop(&mut self) {
-        Server::stop(self);
+        servers::Redis::stop(self);
     }
 
     fn waiting<'a>(&'a self, kind: Kind, name: &'a str) -> Counting<'a> {

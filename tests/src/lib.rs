@@ -1,13 +1,13 @@
-//! Test harness: real `redis-server` processes on free loopback ports, started
-//! by the tests themselves and stopped when dropped (or when the test process
-//! ends). Never the machine's 6379.
+//! Test harness: the workspace's throwaway servers (the `servers` crate,
+//! which the demos and the benchmarks start too: real `redis-server`,
+//! `etcd`, ZooKeeper, PostgreSQL and MariaDB processes on free loopback
+//! ports, started by the tests themselves and stopped when dropped, or when
+//! the test process ends; never a server's default port), the topologies
+//! and faults built on them, and what the tests share.
 
 pub mod engines;
-pub mod etcd;
 pub mod fault;
 pub mod lockctl;
-pub mod mariadb;
-pub mod postgres;
 pub mod proxy;
 pub mod recorded;
 pub mod shedlock;
@@ -15,115 +15,50 @@ pub mod sql_server;
 pub mod topology;
 pub mod zookeeper;
 
+pub use servers::{Certificates, certificates, etcd, free_port, keep, mariadb, postgres};
+pub use servers::{scratch_dir, server_args};
+
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{Config, LockClient};
-use std::process::{Child, Command, Stdio};
 
-/// A redis-server owned by a test. Stopped when dropped, and also when the
-/// test process dies without dropping it (a `static` server, a panic with
-/// `panic = "abort"`, a kill): the server runs under a small `sh` keeper that
-/// stops it as soon as the test process's end of its stdin pipe closes.
-pub struct Server {
-    process: Option<Child>,
-    port: u16,
-    args: Vec<String>,
+/// A `redis-server` owned by a test: the workspace harness's
+/// [`servers::Redis`] (see there: it stops when dropped, also when the
+/// test process dies), with a test's clients of it.
+pub struct Server(servers::Redis);
+
+impl std::ops::Deref for Server {
+    type Target = servers::Redis;
+
+    fn deref(&self) -> &servers::Redis {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Server {
+    fn deref_mut(&mut self) -> &mut servers::Redis {
+        &mut self.0
+    }
 }
 
 impl Server {
     /// Starts a fresh server on a free loopback port and waits until it
     /// answers `PING`. Panics (failing the test) when no server will start.
     pub fn start() -> Server {
-        Server::start_with(&[])
+        Server(servers::Redis::start())
     }
 
     /// Like [`start`](Self::start), with extra `redis-server` arguments
     /// (e.g. `["--maxmemory", "10mb"]`).
     pub fn start_with(args: &[&str]) -> Server {
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        for _ in 0..5 {
-            let port = free_port();
-            if let Some(process) = spawn_on(port, &args) {
-                return Server {
-                    process: Some(process),
-                    port,
-                    args,
-                };
-            }
-        }
-        panic!("could not start redis-server (is it installed? `apt-get install redis-server`)");
+        Server(servers::Redis::start_with(args))
     }
 
-    /// `redis://127.0.0.1:<port>`.
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// The loopback port the server listens on.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Stops the server and waits until it is gone (its data is lost:
-    /// nothing is persisted).
-    pub fn stop(&mut self) {
-        if let Some(mut keeper) = self.process.take() {
-            // Closing the keeper's stdin makes it stop the server.
-            drop(keeper.stdin.take());
-            let _ = keeper.wait();
-        }
-    }
-
-    /// Starts the server again on the same port, empty.
-    pub fn restart(&mut self) {
-        self.stop();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Some(process) = spawn_on(self.port, &self.args) {
-                self.process = Some(process);
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("could not restart redis-server on port {}", self.port);
-    }
-
-    /// A server that persists every write before answering it
-    /// (`--appendonly yes --appendfsync always`) in `dir`, so that a
-    /// [`crash`](Self::crash) and [`restart`](Self::restart) keep all data,
-    /// and that accepts `DEBUG` from loopback.
+    /// A server that persists every write (see
+    /// [`servers::Redis::start_persistent`]).
     pub fn start_persistent(dir: &std::path::Path) -> Server {
-        let dir = dir.to_string_lossy();
-        Server::start_with(&[
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "always",
-            "--dir",
-            &dir,
-            "--enable-debug-command",
-            "local",
-        ])
-    }
-
-    /// Kills the server with SIGKILL (no shutdown, no final save) and waits
-    /// until it is gone. [`restart`](Self::restart) brings it back.
-    pub fn crash(&mut self) {
-        let Some(mut keeper) = self.process.take() else {
-            return;
-        };
-        if let Some(pid) = server_pid(self.port) {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-        }
-        // The keeper returns once its server is gone.
-        drop(keeper.stdin.take());
-        let _ = keeper.wait();
-    }
-
-    /// Whether the server is running.
-    pub fn is_running(&self) -> bool {
-        self.process.is_some()
+        Server(servers::Redis::start_persistent(dir))
     }
 
     /// A plain connection, for looking at (and tampering with) the data the
@@ -146,104 +81,6 @@ impl Server {
         LockClient::connect(tune(Config::new(self.url())))
             .await
             .expect("lock client connects to the test server")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-/// Runs `redis-server` under a keeper shell: the keeper stops the server when
-/// its stdin reaches end of file, i.e. when we close it or when we die.
-pub fn keep(server_args: &[String]) -> std::io::Result<Child> {
-    const KEEPER: &str =
-        r#"redis-server "$@" & server=$!; read _ignored; kill $server 2>/dev/null; wait $server"#;
-    Command::new("sh")
-        .arg("-c")
-        .arg(KEEPER)
-        .arg("sh")
-        .args(server_args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-}
-
-/// Arguments every test server shares: `port` on loopback, no persistence,
-/// working directory `dir`, logging to `logfile` (`""`: none).
-pub fn server_args(port: u16, dir: &std::path::Path, logfile: &str) -> Vec<String> {
-    [
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        &dir.to_string_lossy(),
-        "--logfile",
-        logfile,
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .collect()
-}
-
-fn spawn_on(port: u16, extra: &[String]) -> Option<Child> {
-    let mut args = server_args(port, &std::env::temp_dir(), "");
-    args.extend(extra.iter().cloned());
-    let mut keeper = keep(&args).ok()?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = keeper.try_wait() {
-            // Exited: most likely the port was taken meanwhile.
-            return None;
-        }
-        if ping(port) {
-            return Some(keeper);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    drop(keeper.stdin.take());
-    let _ = keeper.wait();
-    None
-}
-
-/// The process id of the server on `port` (`INFO server`).
-fn server_pid(port: u16) -> Option<u32> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
-    let mut conn = client
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .ok()?;
-    let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
-    info.lines()
-        .find_map(|line| line.strip_prefix("process_id:"))
-        .and_then(|pid| pid.trim().parse().ok())
-}
-
-fn ping(port: u16) -> bool {
-    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
-        return false;
-    };
-    let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
-        return false;
-    };
-    match redis::cmd("PING").query::<String>(&mut conn) {
-        Ok(_) => true,
-        // Up, but wants a password first.
-        Err(e) => e.code() == Some("NOAUTH"),
     }
 }
 
@@ -467,15 +304,6 @@ pub async fn keys_and_ttls(conn: &mut redis::aio::MultiplexedConnection) -> Vec<
     out
 }
 
-/// A fresh, empty directory for one test's server files (AOF, RDB, logs),
-/// under the system's temp dir, unique to this process and `tag`.
-pub fn scratch_dir(tag: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("lock-runtime-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir
-}
-
 /// Pauses the server's writes for `ms` milliseconds (`CLIENT PAUSE ms
 /// WRITE`): scripts, writes and their expiries wait, reads go on. A fault
 /// that heals by itself.
@@ -520,88 +348,5 @@ impl Kind {
             Kind::Write => format!("{holder}:write"),
             _ => holder.to_owned(),
         }
-    }
-}
-
-/// A throwaway certificate authority and a server certificate it signed
-/// for `127.0.0.1` (PEM files in a test's directory, made by `openssl`), for
-/// TLS test servers.
-pub struct Certificates {
-    /// The authority's certificate: what a client trusts.
-    pub ca: std::path::PathBuf,
-    /// The server's certificate.
-    pub cert: std::path::PathBuf,
-    /// The server's key.
-    pub key: std::path::PathBuf,
-}
-
-/// Makes [`Certificates`] in `dir`.
-pub fn certificates(dir: &std::path::Path) -> Certificates {
-    let file = |name: &str| dir.join(name);
-    let openssl = |args: &[&str]| {
-        let made = Command::new("openssl")
-            .current_dir(dir)
-            .args(args)
-            .output()
-            .expect("openssl runs");
-        assert!(
-            made.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&made.stderr)
-        );
-    };
-    std::fs::write(
-        file("server.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .expect("the test directory is writable");
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=test CA",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-keyout",
-        "key.pem",
-        "-out",
-        "server.csr",
-    ]);
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "1",
-        "-extfile",
-        "server.ext",
-        "-out",
-        "cert.pem",
-    ]);
-    Certificates {
-        ca: file("ca.pem"),
-        cert: file("cert.pem"),
-        key: file("key.pem"),
     }
 }

@@ -37,7 +37,7 @@
 //!
 //! Every server is a [`SqlServer`] (see [`crate::sql_server`] for what all
 //! the SQL servers share) and runs under a small `sh` keeper (like
-//! [`crate::Server`] and [`crate::etcd`]) that shuts it down (`SIGINT`: a fast shutdown, which
+//! [`crate::Redis`] and [`crate::etcd`]) that shuts it down (`SIGINT`: a fast shutdown, which
 //! disconnects the clients and keeps the data; `SIGKILL` if it is still
 //! there 30 s later) as soon as the test process's end of the keeper's stdin
 //! closes: when the harness stops it, and also when the test process dies
@@ -93,8 +93,8 @@ impl Database for Pg {
     const STOP_SIGNAL: &'static str = "INT";
     const PROCESS_TZ: &'static str = TIME_ZONE;
 
-    fn check_installed() {
-        install();
+    fn installed() -> Result<(), String> {
+        sql_server::found(&INSTALL, find_install).map(|_| ())
     }
 
     /// `initdb`, [`SETTINGS`], then one start to run [`SETUP`].
@@ -198,8 +198,10 @@ struct Install {
 }
 
 /// This machine's PostgreSQL, found once.
+static INSTALL: OnceLock<Result<Install, String>> = OnceLock::new();
+
+/// [`INSTALL`], which [`Database::installed`] found.
 fn install() -> &'static Install {
-    static INSTALL: OnceLock<Result<Install, String>> = OnceLock::new();
     sql_server::found_once(&INSTALL, find_install)
 }
 

@@ -3,7 +3,7 @@
 //! plus `etcdctl` as a second, independent client ([`etcdctl`],
 //! [`etcdctl_lock`]). Never the machine's 2379/2380: every port is a free one.
 //!
-//! Every `etcd` runs under a small `sh` keeper (like [`crate::Server`]) that
+//! Every `etcd` runs under a small `sh` keeper (like [`crate::Redis`]) that
 //! kills it with `SIGKILL` as soon as the test process's end of the keeper's
 //! stdin closes: when the harness stops it, and also when the test process
 //! dies without dropping it. Each server's data and log live in a fresh
@@ -14,9 +14,10 @@
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use crate::start::{Outcome, free_ports, fresh_dir, log_tail, wait_for};
 
 /// How long start-up and restarts may take before the harness gives up
 /// (generous: it bounds a wait, it asserts no speed).
@@ -25,6 +26,9 @@ const READY_WITHIN: Duration = Duration::from_secs(20);
 /// Start-up attempts on fresh ports when `etcd` exits at once (most likely
 /// because a port picked as free was taken meanwhile).
 const ATTEMPTS: usize = 5;
+
+/// etcd's default ports (clients, peers): never used.
+const DEFAULT_PORTS: &[u16] = &[2379, 2380];
 
 /// Runs `etcd "$@"` (after the log file, `$1`) in the background, and
 /// `SIGKILL`s it when its stdin reaches end of file. The keeper itself ends
@@ -63,9 +67,33 @@ impl Etcd {
     }
 
     fn start_with(tls: bool) -> Etcd {
+        Etcd::try_start_with(tls).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`start`](Self::start), or why no server started (not installed, or
+    /// it did not answer: with the tail of its log).
+    pub fn try_start() -> Result<Etcd, String> {
+        Etcd::try_start_with(false)
+    }
+
+    fn try_start_with(tls: bool) -> Result<Etcd, String> {
+        for program in ["etcd", "etcdctl"] {
+            if Command::new(program)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_err()
+            {
+                return Err(format!(
+                    "no etcd: `{program}` is not installed (Debian/Ubuntu: `sudo apt-get \
+                     install etcd-server etcd-client`; or run tools/setup.sh)"
+                ));
+            }
+        }
         for attempt in 1..=ATTEMPTS {
-            let dir = fresh_dir();
-            let ports = free_ports(2);
+            let dir = fresh_dir("lock-tests-etcd-");
+            let ports = free_ports(2, DEFAULT_PORTS);
             let mut member = Member::new("n0", ports[0], ports[1], &dir);
             if tls {
                 member.tls = Some(crate::certificates(&dir));
@@ -81,11 +109,11 @@ impl Etcd {
             );
             match outcome {
                 Outcome::Ready => {
-                    return Etcd {
+                    return Ok(Etcd {
                         member,
                         dir,
                         cluster,
-                    };
+                    });
                 }
                 Outcome::Exited if attempt < ATTEMPTS => {
                     drop(member);
@@ -95,11 +123,13 @@ impl Etcd {
                     let log = log_tail(&member.log);
                     drop(member);
                     let _ = std::fs::remove_dir_all(&dir);
-                    panic!("etcd did not start ({outcome:?}); its log ends with:\n{log}");
+                    return Err(format!(
+                        "etcd did not start ({outcome:?}); its log ends with:\n{log}"
+                    ));
                 }
             }
         }
-        unreachable!("the last attempt returns or panics")
+        unreachable!("the last attempt returns")
     }
 
     /// The client URL for `etcdctl` and etcd client libraries:
@@ -178,8 +208,8 @@ impl EtcdCluster {
     /// form within 20 s.
     pub fn start() -> EtcdCluster {
         for attempt in 1..=ATTEMPTS {
-            let dir = fresh_dir();
-            let ports = free_ports(6);
+            let dir = fresh_dir("lock-tests-etcd-");
+            let ports = free_ports(6, DEFAULT_PORTS);
             let mut members: Vec<Member> = (0..3)
                 .map(|i| Member::new(&format!("n{i}"), ports[2 * i], ports[2 * i + 1], &dir))
                 .collect();
@@ -618,37 +648,6 @@ impl Member {
     }
 }
 
-/// How a wait for a starting `etcd` ended.
-#[derive(Debug)]
-enum Outcome {
-    Ready,
-    /// A process ended by itself.
-    Exited,
-    TimedOut,
-}
-
-/// Checks `ready` every 50 ms for at most `within`, giving up as soon as
-/// `exited` holds.
-fn wait_for(
-    within: Duration,
-    mut exited: impl FnMut() -> bool,
-    mut ready: impl FnMut() -> bool,
-) -> Outcome {
-    let deadline = Instant::now() + within;
-    loop {
-        if exited() {
-            return Outcome::Exited;
-        }
-        if ready() {
-            return Outcome::Ready;
-        }
-        if Instant::now() >= deadline {
-            return Outcome::TimedOut;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// `etcdctl` with API v3 and `--endpoints=<endpoint>`.
 fn etcdctl_command(endpoint: &str) -> Command {
     let mut command = Command::new("etcdctl");
@@ -739,47 +738,6 @@ fn parse_status(json: &str) -> Vec<Status> {
             })
         })
         .collect()
-}
-
-/// A loopback port nobody listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-/// `n` distinct free loopback ports, none of them etcd's defaults.
-fn free_ports(n: usize) -> Vec<u16> {
-    let mut ports = Vec::with_capacity(n);
-    while ports.len() < n {
-        let port = free_port();
-        if !ports.contains(&port) && port != 2379 && port != 2380 {
-            ports.push(port);
-        }
-    }
-    ports
-}
-
-/// A fresh, empty directory under the system's temp dir, unique to this
-/// process and call.
-fn fresh_dir() -> PathBuf {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "lock-tests-etcd-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a temporary directory for etcd");
-    dir
-}
-
-/// The last lines of a log file, for panic messages.
-fn log_tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@
 //!
 //! Every server is a [`SqlServer`] (see [`crate::sql_server`] for what all
 //! the SQL servers share) and runs under a small `sh` keeper (like
-//! [`crate::Server`] and [`crate::etcd`]) that shuts it down (`SIGTERM`: a clean shutdown;
+//! [`crate::Redis`] and [`crate::etcd`]) that shuts it down (`SIGTERM`: a clean shutdown;
 //! `SIGKILL` if it is still there 30 s later) as soon as the test process's
 //! end of the keeper's stdin closes: when the harness stops it, and also
 //! when the test process dies without dropping it. Each server's data,
@@ -98,8 +98,8 @@ impl Database for Maria {
     const STOP_SIGNAL: &'static str = "TERM";
     const PROCESS_TZ: &'static str = PROCESS_TZ;
 
-    fn check_installed() {
-        install();
+    fn installed() -> Result<(), String> {
+        sql_server::found(&INSTALL, find_install).map(|_| ())
     }
 
     fn fill_template(dir: &Path) -> Result<PathBuf, String> {
@@ -212,8 +212,11 @@ struct Install {
     root: bool,
 }
 
+/// This machine's MariaDB, found once.
+static INSTALL: OnceLock<Result<Install, String>> = OnceLock::new();
+
+/// [`INSTALL`], which [`Database::installed`] found.
 fn install() -> &'static Install {
-    static INSTALL: OnceLock<Result<Install, String>> = OnceLock::new();
     sql_server::found_once(&INSTALL, find_install)
 }
 
