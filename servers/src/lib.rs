@@ -49,6 +49,18 @@ impl Redis {
 
     /// [`start_with`](Self::start_with), or why no server started.
     pub fn try_start_with(args: &[&str]) -> Result<Redis, String> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        for _ in 0..5 {
+            let port = free_port();
+            if let Some(process) = spawn_on(port, &args) {
+                return Ok(Redis {
+                    process: Some(process),
+                    port,
+                    args,
+                });
+            }
+        }
+        // Asked only once no server started: a start spawns no extra process.
         match Command::new("redis-server")
             .arg("--version")
             .stdout(Stdio::null())
@@ -65,17 +77,6 @@ impl Redis {
                 );
             }
             Err(e) => return Err(format!("cannot run redis-server: {e}")),
-        }
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        for _ in 0..5 {
-            let port = free_port();
-            if let Some(process) = spawn_on(port, &args) {
-                return Ok(Redis {
-                    process: Some(process),
-                    port,
-                    args,
-                });
-            }
         }
         Err("redis-server is installed but did not start on a free loopback port".into())
     }

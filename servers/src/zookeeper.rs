@@ -136,15 +136,6 @@ impl ZooKeeper {
                  zookeeper`; or run tools/setup.sh)"
             ));
         }
-        if Command::new("java")
-            .arg("-version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_err()
-        {
-            return Err("no ZooKeeper: `java` is not installed (run tools/setup.sh)".into());
-        }
         for attempt in 1..=ATTEMPTS {
             let dir = fresh_dir("lock-tests-zk-");
             let ports = free_ports(1, DEFAULT_PORTS);
@@ -164,6 +155,18 @@ impl ZooKeeper {
                     let log = log_tail(&node.log);
                     drop(node);
                     let _ = std::fs::remove_dir_all(&dir);
+                    // Asked only once no server started: a JVM's start is slow.
+                    if Command::new("java")
+                        .arg("-version")
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status()
+                        .is_err()
+                    {
+                        return Err(
+                            "no ZooKeeper: `java` is not installed (run tools/setup.sh)".into()
+                        );
+                    }
                     return Err(format!(
                         "ZooKeeper did not start ({outcome:?}); its log ends with:\n{log}"
                     ));
