@@ -77,20 +77,6 @@ impl Etcd {
     }
 
     fn try_start_with(tls: bool) -> Result<Etcd, String> {
-        for program in ["etcd", "etcdctl"] {
-            if Command::new(program)
-                .arg("--version")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_err()
-            {
-                return Err(format!(
-                    "no etcd: `{program}` is not installed (Debian/Ubuntu: `sudo apt-get \
-                     install etcd-server etcd-client`; or run tools/setup.sh)"
-                ));
-            }
-        }
         for attempt in 1..=ATTEMPTS {
             let dir = fresh_dir("lock-tests-etcd-");
             let ports = free_ports(2, DEFAULT_PORTS);
@@ -123,6 +109,21 @@ impl Etcd {
                     let log = log_tail(&member.log);
                     drop(member);
                     let _ = std::fs::remove_dir_all(&dir);
+                    // Asked only once no server started.
+                    for program in ["etcd", "etcdctl"] {
+                        if Command::new(program)
+                            .arg("--version")
+                            .stdout(Stdio::null())
+                            .stderr(Stdio::null())
+                            .status()
+                            .is_err()
+                        {
+                            return Err(format!(
+                                "no etcd: `{program}` is not installed (Debian/Ubuntu: `sudo apt-get \
+                                 install etcd-server etcd-client`; or run tools/setup.sh)"
+                            ));
+                        }
+                    }
                     return Err(format!(
                         "etcd did not start ({outcome:?}); its log ends with:\n{log}"
                     ));
