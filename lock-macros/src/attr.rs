@@ -21,6 +21,7 @@ mod kw {
     syn::custom_keyword!(wait);
     syn::custom_keyword!(lease);
     syn::custom_keyword!(kind);
+    syn::custom_keyword!(permits);
     syn::custom_keyword!(on_lost);
     syn::custom_keyword!(on_busy);
     syn::custom_keyword!(fallback);
@@ -29,8 +30,8 @@ mod kw {
 }
 
 /// The options listed in messages, in the order the docs give them.
-const OPTIONS: &str = "`key`, `keys`, `wait`, `lease`, `kind`, `on_lost`, `on_busy`, \
-                       `fallback`, `hold_at_least`, `client`, `crate`";
+const OPTIONS: &str = "`key`, `keys`, `wait`, `lease`, `kind`, `permits`, `on_lost`, \
+                       `on_busy`, `fallback`, `hold_at_least`, `client`, `crate`";
 
 /// The checked arguments of one `#[distributed_lock(...)]`.
 pub(crate) struct Args {
@@ -66,13 +67,14 @@ pub(crate) enum Busy {
     Fallback(Path),
 }
 
-/// `kind = "..."`.
+/// `kind = "..."`, or `permits = N` (a semaphore of N permits).
 #[derive(Clone, Copy)]
 pub(crate) enum Kind {
     Reentrant,
     Fair,
     Read,
     Write,
+    Semaphore(u32),
 }
 
 /// `on_lost = "..."`.
@@ -122,6 +124,8 @@ impl Parse for Parsed {
         // the error when both are given.
         let mut fallback_span = None;
         let mut on_busy = None;
+        // Where `kind` and `permits` were given: a semaphore has no kind.
+        let (mut kind_span, mut permits_span) = (None, None);
         while !input.is_empty() {
             let lookahead = input.lookahead1();
             let (name, span): (&str, Span) = if lookahead.peek(kw::key) {
@@ -134,6 +138,8 @@ impl Parse for Parsed {
                 ("lease", input.parse::<kw::lease>()?.span)
             } else if lookahead.peek(kw::kind) {
                 ("kind", input.parse::<kw::kind>()?.span)
+            } else if lookahead.peek(kw::permits) {
+                ("permits", input.parse::<kw::permits>()?.span)
             } else if lookahead.peek(kw::on_lost) {
                 ("on_lost", input.parse::<kw::on_lost>()?.span)
             } else if lookahead.peek(kw::on_busy) {
@@ -200,7 +206,16 @@ impl Parse for Parsed {
                 }),
                 "wait" => parse_duration(name, &value).map(|d| args.wait = Some(d)),
                 "lease" => parse_lease(&value).map(|d| args.lease = Some(d)),
-                "kind" => parse_kind(&value).map(|k| args.kind = k),
+                "kind" => parse_kind(&value).map(|k| {
+                    kind_span = Some(span);
+                    if permits_span.is_none() {
+                        args.kind = k;
+                    }
+                }),
+                "permits" => parse_permits(&value).map(|n| {
+                    permits_span = Some(span);
+                    args.kind = Kind::Semaphore(n);
+                }),
                 "on_lost" => parse_on_lost(&value).map(|o| args.on_lost = o),
                 "on_busy" => parse_on_busy(&value).map(|(skip, span)| {
                     on_busy = Some(skip);
@@ -224,6 +239,14 @@ impl Parse for Parsed {
             if let Err(e) = parsed {
                 errors.push(e);
             }
+        }
+        if let (Some(kind), Some(_)) = (kind_span, permits_span) {
+            errors.push(syn::Error::new(
+                kind,
+                "`kind` and `permits` are both given: `permits = N` makes a semaphore (at most \
+                 N holders at once), which has no other kind; remove `kind`, or remove \
+                 `permits` for a lock of that kind",
+            ));
         }
         match (fallback_span, on_busy) {
             (Some(fallback), Some(true)) => errors.push(syn::Error::new(
@@ -262,6 +285,7 @@ fn example(name: &str) -> &'static str {
         "wait" => "\"2s\"",
         "lease" => "\"10s\"",
         "kind" => "\"fair\"",
+        "permits" => "5",
         "on_lost" => "\"cancel\"",
         "on_busy" => "\"skip\"",
         "fallback" => "busy_path",
@@ -277,6 +301,9 @@ fn unknown_option(name: &Ident) -> syn::Error {
         "ttl" | "lease_time" | "expire" | "expiry" => " (did you mean `lease`?)",
         "name" | "lock" => " (did you mean `key`?)",
         "fair" | "read" | "write" | "reentrant" => " (the lock kind is `kind = \"...\"`)",
+        "semaphore" | "max_holders" | "limit" | "concurrency" => {
+            " (a semaphore of N holders is `permits = N`)"
+        }
         _ => "",
     };
     syn::Error::new(
@@ -389,6 +416,33 @@ fn parse_kind(value: &Expr) -> syn::Result<Kind> {
                 "unknown lock kind {other:?}: `kind` is one of \"reentrant\" (the default), \
                  \"fair\", \"read\", \"write\""
             ),
+        )),
+    }
+}
+
+/// `permits = N`: a whole number above zero that fits in `u32`.
+fn parse_permits(value: &Expr) -> syn::Result<u32> {
+    let Expr::Lit(ExprLit {
+        lit: Lit::Int(lit), ..
+    }) = value
+    else {
+        return Err(syn::Error::new_spanned(
+            value,
+            "`permits` takes an integer literal (the bound is fixed at compile time), e.g. \
+             `permits = 5`; for a bound known only at run time, use \
+             `client.semaphore(name, n)`",
+        ));
+    };
+    match lit.base10_parse::<u32>() {
+        Ok(0) => Err(syn::Error::new(
+            lit.span(),
+            "`permits = 0` is a semaphore nobody could ever hold: write a count above zero, \
+             e.g. `permits = 5`",
+        )),
+        Ok(n) => Ok(n),
+        Err(_) => Err(syn::Error::new(
+            lit.span(),
+            "`permits` takes a whole number that fits in `u32`, e.g. `permits = 5`",
         )),
     }
 }

@@ -94,7 +94,8 @@ pub(crate) fn options(args: &Args, sig: &Signature) -> syn::Result<()> {
         if matches!(args.kind, Kind::Read | Kind::Write) {
             errors.push(syn::Error::new(
                 span,
-                "`hold_at_least` works with reentrant and fair locks, not read or write locks",
+                "`hold_at_least` works with reentrant and fair locks and semaphores, not read or \
+                 write locks",
             ));
         }
         if let (Some((minimum, _)), Some(lease)) = (args.hold_at_least, args.lease)

@@ -48,6 +48,7 @@ pub(crate) fn expand(args: &Args, func: ItemFn, ret: &Type) -> TokenStream {
         Kind::Fair => quote!(Fair),
         Kind::Read => quote!(Read),
         Kind::Write => quote!(Write),
+        Kind::Semaphore(permits) => quote!(Semaphore(#permits)),
     };
     // A busy path of its own (skip, fallback) without a `wait`: one attempt.
     let wait = duration(match args.busy {

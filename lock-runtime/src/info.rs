@@ -37,16 +37,19 @@ pub enum LockKind {
     Fair,
     /// Redisson's `RReadWriteLock` layout: the hash with a `mode` field.
     ReadWrite,
+    /// A semaphore (DESIGN §11): every holder is one permit.
+    Semaphore,
 }
 
 impl LockKind {
-    /// `"reentrant"`, `"fair"` or `"read_write"` (the `kind` of `lockctl
-    /// inspect --json`).
+    /// `"reentrant"`, `"fair"`, `"read_write"` or `"semaphore"` (the `kind`
+    /// of `lockctl inspect --json`).
     pub fn as_str(self) -> &'static str {
         match self {
             LockKind::Reentrant => "reentrant",
             LockKind::Fair => "fair",
             LockKind::ReadWrite => "read_write",
+            LockKind::Semaphore => "semaphore",
         }
     }
 }
@@ -101,6 +104,14 @@ pub struct HolderInfo {
     /// this lock (which token, which task, since when). Empty for other
     /// clients' holders.
     pub guards: Vec<OwnGuard>,
+    /// The hold's fencing token, where the store keeps it with the holder
+    /// (a semaphore's permit, on the stores that keep one per permit);
+    /// `None` elsewhere.
+    pub token: Option<u64>,
+    /// What is left of the holder's own lease by the store's clock, where
+    /// the store keeps one per holder (a semaphore's permit); `None` where
+    /// the lock's one lease ([`LockInfo::ttl`]) is all there is.
+    pub lease_left: Option<Duration>,
 }
 
 impl HolderInfo {

@@ -25,6 +25,8 @@ pub enum AttrKind {
     Read,
     /// `kind = "write"`.
     Write,
+    /// `permits = N`: a semaphore of N permits.
+    Semaphore(u32),
 }
 
 /// The attribute's options, checked at compile time.
@@ -165,6 +167,7 @@ impl AttrKind {
             AttrKind::Fair => Kind::Fair,
             AttrKind::Read => Kind::Read,
             AttrKind::Write => Kind::Write,
+            AttrKind::Semaphore(permits) => Kind::Semaphore(permits),
         }
     }
 }

@@ -22,6 +22,9 @@ pub(crate) enum Kind {
     Read,
     /// The write side of Redisson's `RReadWriteLock`.
     Write,
+    /// One permit of a semaphore of this many permits (DESIGN §11): taken
+    /// while fewer than that many permits of the name are held.
+    Semaphore(u32),
 }
 
 impl Kind {
@@ -32,6 +35,7 @@ impl Kind {
             Kind::Fair => "fair",
             Kind::Read => "read",
             Kind::Write => "write",
+            Kind::Semaphore(_) => "semaphore",
         }
     }
 }
@@ -155,6 +159,12 @@ impl Request {
     /// the minimum.
     pub(crate) fn check(&self) -> Result<(), LockError> {
         check_name(&self.name)?;
+        if self.kind == Kind::Semaphore(0) {
+            return Err(LockError::Config(format!(
+                "semaphore `{}` of 0 permits: nobody could ever hold it; give at least 1",
+                self.name
+            )));
+        }
         crate::config::check_lease(self.lease.fixed())?;
         let Some(minimum) = self.hold_at_least else {
             return Ok(());
@@ -162,7 +172,8 @@ impl Request {
         crate::config::check_duration("hold_at_least", minimum)?;
         if matches!(self.kind, Kind::Read | Kind::Write) {
             return Err(LockError::Config(format!(
-                "lock `{}`: hold_at_least is for reentrant and fair locks, not read-write locks",
+                "lock `{}`: hold_at_least is for reentrant and fair locks and semaphores, not \
+                 read-write locks",
                 self.name
             )));
         }

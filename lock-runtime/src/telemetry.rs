@@ -13,7 +13,8 @@
 //! | `lock_held` | gauge | `kind` | holds this process has now |
 //! | `lock_waiters` | gauge | `kind` | callers of this process waiting for a lock now |
 //!
-//! `kind` is `reentrant`, `fair`, `read`, `write`, `multi` or `quorum`: a
+//! `kind` is `reentrant`, `fair`, `read`, `write`, `multi`, `quorum` or
+//! `semaphore` (one permit of a semaphore, counted as a lock is): a
 //! multi or quorum lock records one `lock_acquire_seconds` sample per
 //! acquisition, and each of its holds counts in the other metrics under its
 //! kind. Lock names are never labels (their number is unbounded).
@@ -69,6 +70,7 @@ macro_rules! by_kind {
             by_kind!(@one $name, "write" $(, $label => $value)?),
             by_kind!(@one $name, "multi" $(, $label => $value)?),
             by_kind!(@one $name, "quorum" $(, $label => $value)?),
+            by_kind!(@one $name, "semaphore" $(, $label => $value)?),
         ]
     };
     (@one $name:literal, $kind:literal $(, $label:literal => $value:literal)?) => {{
@@ -82,7 +84,15 @@ macro_rules! by_kind {
 
 /// The `kind` labels, in the order of the keys [`by_kind!`] makes.
 #[cfg(feature = "metrics")]
-const KINDS: [&str; 6] = ["reentrant", "fair", "read", "write", "multi", "quorum"];
+const KINDS: [&str; 7] = [
+    "reentrant",
+    "fair",
+    "read",
+    "write",
+    "multi",
+    "quorum",
+    "semaphore",
+];
 
 /// The `outcome` labels ([`outcome`]), in the order of
 /// [`ACQUIRE_SECONDS`].
@@ -90,19 +100,19 @@ const KINDS: [&str; 6] = ["reentrant", "fair", "read", "write", "multi", "quorum
 const OUTCOMES: [&str; 3] = ["acquired", "timeout", "error"];
 
 #[cfg(feature = "metrics")]
-static ACQUIRE_SECONDS: [[metrics::Key; 6]; 3] = [
+static ACQUIRE_SECONDS: [[metrics::Key; 7]; 3] = [
     by_kind!("lock_acquire_seconds", "outcome" => "acquired"),
     by_kind!("lock_acquire_seconds", "outcome" => "timeout"),
     by_kind!("lock_acquire_seconds", "outcome" => "error"),
 ];
 #[cfg(feature = "metrics")]
-static HELD_SECONDS: [metrics::Key; 6] = by_kind!("lock_held_seconds");
+static HELD_SECONDS: [metrics::Key; 7] = by_kind!("lock_held_seconds");
 #[cfg(feature = "metrics")]
-static LOST_TOTAL: [metrics::Key; 6] = by_kind!("lock_lost_total");
+static LOST_TOTAL: [metrics::Key; 7] = by_kind!("lock_lost_total");
 #[cfg(feature = "metrics")]
-static HELD: [metrics::Key; 6] = by_kind!("lock_held");
+static HELD: [metrics::Key; 7] = by_kind!("lock_held");
 #[cfg(feature = "metrics")]
-static WAITERS: [metrics::Key; 6] = by_kind!("lock_waiters");
+static WAITERS: [metrics::Key; 7] = by_kind!("lock_waiters");
 
 /// What the `metrics` macros say of a metric of this crate (its target and
 /// level).
@@ -112,7 +122,7 @@ static METADATA: metrics::Metadata<'static> =
 
 /// The key of `kind` among `keys` (made by [`by_kind!`]).
 #[cfg(feature = "metrics")]
-fn key_of<'k>(keys: &'k [metrics::Key; 6], kind: &str) -> &'k metrics::Key {
+fn key_of<'k>(keys: &'k [metrics::Key; 7], kind: &str) -> &'k metrics::Key {
     // Every kind is one of KINDS; anything else would count as the first.
     let at = KINDS.iter().position(|k| *k == kind);
     debug_assert!(at.is_some(), "a metric kind without keys: {kind}");
@@ -121,17 +131,17 @@ fn key_of<'k>(keys: &'k [metrics::Key; 6], kind: &str) -> &'k metrics::Key {
 }
 
 #[cfg(feature = "metrics")]
-fn gauge(keys: &[metrics::Key; 6], kind: &str) -> metrics::Gauge {
+fn gauge(keys: &[metrics::Key; 7], kind: &str) -> metrics::Gauge {
     metrics::with_recorder(|r| r.register_gauge(key_of(keys, kind), &METADATA))
 }
 
 #[cfg(feature = "metrics")]
-fn counter(keys: &[metrics::Key; 6], kind: &str) -> metrics::Counter {
+fn counter(keys: &[metrics::Key; 7], kind: &str) -> metrics::Counter {
     metrics::with_recorder(|r| r.register_counter(key_of(keys, kind), &METADATA))
 }
 
 #[cfg(feature = "metrics")]
-fn histogram(keys: &[metrics::Key; 6], kind: &str) -> metrics::Histogram {
+fn histogram(keys: &[metrics::Key; 7], kind: &str) -> metrics::Histogram {
     metrics::with_recorder(|r| r.register_histogram(key_of(keys, kind), &METADATA))
 }
 

@@ -334,6 +334,8 @@ impl TestStore for Server {
                 Kind::Read | Kind::Write => {
                     numsub(&mut raw, &format!("redisson_rwlock:{{{name}}}")).await
                 }
+                // Redisson's semaphore channel.
+                Kind::Semaphore(_) => numsub(&mut raw, &format!("redisson_sc:{{{name}}}")).await,
                 Kind::Fair => redis::cmd("LLEN")
                     .arg(format!("redisson_lock_queue:{{{name}}}"))
                     .query_async(&mut raw)

@@ -328,6 +328,8 @@ pub enum Kind {
     Write,
     /// `client.read_write_lock(name).read()`.
     Read,
+    /// `client.semaphore(name, permits)`.
+    Semaphore(u32),
 }
 
 impl Kind {
@@ -338,6 +340,7 @@ impl Kind {
             Kind::Fair => client.fair_lock(name),
             Kind::Write => client.read_write_lock(name).write(),
             Kind::Read => client.read_write_lock(name).read(),
+            Kind::Semaphore(permits) => client.semaphore(name, permits),
         }
     }
 

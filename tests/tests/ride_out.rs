@@ -34,6 +34,7 @@ async fn waiting(kind: Kind, raw: &mut redis::aio::MultiplexedConnection, name: 
             queued > 0
         }
         Kind::Write | Kind::Read => numsub(raw, &format!("redisson_rwlock:{{{name}}}")).await > 0,
+        Kind::Semaphore(_) => numsub(raw, &format!("redisson_sc:{{{name}}}")).await > 0,
     }
 }
 

@@ -145,6 +145,13 @@ macro_rules! engine_list {
                 }
             }
 
+            /// See [`Engine::SEMAPHORES`].
+            pub(crate) fn semaphores(&self) -> bool {
+                match self {
+                    $(Connected::$variant(_) => <$variant as Engine>::SEMAPHORES,)+
+                }
+            }
+
             /// See [`Engine::id`].
             pub(crate) fn id(&self) -> &str {
                 match self {

@@ -35,6 +35,11 @@ pub(crate) trait Engine: Sized + Send + Sync + 'static {
     /// (`lockctl` among them) can reach it.
     const IN_PROCESS: bool = false;
 
+    /// Whether the engine keeps semaphores (DESIGN §11). An acquisition of
+    /// a permit on an engine that does not is refused with
+    /// [`LockError::Unsupported`] before anything is sent.
+    const SEMAPHORES: bool = false;
+
     /// One hold of one lock by one holder on this store.
     type Hold: Hold;
 

@@ -54,6 +54,8 @@ pub(crate) fn info<R: Record>(
             count: holds_of(records, name, &c.id, c.kept),
             write: c.side == Access::Write,
             id: c.id,
+            token: None,
+            lease_left: None,
         })
         .collect();
     let queue: Vec<String> = line.map(|c| c.id).collect();

@@ -82,11 +82,11 @@ pub(crate) enum Access {
 }
 
 /// What a lock of each kind holds, as re-entry sees it (a fair lock is a
-/// mutex).
+/// mutex, and so is a semaphore's permit: its scope re-enters it).
 impl From<Kind> for Access {
     fn from(kind: Kind) -> Access {
         match kind {
-            Kind::Reentrant | Kind::Fair => Access::Mutex,
+            Kind::Reentrant | Kind::Fair | Kind::Semaphore(_) => Access::Mutex,
             Kind::Read => Access::Read,
             Kind::Write => Access::Write,
         }

@@ -15,6 +15,7 @@ pub(crate) mod segmented;
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use futures_util::future::Either;
 use tracing::Instrument;
 
 use crate::client::LockClient;
@@ -115,8 +116,13 @@ pub(crate) fn acquire_hold(
     // Polled where it stands (no async block that would keep what it
     // moves in twice, no box): every waiting task carries it (a Redis
     // waiter's is kept small for it: see `engine::redis::acquire`).
-    let acquiring = client.engine().acquire(client.alive(), request);
-    acquiring.instrument(span)
+    let engine = client.engine();
+    if matches!(request.kind, Kind::Semaphore(_)) && !engine.semaphores() {
+        let refused = crate::engine::seam::unsupported(engine.name(), "semaphores yet");
+        return Either::Left(std::future::ready(Err(refused)));
+    }
+    let acquiring = engine.acquire(client.alive(), request);
+    Either::Right(acquiring.instrument(span))
 }
 
 /// The client's entry point to this module's locks.
@@ -133,5 +139,44 @@ impl LockClient {
     /// it (see [`Config::fair_wait_timeout`](crate::Config::fair_wait_timeout)).
     pub fn fair_lock(&self, name: impl Into<String>) -> LockBuilder {
         LockBuilder::new(self.clone(), name.into(), Kind::Fair)
+    }
+
+    /// A permit of semaphore `name` of `permits` permits (DESIGN §11): at
+    /// most `permits` holders of the name at once, across tasks and
+    /// clients (at most 5 calls to a partner's API across the fleet, say).
+    ///
+    /// A permit is a hold as a lock's is: its lease is renewed by the
+    /// watchdog (or fixed by [`lease`](LockBuilder::lease)), its guard
+    /// tells its loss ([`LockGuard::lost`](crate::LockGuard::lost)), its
+    /// fencing token rises across every permit of the name, and an
+    /// acquisition in its guard's [`scope`](crate::LockGuard::scope)
+    /// re-enters it. Outside a scope every acquisition is a new permit,
+    /// even in the same task.
+    ///
+    /// Each acquisition carries its own `permits`, and is admitted only
+    /// while fewer than that many permits of the name are held, whoever
+    /// holds them (Curator's semantics: a deploy that raises the bound
+    /// needs no migration; clients that disagree each keep their own
+    /// bound). Waiters are served in arrival order within a client, and
+    /// none starves across clients. `permits` of 0 is
+    /// [`LockError::Config`] when acquired. A name is one kind: a name
+    /// held as a lock keeps a permit out until it is free, and the other
+    /// way round.
+    ///
+    /// ```
+    /// # async fn demo(client: lock_runtime::LockClient) -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// let permit = client
+    ///     .semaphore("partner:acme", 5)
+    ///     .wait(Duration::from_secs(2))
+    ///     .acquire()
+    ///     .await?; // else LockError::Timeout
+    /// // ... one of at most 5 calls to the partner, fleet-wide ...
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> LockBuilder {
+        LockBuilder::new(self.clone(), name.into(), Kind::Semaphore(permits))
     }
 }

@@ -134,6 +134,7 @@ fn run_in_child(test: &str, vars: &[(&str, String)]) {
 mod global;
 mod lockctl;
 mod metrics;
+mod semaphore;
 mod sql;
 
 on_every_engine!(

@@ -6,8 +6,8 @@
 //! It keeps the whole contract of the other engines: re-entry, fencing
 //! tokens (one counter per store: every token is larger than every earlier
 //! one of the store's life), leases that end by the clock, the watchdog, loss by the guard's
-//! own clock, fair and read-write locks, `hold_at_least`, multi locks,
-//! `inspect` and `force_unlock`. Quorum locks are
+//! own clock, fair and read-write locks, semaphores, `hold_at_least`,
+//! multi locks, `inspect` and `force_unlock`. Quorum locks are
 //! [`LockError::Unsupported`], as on every engine but Redis.
 //!
 //! - **Virtual time.** Every instant is tokio's, and every timer is
@@ -138,6 +138,7 @@ fn cut_off(store: &str) -> LockError {
 impl crate::engine::seam::Engine for Mem {
     const NAME: &'static str = ENGINE;
     const IN_PROCESS: bool = true;
+    const SEMAPHORES: bool = true;
     type Hold = MemHold;
 
     fn connect(

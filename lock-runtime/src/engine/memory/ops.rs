@@ -32,6 +32,10 @@ fn info(mem: &Mem, name: &str, lock: &Lock, now: Instant) -> Option<LockInfo> {
         .holders
         .values()
         .any(|e| matches!(e.side, Kind::Read | Kind::Write));
+    let semaphore = lock
+        .holders
+        .values()
+        .any(|e| matches!(e.side, Kind::Semaphore(_)));
     let holders = lock
         .holders
         .iter()
@@ -40,6 +44,8 @@ fn info(mem: &Mem, name: &str, lock: &Lock, now: Instant) -> Option<LockInfo> {
             count: crate::kept::holds_of(&mem.records, name, id, entry.kept),
             write: entry.side == Kind::Write,
             guards: mem.own.guards(name, id),
+            token: semaphore.then_some(entry.token),
+            lease_left: semaphore.then(|| entry.until.saturating_duration_since(now)),
         })
         .collect();
     let (kind, mode) = match read_write {
@@ -47,6 +53,7 @@ fn info(mem: &Mem, name: &str, lock: &Lock, now: Instant) -> Option<LockInfo> {
             (LockKind::ReadWrite, Some(RwMode::Write))
         }
         true => (LockKind::ReadWrite, Some(RwMode::Read)),
+        false if semaphore => (LockKind::Semaphore, None),
         false if lock.queue.is_empty() => (LockKind::Reentrant, None),
         false => (LockKind::Fair, None),
     };

@@ -59,18 +59,21 @@ pub(crate) struct State {
 pub(crate) struct Lock {
     /// Who holds it, by holder id.
     pub(crate) holders: BTreeMap<String, Entry>,
-    /// A fair lock's waiters' holder ids, head first.
+    /// A fair lock's or a semaphore's waiters' holder ids, head first.
     pub(crate) queue: VecDeque<String>,
     /// Woken at every change a waiter may be waiting for.
     pub(crate) changed: Arc<Notify>,
     /// Acquisitions waiting for a change (one per client for a plain
-    /// lock: the client's other tasks queue in their process).
+    /// lock: the client's other tasks queue in their process; a fair
+    /// waiter or a permit's waits in `queue` instead).
     pub(crate) waiting: usize,
 }
 
 /// One holder's hold of a name.
 pub(crate) struct Entry {
     pub(crate) side: Kind,
+    /// The fencing token of the hold that made it.
+    pub(crate) token: u64,
     /// The lease's end (a `hold_at_least` minimum's, once kept).
     pub(crate) until: Instant,
     /// Released, and kept only by a `hold_at_least` minimum.
@@ -159,8 +162,10 @@ impl Lock {
     /// One try of `holder` at the lock as `side`: taken (its entry made,
     /// until `until`; its record learns of it once made) or kept out.
     /// `under`: the holder id of this client's own write that a read is
-    /// taken under, which keeps everyone else out. A fair waiter kept out
-    /// keeps its place in the queue.
+    /// taken under, which keeps everyone else out. A fair waiter or a
+    /// permit's kept out keeps its place in the queue: a permit is taken
+    /// while fewer than its bound of the name's entries are permits' and
+    /// its place is among the first of the queue that many fill.
     pub(crate) fn try_take(
         &mut self,
         holder: &str,
@@ -175,26 +180,41 @@ impl Lock {
                 .get(write)
                 .is_some_and(|e| e.side == Kind::Write && !e.kept)
         });
-        let free = match side {
-            Kind::Read => under || !self.holders.values().any(|e| e.side != Kind::Read),
-            Kind::Reentrant | Kind::Fair | Kind::Write => self.holders.is_empty(),
+        // Places a waiter may take at once, from the queue's head.
+        let (free, places) = match side {
+            Kind::Read => (
+                under || !self.holders.values().any(|e| e.side != Kind::Read),
+                1,
+            ),
+            Kind::Reentrant | Kind::Fair | Kind::Write => (self.holders.is_empty(), 1),
+            Kind::Semaphore(permits) => {
+                let permits = usize::try_from(permits).unwrap_or(usize::MAX);
+                let others = self
+                    .holders
+                    .values()
+                    .any(|e| !matches!(e.side, Kind::Semaphore(_)));
+                let left = permits.saturating_sub(self.holders.len());
+                (!others && left > 0, left)
+            }
         };
-        if side == Kind::Fair && !self.queue.iter().any(|h| h == holder) {
+        let lined = matches!(side, Kind::Fair | Kind::Semaphore(_));
+        if lined && !self.queue.iter().any(|h| h == holder) {
             self.queue.push_back(holder.to_owned());
         }
-        let first = side != Kind::Fair || self.queue.front().is_some_and(|h| h == holder);
+        let first = !lined || self.queue.iter().take(places).any(|h| h == holder);
         if !(free && first) {
             return Try::Busy(self.holders.values().map(|e| e.until).min());
         }
-        if side == Kind::Fair {
+        if lined {
             // The line moved: the waiters behind learn the new holder's end.
-            self.queue.pop_front();
+            self.queue.retain(|h| h != holder);
             self.changed.notify_waiters();
         }
         self.holders.insert(
             holder.to_owned(),
             Entry {
                 side,
+                token: 0,
                 until,
                 kept: false,
                 record: None,

@@ -101,8 +101,12 @@ async fn take(
                 Try::Taken => {
                     made.queued = false;
                     made.entry = true;
+                    let token = state.token();
+                    if let Some(entry) = state.entry(name, holder, now) {
+                        entry.token = token;
+                    }
                     return Ok(Taken {
-                        token: state.token(),
+                        token,
                         sent: now,
                         more: (),
                     });
@@ -116,10 +120,12 @@ async fn take(
                     return Err(request.timed_out());
                 }
                 Try::Busy(until) => {
-                    made.queued = side == Kind::Fair;
-                    // A fair waiter is counted by its place in the queue,
-                    // which stays until its undo (when dropped) is done.
-                    if waiting.is_none() && side != Kind::Fair {
+                    let lined = matches!(side, Kind::Fair | Kind::Semaphore(_));
+                    made.queued = lined;
+                    // A fair waiter or a permit's is counted by its place
+                    // in the queue, which stays until its undo (when
+                    // dropped) is done.
+                    if waiting.is_none() && !lined {
                         waiting = Some(Waiting::count(&mem.store, name, lock));
                     }
                     (until, changed)

@@ -118,6 +118,8 @@ fn read_layout(
                 count,
                 write,
                 guards,
+                token: None,
+                lease_left: None,
             }
         })
         .collect();

@@ -187,7 +187,7 @@ async fn give_back_once<S: SqlTaking>(
                     .renew_tickets(&[(name.as_str(), holder.as_str())], left)
                     .await?[0]
             }
-            Kind::Reentrant => store.keep(name, holder, left).await?,
+            Kind::Reentrant | Kind::Semaphore(_) => store.keep(name, holder, left).await?,
             Kind::Fair | Kind::Write => {
                 let there = store.keep(name, holder, left).await?;
                 let mut made = SqlTaking::made(store, &record.who);

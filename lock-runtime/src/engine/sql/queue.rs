@@ -247,6 +247,8 @@ pub(crate) fn describe<S: SqlTaking>(
         count: crate::kept::holds_of(&common.records, name, id, kept),
         id: id.to_owned(),
         write,
+        token: None,
+        lease_left: None,
     };
     if locked_by == READERS {
         return LockInfo {

@@ -15,6 +15,7 @@ impl Kind {
             Kind::Fair => "f",
             Kind::Read => "r",
             Kind::Write => "w",
+            Kind::Semaphore(_) => "s",
         }
     }
 

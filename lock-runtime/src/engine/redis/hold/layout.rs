@@ -27,7 +27,8 @@ impl Request {
     pub(crate) fn channel(&self, holder: &str) -> String {
         let name = &self.name;
         match self.kind {
-            Kind::Reentrant => keys::lock_channel(name),
+            // (A semaphore never comes here: see `Engine::SEMAPHORES`.)
+            Kind::Reentrant | Kind::Semaphore(_) => keys::lock_channel(name),
             Kind::Fair => keys::fair_waiter_channel(name, holder),
             Kind::Read | Kind::Write => keys::rw_channel(name),
         }
@@ -35,7 +36,7 @@ impl Request {
 
     pub(crate) fn renew_kind(&self) -> RenewKind {
         match self.kind {
-            Kind::Reentrant | Kind::Fair => RenewKind::Hash,
+            Kind::Reentrant | Kind::Fair | Kind::Semaphore(_) => RenewKind::Hash,
             Kind::Read | Kind::Write => RenewKind::ReadWrite,
         }
     }
@@ -68,7 +69,7 @@ impl Request {
         };
         let (latch, record) = (&how.latch(name), how.reenter);
         let call = match self.kind {
-            Kind::Reentrant => {
+            Kind::Reentrant | Kind::Semaphore(_) => {
                 let keys = [name, &token, &holds];
                 scripts
                     .reentrant_acquire
@@ -147,7 +148,7 @@ impl Request {
         // Last: the record of re-entered holds (see `Which`).
         let holds = keys::holds_key(name);
         let (script, keys): (_, &[&str]) = match self.kind {
-            Kind::Reentrant => (
+            Kind::Reentrant | Kind::Semaphore(_) => (
                 &scripts.unlock,
                 &[name, &keys::lock_channel(name), &latch, &holds],
             ),
@@ -194,7 +195,7 @@ impl Request {
         match self.kind {
             // The message "0": it wakes one waiter. The minimum's arguments
             // only when there is one (each argument costs Redis time).
-            Kind::Reentrant => {
+            Kind::Reentrant | Kind::Semaphore(_) => {
                 call.arg("0").arg(request.first_arg(conn));
                 if keep.ms > 0 {
                     call.arg(keep.ms).arg(within_lease);
@@ -215,7 +216,7 @@ impl Request {
         match self.kind {
             // A fair waiter leaves the queue.
             Kind::Fair => Some(fair::GiveUp::new(core, &self.name, holder)),
-            Kind::Reentrant | Kind::Read | Kind::Write => None,
+            Kind::Reentrant | Kind::Read | Kind::Write | Kind::Semaphore(_) => None,
         }
     }
 }
