@@ -22,6 +22,7 @@
 //! | `wait` | duration text: `"250ms"`, `"2s"`, `"1m30s"`, `"0s"` (one attempt) | wait until acquired |
 //! | `lease` | duration text, at least `"1ms"`: a fixed lease, never renewed | the watchdog renews |
 //! | `kind` | `"reentrant"`, `"fair"`, `"read"`, `"write"` | `"reentrant"` |
+//! | `permits` | an integer above 0: a semaphore, at most that many holders at once (not with `kind`) | a lock |
 //! | `on_lost` | `"cancel"`: drop the body when the lease is lost | the body finishes |
 //! | `on_busy` | `"skip"`: a lock still busy after `wait` returns `Ok(())` / `Ok(None)`; `"error"` | `"error"`: `LockError::Timeout` |
 //! | `fallback` | path of a function called with the same arguments when the lock is busy | |
@@ -51,7 +52,9 @@
 //!   empty key, a `{` or `}`, a placeholder naming a name bound inside a
 //!   destructuring parameter, `<self>` outside a method;
 //! - in the options: an unknown or repeated option, a value of the wrong
-//!   form, a bad duration, a bad `kind`, `on_lost` or `on_busy`, no `key`,
+//!   form, a bad duration, a bad `kind`, `on_lost` or `on_busy`,
+//!   `permits = 0`, `permits` that is not an integer literal or too large
+//!   for `u32`, `permits` with `kind`, no `key`,
 //!   both `key` and `keys`, an empty `keys`, the same key twice in `keys`, a
 //!   `lease` under 1 ms, `fallback` that is not a path or comes with
 //!   `on_busy`, `hold_at_least` on a multi, read or write lock or
@@ -184,6 +187,10 @@ mod sig;
 ///   out, the client's watchdog keeps the lock until the function returns.
 /// - `kind = "reentrant" | "fair" | "read" | "write"` (default
 ///   `"reentrant"`).
+/// - `permits = 5`: a semaphore (`client.semaphore(key, 5)`): at most 5
+///   calls hold a permit of the key at once, fleet-wide; each permit is
+///   renewed, fenced, told lost and re-entered as a lock is. Not with
+///   `kind`; `permits = 0` is refused.
 /// - `on_lost = "cancel"`: when the lease is lost, drop the body and return
 ///   `LockError::Lost`. Left out, the body finishes, and if the lease was
 ///   lost meanwhile a successful result becomes `Err(LockError::Lost)`.
@@ -197,7 +204,7 @@ mod sig;
 ///   errors. Not together with `on_busy`.
 /// - `hold_at_least = "30s"`: the lock stays taken at least this long after
 ///   it was taken, even when the body returns sooner (ShedLock's
-///   `lockAtLeastFor`). Reentrant and fair locks, one key.
+///   `lockAtLeastFor`). Reentrant and fair locks and semaphores, one key.
 /// - `client = expr`: lock on this `LockClient` (or `&LockClient`,
 ///   `Arc<LockClient>`), e.g. `client = self.locks` or
 ///   `client = shop_locks()`. Left out, the global client.

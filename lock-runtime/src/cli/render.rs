@@ -15,7 +15,17 @@ pub(super) fn info_json(name: &str, info: Option<&LockInfo>) -> Value {
     let holders: Vec<Value> = info
         .holders
         .iter()
-        .map(|h| json!({ "id": h.id, "count": h.count, "write": h.write }))
+        .map(|h| {
+            let mut holder = json!({ "id": h.id, "count": h.count, "write": h.write });
+            // A semaphore's permit, where the store keeps them per holder.
+            if let Some(token) = h.token {
+                holder["token"] = json!(token);
+            }
+            if let Some(left) = h.lease_left {
+                holder["lease_ms"] = json!(left.as_millis() as u64);
+            }
+            holder
+        })
         .collect();
     json!({
         "name": info.name,
@@ -71,12 +81,29 @@ pub(super) fn info_text(name: &str, info: Option<&LockInfo>) -> String {
         .max()
         .unwrap_or(0)
         .max("HOLDER".len());
-    let _ = writeln!(out, "holders  {:<width$}  COUNT  SIDE", "HOLDER");
+    // A semaphore's permits: each holder's token and lease, where kept.
+    let permits = info
+        .holders
+        .iter()
+        .any(|h| h.token.is_some() || h.lease_left.is_some());
+    let _ = match permits {
+        true => writeln!(
+            out,
+            "holders  {:<width$}  COUNT  {:>10}  {:>10}",
+            "HOLDER", "TOKEN", "LEASE"
+        ),
+        false => writeln!(out, "holders  {:<width$}  COUNT  SIDE", "HOLDER"),
+    };
     for holder in &info.holders {
         let side = match (info.mode, holder.write) {
-            (None, _) => "",
-            (Some(_), true) => "write",
-            (Some(_), false) => "read",
+            _ if permits => format!(
+                "{:>10}  {:>10}",
+                holder.token.map_or("-".to_owned(), |t| t.to_string()),
+                holder.lease_left.map_or("-".to_owned(), |l| ttl(Some(l)))
+            ),
+            (None, _) => String::new(),
+            (Some(_), true) => "write".to_owned(),
+            (Some(_), false) => "read".to_owned(),
         };
         let _ = writeln!(
             out,
@@ -131,6 +158,41 @@ mod tests {
         assert_eq!(ttl(None), "no expiry");
         assert_eq!(ttl(Some(Duration::from_millis(28_449))), "28.4s");
         assert_eq!(ttl(Some(Duration::from_secs(125))), "2m05s");
+    }
+
+    #[test]
+    fn a_semaphores_holders_show_their_tokens_and_leases() {
+        use crate::info::{HolderInfo, LockKind};
+        let permit = |id: &str, token: u64, left_ms: u64| HolderInfo {
+            id: id.to_owned(),
+            count: 1,
+            write: false,
+            guards: Vec::new(),
+            token: Some(token),
+            lease_left: Some(Duration::from_millis(left_ms)),
+        };
+        let info = LockInfo {
+            name: "partner:acme".to_owned(),
+            kind: LockKind::Semaphore,
+            mode: None,
+            holders: vec![permit("c:1", 7, 29_500), permit("d:4", 9, 12_000)],
+            ttl: Some(Duration::from_millis(29_500)),
+            queue: vec!["e:2".to_owned()],
+        };
+        let shown = info_json("partner:acme", Some(&info));
+        assert_eq!(shown["kind"], "semaphore");
+        assert_eq!(
+            shown["holders"],
+            json!([
+                {"id": "c:1", "count": 1, "write": false, "token": 7, "lease_ms": 29_500},
+                {"id": "d:4", "count": 1, "write": false, "token": 9, "lease_ms": 12_000},
+            ])
+        );
+        let text = info_text("partner:acme", Some(&info));
+        assert!(text.contains("kind     semaphore"), "{text}");
+        assert!(text.contains("TOKEN"), "{text}");
+        let line = text.lines().find(|l| l.contains("d:4")).unwrap();
+        assert!(line.contains(" 9 ") && line.ends_with("12.0s"), "{line}");
     }
 
     #[test]

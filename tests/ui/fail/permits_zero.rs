@@ -1,0 +1,9 @@
+use lock_runtime::{LockError, distributed_lock};
+
+#[distributed_lock(key = "partner:<id>", permits = 0)]
+async fn call_partner(id: u64) -> Result<(), LockError> {
+    let _ = id;
+    Ok(())
+}
+
+fn main() {}
