@@ -189,8 +189,9 @@ pub(crate) use hold_by_inherent;
 
 /// Implements [`Engine`] for an engine's shared state from its parts:
 /// its name and hold, how it connects, acquires and counts its renewed
-/// holds, its operations, and (the SQL engines) its schema. The client's
-/// id, configuration and runtime are the fields of those names.
+/// holds, its operations, (the SQL engines) its schema, and whether it
+/// keeps semaphores. The client's id, configuration and runtime are the
+/// fields of those names.
 macro_rules! engine_by_parts {
     (
         $engine:ty, name $name:literal, hold $hold:ty,
@@ -198,10 +199,11 @@ macro_rules! engine_by_parts {
         acquire |$me:ident, $alive:ident, $request:ident| $acquire:expr,
         renewed |$it:ident| $renewed:expr,
         inspect $inspect:path, locks $locks:path, force_unlock $force:path
-        $(, schema $schema:path)? $(,)?
+        $(, schema $schema:path)? $(, semaphores $semaphores:literal)? $(,)?
     ) => {
         impl $crate::engine::seam::Engine for $engine {
             const NAME: &'static str = $name;
+            $(const SEMAPHORES: bool = $semaphores;)?
             type Hold = $hold;
 
             fn connect(

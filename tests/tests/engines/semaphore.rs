@@ -24,6 +24,10 @@ on_every_engine!(
     a_permit_is_reentered_in_its_scope_and_only_there,
     many_tasks_on_few_permits_never_exceed_the_bound_and_all_get_in,
     the_attribute_with_permits_admits_that_many_calls,
+    the_watchdog_keeps_a_permit_past_its_lease,
+    hold_at_least_keeps_a_permit_taken_after_an_early_release,
+    a_name_is_one_kind_never_read_as_another,
+    a_semaphore_of_zero_permits_is_a_config_error,
 );
 
 /// Whether the store's engine keeps semaphores; when it does not, a
@@ -350,4 +354,95 @@ async fn the_attribute_with_permits_admits_that_many_calls(store: &Store) {
         finish(WITHIN, call).await;
     }
     assert!(a.inspect("partner:acme").await.unwrap().is_none());
+}
+
+/// A permit without a fixed lease is renewed by the watchdog: held three
+/// leases long, never lost, and not renewed once released.
+async fn the_watchdog_keeps_a_permit_past_its_lease(store: &Store) {
+    if !semaphores(store).await {
+        return;
+    }
+    let lease = Duration::from_secs(2);
+    let a = store.client_with(|c| c.watchdog_timeout(lease)).await;
+    let b = store.client().await;
+    let permit = a.semaphore("kept", 1).acquire().await.unwrap();
+    assert_eq!(a.renewed_locks(), 1);
+    match b.semaphore("kept", 1).wait(lease * 3).acquire().await {
+        Err(LockError::Timeout { .. }) => {}
+        other => panic!("the permit was free within three leases: {other:?}"),
+    }
+    assert!(!permit.is_lost());
+    assert!(permit.remaining() > Duration::ZERO);
+    permit.release().await.unwrap();
+    assert_eq!(a.renewed_locks(), 0, "a released permit is not renewed");
+}
+
+/// `hold_at_least`: a permit released early stays taken until its minimum
+/// ends, then frees itself.
+async fn hold_at_least_keeps_a_permit_taken_after_an_early_release(store: &Store) {
+    if !semaphores(store).await {
+        return;
+    }
+    let (a, b) = (store.client().await, store.client().await);
+    let permit = a
+        .semaphore("run-once", 1)
+        .hold_at_least(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    let token = permit.token();
+    permit.release().await.unwrap();
+    assert!(
+        b.semaphore("run-once", 1)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let later = b
+        .semaphore("run-once", 1)
+        .wait(WITHIN)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(later.token() > token);
+    later.release().await.unwrap();
+}
+
+/// A name held as a lock gives no permit, and a name with permits held
+/// gives no lock: whichever way the store refuses (busy, or the typed
+/// [`LockError::WrongType`]), one is never read as the other.
+async fn a_name_is_one_kind_never_read_as_another(store: &Store) {
+    if !semaphores(store).await {
+        return;
+    }
+    let (a, b) = (store.client().await, store.client().await);
+    let refused = |tried: Result<Option<lock_runtime::LockGuard>, LockError>| match tried {
+        Ok(None) | Err(LockError::WrongType { .. }) => {}
+        other => panic!("one kind read as another: {other:?}"),
+    };
+    let lock = a.lock("mixed").acquire().await.unwrap();
+    refused(b.semaphore("mixed", 5).try_acquire().await);
+    lock.release().await.unwrap();
+    let permit = a.semaphore("mixed", 5).acquire().await.unwrap();
+    refused(b.lock("mixed").try_acquire().await);
+    refused(b.fair_lock("mixed").try_acquire().await);
+    refused(b.read_write_lock("mixed").read().try_acquire().await);
+    let info = b.inspect("mixed").await.unwrap().expect("held");
+    assert_eq!(info.kind, LockKind::Semaphore);
+    permit.release().await.unwrap();
+    assert!(b.inspect("mixed").await.unwrap().is_none());
+}
+
+/// `semaphore(name, 0)` is [`LockError::Config`], and takes nothing.
+async fn a_semaphore_of_zero_permits_is_a_config_error(store: &Store) {
+    if !semaphores(store).await {
+        return;
+    }
+    let client = store.client().await;
+    match client.semaphore("none", 0).try_acquire().await {
+        Err(LockError::Config(text)) => assert!(text.contains("0 permits"), "{text}"),
+        other => panic!("a semaphore of 0 permits: {other:?}"),
+    }
+    assert!(client.inspect("none").await.unwrap().is_none());
 }

@@ -1,11 +1,12 @@
 //! Operations on any lock, found by its Redis layout: what `inspect`
 //! reads and `force_unlock` deletes.
 //!
-//! Every kind keeps a HASH at the lock's name (DESIGN §4). A hash with a
-//! `mode` field is a read-write lock; one with a fair queue or waiter
+//! Every kind of lock keeps a HASH at the lock's name (DESIGN §4). A hash
+//! with a `mode` field is a read-write lock; one with a fair queue or waiter
 //! deadlines beside it is a fair lock; any other is a reentrant lock. A fair
 //! lock that nobody waits for has no queue, and then reads as reentrant: the
-//! two layouts are the same.
+//! two layouts are the same. A semaphore keeps a ZSET of its permits there
+//! (DESIGN §11): holder to lease end.
 
 use std::time::Duration;
 
@@ -27,11 +28,19 @@ pub(crate) async fn inspect(core: &Core, name: &str) -> Result<Option<LockInfo>,
         .key(name)
         .key(keys::fair_queue(name))
         .key(keys::fair_timeouts(name))
+        .key(keys::holds_key(name))
         .invoke_async(&mut core.conn.clone())
         .await
         .map_err(|e| LockError::from_redis(name, e))?;
     match kind.as_str() {
         "hash" => {}
+        "zset" => {
+            return permits(core, name, pttl, &fields).map(Some).ok_or_else(|| {
+                LockError::WrongType {
+                    name: name.to_owned(),
+                }
+            });
+        }
         "none" => return Ok(None),
         _ => {
             return Err(LockError::WrongType {
@@ -47,11 +56,15 @@ pub(crate) async fn inspect(core: &Core, name: &str) -> Result<Option<LockInfo>,
 }
 
 /// The held locks whose names match `pattern` (`SCAN ... MATCH pattern TYPE
-/// hash` on every master, then one inspect per hash that is a lock), sorted
-/// by name. Hashes that are not locks are skipped, and so are locks freed
-/// between the scan and their inspect.
+/// hash`, and `TYPE zset` for semaphores, on every master, then one inspect
+/// per key that is a lock), sorted by name. Keys that are not locks are
+/// skipped, and so are locks freed between the scan and their inspect.
 pub(crate) async fn locks(core: &Core, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
-    let names = core.conn.scan(pattern, "hash").await?;
+    let mut names = core.conn.scan(pattern, "hash").await?;
+    // Not a fair lock's waiter deadlines, a ZSET of holder ids too.
+    let permits = core.conn.scan(pattern, "zset").await?;
+    names.extend(permits.into_iter().filter(|n| !n.starts_with("redisson_")));
+    names.sort();
     let mut found = Vec::new();
     for name in names {
         match inspect(core, &name).await {
@@ -138,6 +151,41 @@ fn read_layout(
     })
 }
 
+/// A semaphore's [`LockInfo`] from the inspect script's answer (its live
+/// permits: holder, ms left, holds); `None` when a member is no holder id.
+fn permits(core: &Core, name: &str, longest: i64, fields: &[String]) -> Option<LockInfo> {
+    let own = format!("{}:", core.id);
+    let mut holders = Vec::new();
+    for permit in fields.chunks(3) {
+        let [id, left, count] = permit else {
+            return None;
+        };
+        if !holder_field(id) || id.ends_with(":write") {
+            return None;
+        }
+        let guards = match id.starts_with(&own) {
+            true => core.own.guards(name, id),
+            false => Vec::new(),
+        };
+        holders.push(HolderInfo {
+            id: id.clone(),
+            count: count.parse().ok()?,
+            write: false,
+            guards,
+            token: None,
+            lease_left: Some(Duration::from_millis(left.parse().ok()?)),
+        });
+    }
+    Some(LockInfo {
+        name: name.to_owned(),
+        kind: LockKind::Semaphore,
+        mode: None,
+        holders,
+        ttl: u64::try_from(longest).ok().map(Duration::from_millis),
+        queue: Vec::new(),
+    })
+}
+
 /// Deletes lock `name` whatever its kind and wakes every waiter; a fair
 /// lock's queue goes too. Whether a lock was there.
 pub(crate) async fn force_unlock(core: &Core, name: &str) -> Result<bool, LockError> {
@@ -155,6 +203,7 @@ pub(crate) async fn force_unlock(core: &Core, name: &str) -> Result<bool, LockEr
         .key(keys::rw_channel(name))
         .key(keys::tagged(name))
         .key(keys::holds_key(name))
+        .key(keys::semaphore_channel(name))
         .arg(core.conn.publish_command())
         .invoke_async(&mut core.conn.clone())
         .await

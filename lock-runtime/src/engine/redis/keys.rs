@@ -73,6 +73,12 @@ pub(crate) fn fair_waiter_channel(name: &str, holder: &str) -> String {
     key("redisson_lock__channel:", name, &[":", holder])
 }
 
+/// A semaphore's channel (Redisson's name for it): a freed permit is
+/// announced there.
+pub(crate) fn semaphore_channel(name: &str) -> String {
+    key("redisson_sc:", name, &[])
+}
+
 /// The read-write lock's channel.
 pub(crate) fn rw_channel(name: &str) -> String {
     key("redisson_rwlock:", name, &[])
@@ -104,5 +110,6 @@ mod tests {
         );
         assert_eq!(fair_queue("x{1}"), "redisson_lock_queue:x{1}");
         assert_eq!(rw_channel("doc"), "redisson_rwlock:{doc}");
+        assert_eq!(semaphore_channel("api"), "redisson_sc:{api}");
     }
 }

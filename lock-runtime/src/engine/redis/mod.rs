@@ -24,6 +24,7 @@ crate::engine::seam::engine_by_parts!(
     acquire |core, alive, request| acquire(core, alive, request),
     renewed |core| core.watchdog.len(),
     inspect inspect::inspect, locks inspect::locks, force_unlock inspect::force_unlock,
+    semaphores true,
 );
 
 use std::sync::Arc;

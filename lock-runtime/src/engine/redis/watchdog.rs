@@ -36,6 +36,8 @@ pub(crate) enum RenewKind {
     Hash,
     /// A read-write lock: the holder's read-hold keys and the HASH.
     ReadWrite,
+    /// A semaphore's permit: the holder's member of the permits ZSET.
+    Permits,
 }
 
 /// One renewable hold: a holder's hold on one lock.
@@ -316,6 +318,17 @@ async fn renew(
     match kind {
         RenewKind::Hash => {
             let mut call = SCRIPTS.renew.prepare_invoke();
+            call.arg(crate::config::millis(lease));
+            for (key, _) in batch {
+                call.key(&key.name)
+                    .key(crate::engine::redis::keys::holds_key(&key.name))
+                    .arg(&key.holder);
+            }
+            let answers: Vec<i64> = call.invoke_async(&mut conn).await?;
+            Ok(answers.into_iter().map(|a| a == 1).collect())
+        }
+        RenewKind::Permits => {
+            let mut call = SCRIPTS.semaphore_renew.prepare_invoke();
             call.arg(crate::config::millis(lease));
             for (key, _) in batch {
                 call.key(&key.name)

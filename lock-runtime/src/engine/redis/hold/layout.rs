@@ -27,8 +27,8 @@ impl Request {
     pub(crate) fn channel(&self, holder: &str) -> String {
         let name = &self.name;
         match self.kind {
-            // (A semaphore never comes here: see `Engine::SEMAPHORES`.)
-            Kind::Reentrant | Kind::Semaphore(_) => keys::lock_channel(name),
+            Kind::Reentrant => keys::lock_channel(name),
+            Kind::Semaphore(_) => keys::semaphore_channel(name),
             Kind::Fair => keys::fair_waiter_channel(name, holder),
             Kind::Read | Kind::Write => keys::rw_channel(name),
         }
@@ -36,7 +36,8 @@ impl Request {
 
     pub(crate) fn renew_kind(&self) -> RenewKind {
         match self.kind {
-            Kind::Reentrant | Kind::Fair | Kind::Semaphore(_) => RenewKind::Hash,
+            Kind::Reentrant | Kind::Fair => RenewKind::Hash,
+            Kind::Semaphore(_) => RenewKind::Permits,
             Kind::Read | Kind::Write => RenewKind::ReadWrite,
         }
     }
@@ -61,15 +62,27 @@ impl Request {
         let holds = keys::holds_key(name);
         let args = |call: &mut Eval| {
             call.arg(how.lease_ms()).arg(&how.holder);
-            if self.kind == Kind::Fair {
-                call.arg(fair::wait_ms(core))
-                    .arg(core.conn.publish_command());
+            match self.kind {
+                Kind::Fair => {
+                    call.arg(fair::wait_ms(core))
+                        .arg(core.conn.publish_command());
+                }
+                Kind::Semaphore(permits) => {
+                    call.arg(permits);
+                }
+                Kind::Reentrant | Kind::Read | Kind::Write => {}
             }
             call.arg(how.reenter_arg());
         };
         let (latch, record) = (&how.latch(name), how.reenter);
         let call = match self.kind {
-            Kind::Reentrant | Kind::Semaphore(_) => {
+            Kind::Semaphore(_) => {
+                let keys = [name, &token, &holds];
+                scripts
+                    .semaphore_acquire
+                    .call(conn, &keys, latch, record, args)
+            }
+            Kind::Reentrant => {
                 let keys = [name, &token, &holds];
                 scripts
                     .reentrant_acquire
@@ -148,7 +161,11 @@ impl Request {
         // Last: the record of re-entered holds (see `Which`).
         let holds = keys::holds_key(name);
         let (script, keys): (_, &[&str]) = match self.kind {
-            Kind::Reentrant | Kind::Semaphore(_) => (
+            Kind::Semaphore(_) => (
+                &scripts.semaphore_unlock,
+                &[name, &keys::semaphore_channel(name), &latch, &holds],
+            ),
+            Kind::Reentrant => (
                 &scripts.unlock,
                 &[name, &keys::lock_channel(name), &latch, &holds],
             ),
@@ -195,14 +212,14 @@ impl Request {
         match self.kind {
             // The message "0": it wakes one waiter. The minimum's arguments
             // only when there is one (each argument costs Redis time).
-            Kind::Reentrant | Kind::Semaphore(_) => {
+            Kind::Reentrant => {
                 call.arg("0").arg(request.first_arg(conn));
                 if keep.ms > 0 {
                     call.arg(keep.ms).arg(within_lease);
                 }
                 &mut call
             }
-            Kind::Fair => call.arg(keep.ms).arg(within_lease),
+            Kind::Fair | Kind::Semaphore(_) => call.arg(keep.ms).arg(within_lease),
             Kind::Read | Kind::Write => &mut call,
         };
         call.invoke(conn)

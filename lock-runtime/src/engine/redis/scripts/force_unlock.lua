@@ -10,7 +10,12 @@
 -- KEYS[6]  the lock's hash tag {name}: prefix of the read holds' keys,
 --          KEYS[6] .. ':' .. <holder id> .. ':rwlock_timeout:' .. k
 -- KEYS[7]  the record of re-entered holds, redisson_lock_holds:{name}
+-- KEYS[8]  a semaphore's channel, redisson_sc:{name}
 -- ARGV[1]  the publish command: 'publish', or 'spublish' for sharded pub/sub
+--
+-- A semaphore's permits (a ZSET at KEYS[1]) are deleted with the record of
+-- re-entered holds, and its waiters told '1' on KEYS[8]; 1 when a permit
+-- was live.
 --
 -- Returns 1 when a lock was deleted, 0 when there was none. Deletes the lock,
 -- its record of re-entered holds, a read-write lock's read-hold keys and a
@@ -20,6 +25,17 @@
 -- read-write waiters on KEYS[5]. The fencing token counter is kept: tokens
 -- keep rising. Fails, writing nothing, when KEYS[1] is not a lock.
 local kind = redis.call('type', KEYS[1])['ok']
+if kind == 'zset' then
+  local now = redis.call('time')
+  now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local live = redis.call('zcount', KEYS[1], '(' .. now, '+inf')
+  redis.call('del', KEYS[1], KEYS[7])
+  redis.call(ARGV[1], KEYS[8], '1')
+  if live > 0 then
+    return 1
+  end
+  return 0
+end
 if kind ~= 'hash' and kind ~= 'none' then
   return redis.error_reply('WRONGTYPE the key is not a lock')
 end

@@ -1,16 +1,44 @@
 -- Read what a lock's keys hold, for inspection. Writes nothing.
 --
--- KEYS[1]  the lock key (a HASH for every kind: reentrant, fair, read-write)
+-- KEYS[1]  the lock key (a HASH for every kind of lock: reentrant, fair,
+--          read-write; a ZSET for a semaphore's permits)
 -- KEYS[2]  the fair lock's queue, redisson_lock_queue:{name}
 -- KEYS[3]  the fair lock's waiter deadlines, redisson_lock_timeout:{name}
+-- KEYS[4]  the record of re-entered holds, redisson_lock_holds:{name}
 --
 -- Returns {type, pttl, fields, queue, fair}:
---   type    the lock key's type: 'none', 'hash', or another type (not a lock)
---   pttl    the lock key's remaining lease in ms (-1: no expiry, -2: no key)
---   fields  the HASH as a flat list: field, value, field, value, ...
+--   type    the lock key's type: 'none', 'hash', 'zset', or another type
+--           (not a lock); a ZSET without a live permit reads as 'none'
+--   pttl    the lock key's remaining lease in ms (-1: no expiry, -2: no
+--           key); for a ZSET, the longest permit's
+--   fields  the HASH as a flat list: field, value, field, value, ...; for a
+--           ZSET its live permits: holder, ms left, holds, holder, ...
+--           (holds: the holder's first and its re-entries, holds.lua)
 --   queue   the fair queue's holder ids, head first (empty when none)
 --   fair    1 when a fair queue or deadline set exists, else 0
 local kind = redis.call('type', KEYS[1])['ok']
+if kind == 'zset' then
+  local now = redis.call('time')
+  now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local permits = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'withscores')
+  if #permits == 0 then
+    return {'none', -2, {}, {}, 0}
+  end
+  local fields, longest = {}, 0
+  for i = 1, #permits, 2 do
+    local left = tonumber(permits[i + 1]) - now
+    longest = math.max(longest, left)
+    local holds = redis.call('type', KEYS[4])['ok'] == 'hash' and redis.call('hget', KEYS[4], permits[i])
+    local count = 1
+    if holds then
+      count = select(2, string.gsub(holds, '%d+', ''))
+    end
+    fields[#fields + 1] = permits[i]
+    fields[#fields + 1] = string.format('%d', left)
+    fields[#fields + 1] = count
+  end
+  return {kind, longest, fields, {}, 0}
+end
 if kind ~= 'hash' then
   return {kind, -2, {}, {}, 0}
 end

@@ -24,6 +24,9 @@ pub(crate) struct Scripts {
     pub(crate) rw_read_unlock: Script,
     pub(crate) rw_write_unlock: Script,
     pub(crate) rw_renew: Script,
+    pub(crate) semaphore_acquire: AcquireScript,
+    pub(crate) semaphore_unlock: Script,
+    pub(crate) semaphore_renew: Script,
     pub(crate) inspect: Script,
     pub(crate) force_unlock: Script,
 }
@@ -247,6 +250,24 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         include_str!("counter.lua"),
         include_str!("reentered.lua"),
         include_str!("rw_renew.lua")
+    )),
+    // permits.lua: what a semaphore's scripts read of its permits ZSET.
+    semaphore_acquire: AcquireScript::new(acquire_text!(
+        "holds_of.lua",
+        "reentered.lua",
+        "permits.lua",
+        "semaphore_acquire.lua"
+    )),
+    semaphore_unlock: Script::new(concat!(
+        include_str!("holds_of.lua"),
+        include_str!("holds.lua"),
+        include_str!("permits.lua"),
+        include_str!("semaphore_unlock.lua")
+    )),
+    semaphore_renew: Script::new(concat!(
+        include_str!("reentered.lua"),
+        include_str!("permits.lua"),
+        include_str!("semaphore_renew.lua")
     )),
     inspect: Script::new(include_str!("inspect.lua")),
     force_unlock: Script::new(include_str!("force_unlock.lua")),
