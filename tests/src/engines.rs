@@ -372,10 +372,14 @@ impl TestStore for Etcd {
         Etcd::stop(self);
     }
 
-    fn waiting<'a>(&'a self, _kind: Kind, name: &'a str) -> Counting<'a> {
+    fn waiting<'a>(&'a self, kind: Kind, name: &'a str) -> Counting<'a> {
         Box::pin(async move {
             let keys = etcd_keys(&self.endpoint(), name).await;
-            not_holding(&keys, |key| key[name.len() + 1..].starts_with("read/"))
+            match kind {
+                // Permits of one bound: the first `permits` keys hold.
+                Kind::Semaphore(permits) => keys.len().saturating_sub(permits as usize),
+                _ => not_holding(&keys, |key| key[name.len() + 1..].starts_with("read/")),
+            }
         })
     }
 

@@ -610,3 +610,69 @@ async fn the_sessions_sweep_leaves_a_key_moved_to_another_lease_alone() {
     assert!(!held.is_lost());
     held.release().await.unwrap();
 }
+
+/// A semaphore's permits (DESIGN §11): keys `<name>/<lease hex>-<n>` on
+/// the session's lease, as a fair waiter's, valued `<holder id> permits
+/// <N>`; `etcdctl lock` on the name waits for every permit, and a permit
+/// waits for `etcdctl`'s key (one kind per name).
+#[tokio::test]
+async fn permits_are_keys_that_etcdctl_lock_waits_for_and_that_wait_for_it() {
+    let etcd = Etcd::start();
+    let (a, b) = (client(&etcd).await, client(&etcd).await);
+    let first = a.semaphore("pool", 2).acquire().await.unwrap();
+    let second = b.semaphore("pool", 2).acquire().await.unwrap();
+    let out = etcdctl(
+        &etcd.endpoint(),
+        &[
+            "get",
+            "--prefix",
+            "pool/",
+            "--sort-by=CREATE",
+            "--order=ASCEND",
+        ],
+    );
+    let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let number = |holder: &str| holder.rsplit_once(':').unwrap().1.to_owned();
+    assert_eq!(listed.len(), 4, "{listed:?}");
+    for (at, permit) in [(0, &first), (2, &second)] {
+        let key = &listed[at];
+        let own = key.strip_prefix("pool/").unwrap();
+        let (lease, n) = own.split_once('-').expect("<lease hex>-<n>");
+        assert!(lease.bytes().all(|b| b.is_ascii_hexdigit()), "{key}");
+        assert_eq!(n, number(permit.holder_id()), "{key}");
+        assert_eq!(listed[at + 1], format!("{} permits 2", permit.holder_id()));
+    }
+    let info = a.inspect("pool").await.unwrap().expect("held");
+    assert_eq!(info.kind, LockKind::Semaphore);
+    assert_eq!(info.holders.len(), 2);
+    assert!(info.holders.iter().all(|h| h.lease_left.is_some()));
+
+    // Permits held: etcdctl's lock waits for them all.
+    let mut theirs = etcdctl_lock(&etcd.endpoint(), "pool");
+    until_keys(&etcd, "pool", 3).await;
+    first.release().await.unwrap();
+    assert!(theirs.acquired(Duration::from_secs(2)).await.is_none());
+    second.release().await.unwrap();
+    assert!(theirs.acquired(LONG).await.is_some());
+
+    // etcdctl holds: a permit waits for its key, bound or not.
+    assert!(
+        a.semaphore("pool", 5)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let waiter = tokio::spawn({
+        let a = a.clone();
+        async move { a.semaphore("pool", 5).wait(LONG).acquire().await }
+    });
+    until_keys(&etcd, "pool", 2).await;
+    theirs.release();
+    let permit = tests::finish(LONG, waiter).await;
+    permit.release().await.unwrap();
+    until_keys(&etcd, "pool", 0).await;
+}

@@ -62,6 +62,9 @@ pub(crate) struct Record {
     pub(crate) base: crate::kept::Base<Record>,
     pub(super) side: Access,
     pub(super) key: String,
+    /// The key's value: the holder id (a permit's with its semaphore's
+    /// bound, `layout::value`).
+    pub(super) value: String,
     pub(super) create_revision: i64,
     pub(super) lease: Lease,
     /// The task watching the key's deletion.
@@ -234,7 +237,7 @@ pub(super) async fn reenter(
     let sent = Instant::now();
     let bump = Txn::new().when([record.ours()]).and_then([TxnOp::put(
         record.key.as_str(),
-        record.who.holder.as_str(),
+        record.value.as_str(),
         Some(PutOptions::new().with_ignore_lease()),
     )]);
     let answer = etcd.kv(|mut kv| async move { kv.txn(bump).await }).await?;
@@ -281,7 +284,7 @@ impl EtcdHold {
             let granted = etcd.call(leases.grant(ttl_secs(lease), None)).await?;
             let put = Txn::new().when([record.ours()]).and_then([TxnOp::put(
                 record.key.as_str(),
-                record.who.holder.as_str(),
+                record.value.as_str(),
                 Some(PutOptions::new().with_lease(granted.id())),
             )]);
             let mut kv = etcd.client().kv_client();
@@ -435,7 +438,7 @@ async fn give_back_once(record: &Record, keep: Option<Instant>) -> Result<bool, 
             // Marked kept: `inspect` shows a holder with no holds left.
             let put = Txn::new().when([record.ours()]).and_then([TxnOp::put(
                 record.key.as_str(),
-                [record.who.holder.as_str(), KEPT].concat(),
+                [record.value.as_str(), KEPT].concat(),
                 Some(PutOptions::new().with_lease(granted.id())),
             )]);
             etcd.call(kv.txn(put)).await?

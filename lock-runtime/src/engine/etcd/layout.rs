@@ -10,6 +10,16 @@
 //! | fair waiter (`fair_lock`) | `<name>/<lease hex>-<n>` | any |
 //! | writer of a read-write lock | `<name>/write/<lease hex>-<n>` | any |
 //! | reader of a read-write lock | `<name>/read/<lease hex>-<n>` | not a reader's |
+//! | a semaphore's permit (`semaphore`) | `<name>/<lease hex>-<n>` | see below |
+//!
+//! A permit's key is a fair waiter's, its value the holder id followed by
+//! ` permits <N>` (its acquisition's bound). It holds once fewer than its N
+//! keys were created before it, all of them permits' (a lock's key before
+//! it keeps it out, as it keeps every other contender out): the keys before
+//! a permit that waits hold or wait themselves, so with one bound for the
+//! name that is "fewer than N of them hold" (DESIGN §11), and whatever the
+//! bounds, at most N hold when a permit of bound N is admitted. A lock's
+//! contender sees a permit's key as any other key: it waits for it.
 //!
 //! `<n>` is the holder number (the second half of the holder id), so each
 //! read-write and fair acquisition has a key of its own, known before its
@@ -24,6 +34,7 @@ use etcd_client::{GetOptions, SortOrder, SortTarget};
 
 use crate::error::LockError;
 use crate::kept::Access;
+use crate::request::Kind;
 
 // A contender key's side is an `Access`: a reentrant or fair lock's
 // mutex key (as `etcdctl lock`'s), a reader's, a writer's.
@@ -94,6 +105,49 @@ pub(crate) fn side_of_any(rest: &str) -> Access {
     }
 }
 
+/// What a contender's key holds: its holder id, and for a semaphore's
+/// permit, the acquisition's bound after it (` permits <N>`).
+pub(crate) fn value(holder: &str, kind: Kind) -> String {
+    match kind {
+        Kind::Semaphore(permits) => format!("{holder}{PERMITS}{permits}"),
+        _ => holder.to_owned(),
+    }
+}
+
+/// What marks a permit's key value (see [`value`]).
+const PERMITS: &str = " permits ";
+
+/// The holder id and, for a permit's key, the bound of a key's value
+/// written by [`value`] (its `hold_at_least` mark taken off first).
+pub(crate) fn holder_and_permits(value: &str) -> (&str, Option<u32>) {
+    match value.rsplit_once(PERMITS) {
+        Some((holder, permits)) => match permits.parse() {
+            Ok(permits) => (holder, Some(permits)),
+            Err(_) => (value, None),
+        },
+        None => (value, None),
+    }
+}
+
+/// Whether a permit of bound `permits` whose key's earlier keys have the
+/// values `before` holds (see the module docs): fewer than `permits` of
+/// them, every one a permit's.
+pub(crate) fn admitted<'a>(
+    mut before: impl ExactSizeIterator<Item = &'a [u8]>,
+    permits: u32,
+) -> bool {
+    let fewer = u32::try_from(before.len()).is_ok_and(|n| n < permits);
+    fewer
+        && before.all(|value| {
+            std::str::from_utf8(value).is_ok_and(|v| holder_and_permits(strip_kept(v)).1.is_some())
+        })
+}
+
+/// A key's value without its `hold_at_least` mark.
+pub(crate) fn strip_kept(value: &str) -> &str {
+    value.strip_suffix(super::hold::KEPT).unwrap_or(value)
+}
+
 /// Refuses a name etcd cannot tell apart from another's.
 pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
     crate::request::check_name(name)?;
@@ -153,5 +207,28 @@ mod tests {
         }
         assert_eq!(side_of_any("settings"), Access::Mutex);
         assert_eq!(side_of_any("read/x"), Access::Read);
+    }
+
+    #[test]
+    fn a_permits_value_carries_its_bound_and_admits_by_the_keys_before_it() {
+        let v = value("c:7", Kind::Semaphore(3));
+        assert_eq!(v, "c:7 permits 3");
+        assert_eq!(holder_and_permits(&v), ("c:7", Some(3)));
+        assert_eq!(holder_and_permits("c:7"), ("c:7", None));
+        assert_eq!(value("c:7", Kind::Fair), "c:7");
+        let permit: &[u8] = b"a:1 permits 3";
+        let kept: &[u8] = b"a:2 permits 3 kept";
+        let lock: &[u8] = b"a:3";
+        assert!(admitted([].into_iter(), 1));
+        assert!(admitted([permit, kept].into_iter(), 3));
+        assert!(!admitted([permit, kept, permit].into_iter(), 3));
+        assert!(
+            !admitted([permit, lock].into_iter(), 3),
+            "a lock's key keeps it out"
+        );
+        assert!(
+            !admitted([b"".as_slice()].into_iter(), 3),
+            "etcdctl's key keeps it out"
+        );
     }
 }

@@ -54,6 +54,19 @@
 //!   key on the session's lease that no hold or acquisition of the client
 //!   knows: the session's next round deletes it.
 //!
+//! - **Semaphores** (DESIGN §11). A permit is a fair waiter's key,
+//!   `<name>/<lease hex>-<n>`, valued `<holder id> permits <N>`: it holds
+//!   once fewer than its N keys were created before it, every one a
+//!   permit's (`layout`'s docs say why that is Curator's bound). A waiting
+//!   permit watches the name's prefix for the deletion of any key created
+//!   before its own (one watch on the client's one stream; the deletion of
+//!   a later key wakes nobody), then reads the keys before it again; let
+//!   in by a deletion, it bumps its key for a token of its own. The token
+//!   is a revision from which the permit is held, so tokens rise across
+//!   every permit of the name. `etcdctl lock` sees a permit's key as a
+//!   contender, and a permit sees any key that is no permit's as a holder:
+//!   one kind per name.
+//!
 //! Quorum locks and replica sync are [`LockError::Unsupported`]: etcd is a
 //! quorum already, and its writes are linearizable.
 
@@ -81,6 +94,7 @@ crate::engine::seam::engine_by_parts!(
     acquire |etcd, alive, request| crate::kept::acquire(alive, etcd, request),
     renewed |etcd| etcd.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
+    semaphores true,
 );
 
 use crate::config::Config;

@@ -38,12 +38,40 @@ async fn contenders(etcd: &Etcd, name: &str) -> Result<Vec<(Access, KeyValue)>, 
         .collect())
 }
 
-/// A contender's holder id: the value we write, else (`etcdctl`) the key.
+/// A contender's holder id: the value we write (without a permit's
+/// bound), else (`etcdctl`) the key.
 fn holder_of(kv: &KeyValue) -> String {
     match kv.value_str() {
-        Ok(value) if !value.is_empty() => value.strip_suffix(KEPT).unwrap_or(value).to_owned(),
+        Ok(value) if !value.is_empty() => {
+            let value = value.strip_suffix(KEPT).unwrap_or(value);
+            layout::holder_and_permits(value).0.to_owned()
+        }
         _ => String::from_utf8_lossy(kv.key()).into_owned(),
     }
+}
+
+/// Whether a contender's key is a semaphore's permit.
+fn permit(kv: &KeyValue) -> bool {
+    kv.value_str().is_ok_and(|v| {
+        layout::holder_and_permits(layout::strip_kept(v))
+            .1
+            .is_some()
+    })
+}
+
+/// How many of a line of permits' keys (oldest first) hold: each holds
+/// while fewer than its bound came before it, all permits' (see
+/// `layout`'s docs); the first that does not ends the holders.
+fn permits_holding(contenders: &[(Access, KeyValue)]) -> usize {
+    let values: Vec<&[u8]> = contenders.iter().map(|(_, kv)| kv.value()).collect();
+    (0..values.len())
+        .take_while(|&at| {
+            let bound = std::str::from_utf8(values[at])
+                .ok()
+                .and_then(|v| layout::holder_and_permits(layout::strip_kept(v)).1);
+            bound.is_some_and(|bound| layout::admitted(values[..at].iter().copied(), bound))
+        })
+        .count()
 }
 
 /// Whether a contender's key is kept only by a `hold_at_least` minimum.
@@ -67,6 +95,9 @@ pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>,
         let left = etcd.call(leases.time_to_live(first.lease(), None)).await?;
         Some(Duration::from_secs(left.ttl().max(0) as u64))
     };
+    if permit(first) {
+        return semaphore(etcd, name, &contenders).await.map(Some);
+    }
     let line = contenders
         .iter()
         .map(|(side, kv)| line::Contender {
@@ -76,6 +107,54 @@ pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>,
         })
         .collect();
     Ok(line::info(name, line, &etcd.records, &etcd.own, ttl))
+}
+
+/// What a semaphore looks like: its permits that hold (each with what is
+/// left of its lease), and the permits' waiters behind them.
+async fn semaphore(
+    etcd: &Etcd,
+    name: &str,
+    contenders: &[(Access, KeyValue)],
+) -> Result<LockInfo, LockError> {
+    let held = permits_holding(contenders);
+    let mut leases: std::collections::HashMap<i64, Option<Duration>> = Default::default();
+    let mut holders = Vec::with_capacity(held);
+    for (_, kv) in &contenders[..held] {
+        let left = match leases.get(&kv.lease()) {
+            Some(left) => *left,
+            None if kv.lease() == 0 => None,
+            None => {
+                let mut client = etcd.client().lease_client();
+                let ttl = etcd
+                    .call(client.time_to_live(kv.lease(), None))
+                    .await?
+                    .ttl();
+                let left = Some(Duration::from_secs(ttl.max(0) as u64));
+                leases.insert(kv.lease(), left);
+                left
+            }
+        };
+        let id = holder_of(kv);
+        holders.push(crate::info::HolderInfo {
+            guards: etcd.own.guards(name, &id),
+            count: crate::kept::holds_of(&etcd.records, name, &id, kept(kv)),
+            write: false,
+            id,
+            token: None,
+            lease_left: left,
+        });
+    }
+    Ok(LockInfo {
+        name: name.to_owned(),
+        kind: crate::info::LockKind::Semaphore,
+        mode: None,
+        ttl: holders.iter().filter_map(|h| h.lease_left).max(),
+        holders,
+        queue: contenders[held..]
+            .iter()
+            .map(|(_, kv)| holder_of(kv))
+            .collect(),
+    })
 }
 
 /// The held locks whose names match `pattern` (`*` and `?` wildcards):
@@ -122,7 +201,11 @@ pub(crate) async fn force_unlock(etcd: &Etcd, name: &str) -> Result<bool, LockEr
     check_name(name)?;
     loop {
         let contenders = contenders(etcd, name).await?;
-        let held = line::holding(contenders.iter().map(|(side, _)| *side));
+        // A semaphore's permits that hold, all of them; else the holder.
+        let held = match contenders.first() {
+            Some((_, first)) if permit(first) => permits_holding(&contenders),
+            _ => line::holding(contenders.iter().map(|(side, _)| *side)),
+        };
         if held == 0 {
             return Ok(false);
         }

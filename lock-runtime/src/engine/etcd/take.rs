@@ -48,6 +48,7 @@ impl Taking for Etcd {
             answered: None,
             sent: false,
             who: who.clone(),
+            value: who.holder.clone(),
         }
     }
 
@@ -80,6 +81,7 @@ impl Taking for Etcd {
             base: crate::kept::Base::new(who, turn, under),
             side: Access::from(request.kind),
             key: claim.key().to_owned(),
+            value: std::mem::take(&mut made.value),
             create_revision: taken.more,
             lease,
             watcher: OnceLock::new(),
@@ -118,14 +120,31 @@ async fn take(
         },
     };
     let number = who.number();
-    let fair = request.kind == Kind::Fair;
-    let key = layout::key(side, name, session.lease, number, fair);
+    let permits = match request.kind {
+        Kind::Semaphore(permits) => Some(permits),
+        _ => None,
+    };
+    // A fair waiter's key and a permit's are each one's own.
+    let own = request.kind == Kind::Fair || permits.is_some();
+    let key = layout::key(side, name, session.lease, number, own);
+    let value = layout::value(&who.holder, request.kind);
+    pending.value.clone_from(&value);
     pending.session = Some(session.clone());
     pending.key = Some(session.claim(key.clone()));
     let blockers = layout::blockers(side, name);
+    // The first key of each range that keeps it out; a permit reads every
+    // key of the name (which of them came before it, and whose they are).
     let firsts = || {
         blockers.iter().map(|range| {
-            let (start, options) = one_of(range, SortOrder::Ascend, None);
+            let (start, options) = match permits {
+                Some(_) => (
+                    range.0.clone(),
+                    etcd_client::GetOptions::new()
+                        .with_range(range.1.as_str())
+                        .with_sort(etcd_client::SortTarget::Create, SortOrder::Ascend),
+                ),
+                None => one_of(range, SortOrder::Ascend, None),
+            };
             TxnOp::get(start, Some(options))
         })
     };
@@ -134,7 +153,7 @@ async fn take(
         .and_then(
             std::iter::once(TxnOp::put(
                 key.as_str(),
-                who.holder.as_str(),
+                value.as_str(),
                 Some(PutOptions::new().with_lease(session.lease)),
             ))
             .chain(firsts())
@@ -170,14 +189,14 @@ async fn take(
     };
     // Only what is needed is kept of the answer: a waiter carries what is
     // in scope while it waits.
-    let (mut token, found, first) = {
+    let (mut token, found, first, keys) = {
         let answer = call.await?;
         let mut reads = reads(&answer);
         // The key found under its name: its create revision, and whether it
-        // holds our holder id.
+        // holds our value (our holder id).
         let found = (!answer.succeeded()).then(|| {
             reads.remove(0).first().map_or((0, false), |kv| {
-                (kv.create_revision(), kv.value() == who.holder.as_bytes())
+                (kv.create_revision(), kv.value() == value.as_bytes())
             })
         });
         let first = reads
@@ -185,7 +204,16 @@ async fn take(
             .filter_map(|kvs| kvs.first())
             .map(KeyValue::create_revision)
             .min();
-        (revision(answer.header()), found, first)
+        // A permit's: every key of the name, its create revision and value.
+        let keys: Vec<(i64, Vec<u8>)> = match permits {
+            Some(_) => reads
+                .iter()
+                .flatten()
+                .map(|kv| (kv.create_revision(), kv.value().to_vec()))
+                .collect(),
+            None => Vec::new(),
+        };
+        (revision(answer.header()), found, first, keys)
     };
     let create_revision = match found {
         None => i64::try_from(token).unwrap_or(i64::MAX),
@@ -206,7 +234,18 @@ async fn take(
         // Made by an earlier try whose answer was lost.
         Some((found, _)) => found,
     };
-    let blocked = first.is_some_and(|first| first < create_revision);
+    let blocked = match permits {
+        Some(permits) => {
+            let before: Vec<&[u8]> = keys
+                .iter()
+                .filter(|(created, _)| *created < create_revision)
+                .map(|(_, value)| value.as_slice())
+                .collect();
+            !layout::admitted(before.into_iter(), permits)
+        }
+        None => first.is_some_and(|first| first < create_revision),
+    };
+    drop(keys);
     if let Some(write) = under {
         // Under this client's write: ours at once if the write's key is
         // still there now that ours is made (it keeps everyone else out).
@@ -220,17 +259,23 @@ async fn take(
         if request.once() {
             return Err(request.timed_out());
         }
-        // Wait for every key before ours that keeps us out to go.
+        // Wait for every key before ours that keeps us out to go (for a
+        // permit: for fewer than its bound before it).
         let turn = Turn {
             key: &key,
             session: &session,
             create_revision,
             blockers: &blockers,
         };
-        match wait_for_turn(etcd, request, &turn).await? {
-            Some(_) if side == Access::Read => {
-                // Readers let in by one release would share the read's
-                // revision: a write of its own gives each its token.
+        let waited = match permits {
+            Some(permits) => wait_for_permit(etcd, request, &turn, permits).await?,
+            None => wait_for_turn(etcd, request, &turn).await?,
+        };
+        match waited {
+            Some(_) if side == Access::Read || permits.is_some() => {
+                // Readers (or permits) let in by one release would share
+                // the read's revision: a write of its own gives each its
+                // token.
                 sent = Instant::now();
                 let bump = Txn::new()
                     .when([Compare::create_revision(
@@ -240,7 +285,7 @@ async fn take(
                     )])
                     .and_then([TxnOp::put(
                         key.as_str(),
-                        who.holder.as_str(),
+                        value.as_str(),
                         Some(PutOptions::new().with_ignore_lease()),
                     )]);
                 let bumped = etcd.kv(|mut kv| async move { kv.txn(bump).await }).await?;
@@ -285,7 +330,7 @@ async fn take(
             )])
             .and_then([TxnOp::put(
                 key.as_str(),
-                who.holder.as_str(),
+                value.as_str(),
                 Some(PutOptions::new().with_lease(granted.id())),
             )]);
         if !etcd
@@ -374,6 +419,59 @@ async fn wait_for_turn(
         let gone_at = wait_gone(etcd, request, &predecessor, predecessor_created).await?;
         if alone && !turn.session.is_lost() {
             return Ok(Some(u64::try_from(gone_at).unwrap_or(0)));
+        }
+    }
+}
+
+/// Waits until fewer than `permits` keys of the name were created before
+/// the permit's own, every one a permit's ([`layout::admitted`]): each
+/// time, a watch from now on the deletion of any key created before ours
+/// (one watch on the name's prefix, on the client's one stream; later
+/// keys wake nobody), then the keys before ours read once it is in place.
+/// Returns the revision of the read that let it in, or `None` when our
+/// key is gone.
+async fn wait_for_permit(
+    etcd: &Etcd,
+    request: &Request,
+    turn: &Turn<'_>,
+    permits: u32,
+) -> Result<Option<u64>, LockError> {
+    let prefix = layout::prefix(&request.name);
+    let mut broken = 0;
+    loop {
+        let mut watch = etcd
+            .watches
+            .watch_before(prefix.as_bytes(), turn.create_revision);
+        if next_within(&mut watch, request).await? == Note::Broken {
+            broken += 1;
+            pause_within(request.deadline, backoff(broken)).await;
+            continue;
+        }
+        let range = &turn.blockers[0];
+        let before = etcd_client::GetOptions::new()
+            .with_range(range.1.as_str())
+            .with_max_create_revision(turn.create_revision - 1);
+        let ours = Compare::create_revision(turn.key, CompareOp::Equal, turn.create_revision);
+        let read = Txn::new()
+            .when([ours])
+            .and_then([TxnOp::get(range.0.as_str(), Some(before))]);
+        let (found, at, admitted) = {
+            let answer = etcd.kv(|mut kv| async move { kv.txn(read).await }).await?;
+            let keys = reads(&answer);
+            let values: Vec<&[u8]> = keys.iter().flatten().map(KeyValue::value).collect();
+            let admitted = layout::admitted(values.into_iter(), permits);
+            (answer.succeeded(), revision(answer.header()), admitted)
+        };
+        if !found {
+            return Ok(None);
+        }
+        if admitted {
+            return Ok(Some(at));
+        }
+        // A deletion before ours (or a broken watch): look again.
+        if next_within(&mut watch, request).await? == Note::Broken {
+            broken += 1;
+            pause_within(request.deadline, backoff(broken)).await;
         }
     }
 }

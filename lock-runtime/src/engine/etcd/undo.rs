@@ -33,8 +33,11 @@ pub(crate) struct Made {
     /// its name with its holder id is its own (an earlier try's whose answer
     /// was lost).
     pub(super) sent: bool,
-    /// The hold it is for: its holder id is the value of the key it makes.
+    /// The hold it is for.
     pub(super) who: Arc<Who>,
+    /// The value of the key it makes: its holder id (a permit's with its
+    /// semaphore's bound, `layout::value`).
+    pub(super) value: String,
 }
 
 /// The undo deletes the key and revokes the fixed lease once the last
@@ -60,6 +63,7 @@ impl Undo for Made {
             answered: self.answered.take(),
             sent: self.sent,
             who: self.who.clone(),
+            value: self.value.clone(),
         })
     }
 
@@ -74,7 +78,7 @@ impl Undo for Made {
                     .when([Compare::value(
                         claim.key(),
                         CompareOp::Equal,
-                        self.who.holder.as_str(),
+                        self.value.as_str(),
                     )])
                     .and_then([TxnOp::delete(claim.key(), None)]);
                 let mut kv = etcd.client().kv_client();

@@ -31,6 +31,9 @@ enum Command {
         id: u64,
         key: Vec<u8>,
         from: i64,
+        /// A watch on every key under `key` (a prefix) whose deletion is
+        /// heard only for keys created before this revision.
+        before: Option<i64>,
         sink: Arc<Notes>,
     },
     Cancel {
@@ -138,6 +141,17 @@ impl Watches {
     /// now; such a watch is in step with etcd at once, while one from a
     /// past revision catches up in etcd's next sync round).
     pub(crate) fn watch(&self, key: &[u8], from: i64) -> Watch {
+        self.open(key, from, None)
+    }
+
+    /// Watches, from now, every key under `prefix` for the deletion of one
+    /// created before revision `before` (a permit's waiter: any key before
+    /// its own).
+    pub(crate) fn watch_before(&self, prefix: &[u8], before: i64) -> Watch {
+        self.open(prefix, 0, Some(before))
+    }
+
+    fn open(&self, key: &[u8], from: i64, before: Option<i64>) -> Watch {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let notes = Notes::new();
         // The task is gone only with the client's runtime: then the
@@ -146,6 +160,7 @@ impl Watches {
             id,
             key: key.to_owned(),
             from,
+            before,
             sink: notes.clone(),
         });
         if sent.is_err() {
@@ -168,6 +183,9 @@ struct Table {
     ids: HashMap<i64, u64>,
     /// Our watches: where their notes go, and etcd's id once created.
     sinks: HashMap<u64, (Arc<Notes>, Option<i64>)>,
+    /// The watches on a prefix: the revision before which a deleted key
+    /// must have been created to be heard.
+    before: HashMap<u64, i64>,
 }
 
 impl Drop for Table {
@@ -207,15 +225,22 @@ impl Table {
         let ours = *self.ids.get(&etcd_id)?;
         if answer.canceled() {
             self.ids.remove(&etcd_id);
+            self.before.remove(&ours);
             if let Some((sink, _)) = self.sinks.remove(&ours) {
                 sink.tell(Note::Broken);
             }
             return None;
         }
+        let before = self.before.get(&ours).copied();
         let deleted = answer
             .events()
             .iter()
             .filter(|e| e.event_type() == EventType::Delete)
+            .filter(|e| {
+                before.is_none_or(|before| {
+                    e.prev_kv().is_some_and(|kv| kv.create_revision() < before)
+                })
+            })
             .find_map(|e| e.kv().map(|kv| kv.mod_revision()));
         if let Some(revision) = deleted
             && let Some((sink, _)) = self.sinks.get(&ours)
@@ -254,9 +279,14 @@ async fn run(client: Client, mut inbox: mpsc::UnboundedReceiver<Command>) {
                 id,
                 key,
                 from,
+                before,
                 sink,
             })) => {
                 let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+                let options = match before {
+                    Some(_) => options.with_prefix().with_prev_key(),
+                    None => options,
+                };
                 let options = match from {
                     0 => options,
                     from => options.with_start_revision(from),
@@ -274,6 +304,9 @@ async fn run(client: Client, mut inbox: mpsc::UnboundedReceiver<Command>) {
                 if sent {
                     table.pending.push_back(id);
                     table.sinks.insert(id, (sink, None));
+                    if let Some(before) = before {
+                        table.before.insert(id, before);
+                    }
                 } else {
                     sink.tell(Note::Broken);
                     table.broken();
@@ -281,6 +314,7 @@ async fn run(client: Client, mut inbox: mpsc::UnboundedReceiver<Command>) {
                 }
             }
             Woken::Command(Some(Command::Cancel { id })) => {
+                table.before.remove(&id);
                 if let Some((_, Some(etcd_id))) = table.sinks.remove(&id) {
                     table.ids.remove(&etcd_id);
                     if let Some(stream) = stream.as_mut() {
