@@ -170,6 +170,32 @@ async fn every_metric_moves(store: &mut Store) {
     }
     assert_eq!(seen.gauge("lock_held{kind=multi}"), 0.0);
 
+    // Permits count as locks do, under kind semaphore (on the engines that
+    // keep them; the others refuse a permit before anything is counted).
+    match client.semaphore("m:7", 2).acquire().await {
+        Ok(first) => {
+            let second = other.semaphore("m:7", 2).acquire().await.unwrap();
+            assert!(client.semaphore("m:7", 2).try_acquire().await.unwrap().is_none());
+            seen.read(&snapshotter);
+            assert_eq!(seen.gauge("lock_held{kind=semaphore}"), 2.0);
+            assert_eq!(
+                seen.samples("lock_acquire_seconds{kind=semaphore,outcome=acquired}"),
+                2
+            );
+            assert_eq!(
+                seen.samples("lock_acquire_seconds{kind=semaphore,outcome=timeout}"),
+                1
+            );
+            first.release().await.unwrap();
+            second.release().await.unwrap();
+            seen.read(&snapshotter);
+            assert_eq!(seen.gauge("lock_held{kind=semaphore}"), 0.0);
+            assert_eq!(seen.samples("lock_held_seconds{kind=semaphore}"), 2);
+        }
+        Err(LockError::Unsupported { .. }) => {}
+        Err(e) => panic!("a free semaphore: {e}"),
+    }
+
     // A failure that is not a busy lock: the store is gone.
     store.stop();
     let failed = tokio::time::timeout(WITHIN, hasty.lock("m:9").wait(Duration::ZERO).acquire())
