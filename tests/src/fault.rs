@@ -53,6 +53,9 @@ pub struct Knobs {
     pub lease: Duration,
     /// The client's response timeout.
     pub response: Duration,
+    /// 0: the hot names are locks; N: semaphores of N permits (DESIGN
+    /// §11), and the ledger notes a section begun while N were open.
+    pub permits: u32,
 }
 
 /// A worker process and what it printed when its run was over.
@@ -86,6 +89,7 @@ impl Worker {
                 format!("wait_ms={}", knobs.wait.as_millis()),
                 format!("lease_ms={}", knobs.lease.as_millis()),
                 format!("response_ms={}", knobs.response.as_millis()),
+                format!("permits={}", knobs.permits),
             ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

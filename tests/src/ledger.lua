@@ -9,21 +9,31 @@
 -- ARGV[2]  the section id, <worker>:<n>
 -- ARGV[3]  begin: the guard's fencing token; end: '1' when the holder was
 --          told of a loss (lost() or a release error), else '0'
+-- ARGV[4]  begin: how many sections may be open at once on the name (1 for
+--          a lock; a semaphore's N, whose concurrent permits are fenced by
+--          nothing here: the storage cannot refuse one of N live holders)
 -- KEYS[4]  reported       SET of the section ids whose holder was told
 --
 -- Returns, for 'begin': 1 when the section may write, 0 when its token is
 -- below one already seen (the storage refuses it: nothing is written); for
 -- 'end': 1. A section ends before its guard is released; a loss that the
--- release reports comes as a second 'end' with '1'.
+-- release reports comes as a second 'end' with '1'. A section begun while
+-- the bound's number were open overlaps each of them (more than N at once).
 if ARGV[1] == 'begin' then
   local token = tonumber(ARGV[3])
-  local fence = tonumber(redis.call('get', KEYS[1]) or '0')
-  if token < fence then
-    return 0
+  local bound = tonumber(ARGV[4] or '1')
+  if bound == 1 then
+    local fence = tonumber(redis.call('get', KEYS[1]) or '0')
+    if token < fence then
+      return 0
+    end
+    redis.call('set', KEYS[1], ARGV[3])
   end
-  redis.call('set', KEYS[1], ARGV[3])
-  for _, other in ipairs(redis.call('hkeys', KEYS[2])) do
-    redis.call('rpush', KEYS[3], other .. ' ' .. ARGV[2])
+  local open = redis.call('hkeys', KEYS[2])
+  if #open >= bound then
+    for _, other in ipairs(open) do
+      redis.call('rpush', KEYS[3], other .. ' ' .. ARGV[2])
+    end
   end
   redis.call('hset', KEYS[2], ARGV[2], ARGV[3])
   return 1

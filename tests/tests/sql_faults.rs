@@ -59,6 +59,7 @@ fn knobs() -> Knobs {
         wait: Duration::from_secs(2),
         lease: Duration::from_secs(1),
         response: Duration::from_millis(500),
+        permits: 0,
     }
 }
 

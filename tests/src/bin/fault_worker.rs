@@ -5,7 +5,8 @@
 //! Arguments, `key=value`: `lock` (the lock server's URL, or a
 //! comma-separated list of cluster seeds with `cluster=1`), `ledger` (URL),
 //! `worker` (its name), `tasks`, `run_ms`, `wait_ms`, `lease_ms` (watchdog),
-//! `response_ms`.
+//! `response_ms`, `permits` (0: the hot names are locks; N: semaphores of
+//! N permits, and the ledger notes a section begun while N are open).
 //!
 //! It first prints `CLIENT <id>`, its client's id (the prefix of its holder
 //! ids). When the run is over it prints one line, `DONE key=value ...` (its
@@ -81,6 +82,7 @@ fn main() {
                     worker: arg("worker"),
                     task,
                     wait: ms("wait_ms"),
+                    permits: arg("permits").parse().expect("permits"),
                 };
                 tokio::spawn(work.run(deadline))
             })
@@ -114,6 +116,8 @@ struct Work {
     worker: String,
     task: usize,
     wait: Duration,
+    /// 0: locks; N: the hot names are semaphores of N permits.
+    permits: u32,
 }
 
 impl Work {
@@ -125,6 +129,7 @@ impl Work {
         what: &str,
         id: &str,
         value: &str,
+        bound: u32,
     ) -> i64 {
         ledger
             .key(&keys[0])
@@ -134,6 +139,7 @@ impl Work {
             .arg(what)
             .arg(id)
             .arg(value)
+            .arg(bound)
             .invoke_async(&mut self.ledger)
             .await
             .expect("the ledger answers")
@@ -154,6 +160,8 @@ impl Work {
             };
             let builder = if once && n.is_multiple_of(2) {
                 self.client.fair_lock(&name)
+            } else if !once && self.permits > 0 {
+                self.client.semaphore(&name, self.permits)
             } else {
                 self.client.lock(&name)
             };
@@ -183,8 +191,10 @@ impl Work {
                 "overlaps".to_owned(),
                 "reported".to_owned(),
             ];
+            // How many sections may be open at once on the name.
+            let bound = if !once && self.permits > 0 { self.permits } else { 1 };
             let began = self
-                .ledger_call(&ledger, &keys, "begin", &id, &guard.token().to_string())
+                .ledger_call(&ledger, &keys, "begin", &id, &guard.token().to_string(), bound)
                 .await;
             if began == 1 {
                 // The critical section: long enough for faults to land in it.
@@ -197,13 +207,15 @@ impl Work {
             // after it.
             let lost = guard.is_lost();
             if began == 1 {
-                self.ledger_call(&ledger, &keys, "end", &id, if lost { "1" } else { "0" })
+                let told = if lost { "1" } else { "0" };
+                self.ledger_call(&ledger, &keys, "end", &id, told, bound)
                     .await;
                 self.counts.sections.fetch_add(1, Ordering::SeqCst);
             }
             let released = guard.release().await;
             if began == 1 && released.is_err() && !lost {
-                self.ledger_call(&ledger, &keys, "end", &id, "1").await;
+                self.ledger_call(&ledger, &keys, "end", &id, "1", bound)
+                    .await;
             }
             let reported = lost || released.is_err();
             if reported {
