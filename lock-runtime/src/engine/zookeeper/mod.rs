@@ -60,6 +60,7 @@
 mod hold;
 mod layout;
 mod ops;
+mod permit;
 mod session;
 mod take;
 mod undo;
@@ -79,6 +80,7 @@ crate::engine::seam::engine_by_parts!(
     acquire |zk, alive, request| crate::kept::acquire(alive, zk, request),
     renewed |zk| zk.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
+    semaphores true,
 );
 
 use crate::config::Config;
