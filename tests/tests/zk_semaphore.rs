@@ -154,8 +154,9 @@ async fn waiters_of_both_queue_in_one_mutex_and_all_get_in() {
         line(&zk, "pool").await.len() == 3
     })
     .await;
-    // The first waiter holds the mutex and has a lease that waits.
-    assert_eq!(leases(&zk, "pool").await.len(), 2);
+    // The first waiter holds the mutex and has a lease that waits (the
+    // others' leases, made before they saw the mutex taken, go at once).
+    until_leases(&zk, "pool", 2).await;
     let (got, ()) = tokio::join!(curator.semaphore_acquire(path, 1, 60_000), async {
         eventually("Curator in the mutex's line", LONG, || async {
             line(&zk, "pool").await.len() == 4
