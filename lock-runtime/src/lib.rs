@@ -282,7 +282,17 @@
 //!   that dies is bounded by the session timeout). Every lock is FIFO;
 //!   quorum locks and replica sync are [`LockError::Unsupported`]; a lock
 //!   name must not contain `/`, nor (ZooKeeper's own refusal) a character
-//!   past U+FFFF such as an emoji.
+//!   past U+FFFF such as an emoji. Semaphores keep the layout of Curator's
+//!   `InterProcessSemaphoreV2` (its `locks` mutex and its `leases` under
+//!   the name's node), so Curator's semaphores and ours share one bound: a
+//!   permit is in once the leases number at most its N, and the
+//!   acquisition that waits for room keeps the mutex meanwhile, the others
+//!   queuing behind it in arrival order. A permit's token is its lease's
+//!   `czxid`. `try_acquire` finds no permit while another acquisition
+//!   keeps the mutex (as Curator's zero wait does); `inspect` counts a
+//!   Curator client's waiting lease as a holder (it looks held). A name is
+//!   one kind: a lock's contenders refuse a permit and a semaphore's
+//!   leases refuse a lock ([`LockError::WrongType`]).
 //! - `postgres://user:password@h:p/db` (`postgresql://` too; feature
 //!   `postgres`): PostgreSQL, a row per held lock in one table with
 //!   ShedLock's columns plus `fence` (`?table=NAME`, default

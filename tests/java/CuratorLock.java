@@ -12,6 +12,8 @@
 //   write_acquire <path> <ms>   InterProcessReadWriteLock(path).writeLock() -> acquired | timeout
 //   read_release <path>         ... readLock().release()                -> ok
 //   write_release <path>        ... writeLock().release()               -> ok
+//   sem_acquire <path> <n> <ms> InterProcessSemaphoreV2(path, n).acquire(ms) -> acquired | timeout
+//   sem_release <path>          closes the oldest lease it holds on path -> ok
 //
 // Any failure is `error <one line>`. One lock object per path and kind is kept
 // for the whole run, so a second acquire re-enters (Curator's locks are
@@ -21,6 +23,8 @@
 // the close): a test process that dies never leaves it behind.
 
 import java.io.BufferedReader;
+import java.util.ArrayDeque;
+import java.util.Deque;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
@@ -32,12 +36,16 @@ import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
 public final class CuratorLock {
     private final CuratorFramework client;
     private final Map<String, InterProcessMutex> mutexes = new HashMap<>();
     private final Map<String, InterProcessReadWriteLock> readWrite = new HashMap<>();
+    private final Map<String, InterProcessSemaphoreV2> semaphores = new HashMap<>();
+    private final Map<String, Deque<Lease>> leases = new HashMap<>();
 
     private CuratorLock(CuratorFramework client) {
         this.client = client;
@@ -155,6 +163,23 @@ public final class CuratorLock {
                 need(words, 2);
                 readWrite(words[1]).writeLock().release();
                 return "ok";
+            case "sem_acquire":
+                need(words, 4);
+                Lease lease = semaphore(words[1], Integer.parseInt(words[2]))
+                        .acquire(Long.parseLong(words[3]), TimeUnit.MILLISECONDS);
+                if (lease == null) {
+                    return "timeout";
+                }
+                leases.computeIfAbsent(words[1], p -> new ArrayDeque<>()).addLast(lease);
+                return "acquired";
+            case "sem_release":
+                need(words, 2);
+                Deque<Lease> held = leases.get(words[1]);
+                if (held == null || held.isEmpty()) {
+                    return "error no lease held on " + words[1];
+                }
+                held.removeFirst().close();
+                return "ok";
             default:
                 return "error unknown command " + command;
         }
@@ -166,6 +191,11 @@ public final class CuratorLock {
 
     private InterProcessReadWriteLock readWrite(String path) {
         return readWrite.computeIfAbsent(path, p -> new InterProcessReadWriteLock(client, p));
+    }
+
+    private InterProcessSemaphoreV2 semaphore(String path, int permits) {
+        return semaphores.computeIfAbsent(path + " " + permits,
+                k -> new InterProcessSemaphoreV2(client, path, permits));
     }
 
     private static String acquired(boolean acquired) {

@@ -81,8 +81,8 @@ pub fn sequence_of(name: &str) -> u64 {
 }
 
 /// Apache Curator (5.4) as a child JVM the test drives: one
-/// `CuratorFramework` on the given servers, with `InterProcessMutex` and
-/// `InterProcessReadWriteLock` per path (`tests/java/CuratorLock.java`,
+/// `CuratorFramework` on the given servers, with `InterProcessMutex`,
+/// `InterProcessReadWriteLock` and `InterProcessSemaphoreV2` per path (`tests/java/CuratorLock.java`,
 /// compiled on first use). Each method writes one command line to its stdin
 /// and awaits its one answer line, never blocking the runtime.
 ///
@@ -178,6 +178,26 @@ impl Curator {
     /// `InterProcessReadWriteLock(path).writeLock().release()`.
     pub async fn write_release(&mut self, path: &str) {
         self.release_as("write_release", path).await;
+    }
+
+    /// `InterProcessSemaphoreV2(path, permits).acquire(timeout_ms,
+    /// MILLISECONDS)`: true when it got a lease (kept until
+    /// [`semaphore_release`](Self::semaphore_release)), false on timeout.
+    /// Unlike the locks, every acquire is a lease of its own.
+    pub async fn semaphore_acquire(&mut self, path: &str, permits: u32, timeout_ms: u64) -> bool {
+        let line = format!("sem_acquire {path} {permits} {timeout_ms}");
+        let within = Duration::from_millis(timeout_ms) + Duration::from_secs(30);
+        match self.call(&line, within).await.as_str() {
+            "acquired" => true,
+            "timeout" => false,
+            other => self.fail(&format!("`{line}` answered `{other}`")),
+        }
+    }
+
+    /// Closes the oldest lease the driver holds on semaphore `path`.
+    /// Panics when it holds none.
+    pub async fn semaphore_release(&mut self, path: &str) {
+        self.release_as("sem_release", path).await;
     }
 
     /// Sends one raw command line (see `tests/java/CuratorLock.java`) and

@@ -14,6 +14,17 @@
 //! "protected" prefix, a fresh one per create: a create whose answer was
 //! lost is found again by it. Curator sorts children on what follows the
 //! marker (`lock-`, `__READ__`, `__WRIT__`), which is the sequence; so do we.
+//!
+//! A semaphore `name` is Curator's `InterProcessSemaphoreV2` at the same
+//! node `<root>/<name>`: two children of it, made as containers,
+//!
+//! | child | what | its children |
+//! | --- | --- | --- |
+//! | `locks` | the mutex that lets one acquisition at a time add a lease (an `InterProcessMutex`) | `_c_<uuid>-lock-<seq>`, as a lock's mutex contenders |
+//! | `leases` | the permits | `_c_<uuid>-lease-<seq>`, one per permit held, and one for the acquisition that holds the mutex while it waits for room |
+//!
+//! Neither name is a contender's, so a lock's contenders and a
+//! semaphore's children never pass for each other.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -54,6 +65,40 @@ pub(crate) fn waits_for(side: Access, other: Access) -> bool {
 /// Curator's protected prefix, before the create's id.
 const PROTECTED: &str = "_c_";
 
+/// The child of a semaphore's node that is its mutex (Curator's
+/// `InterProcessSemaphoreV2`).
+pub(crate) const LOCKS: &str = "locks";
+/// The child of a semaphore's node whose children are its leases.
+pub(crate) const LEASES: &str = "leases";
+/// The name of a lease before its sequence (Curator's).
+const LEASE: &str = "lease-";
+
+/// The path a lease is created at under `leases` (the semaphore's
+/// `leases` node), with the protected `id`.
+pub(crate) fn lease_path(leases: &str, id: &str) -> String {
+    format!("{leases}/{PROTECTED}{id}-{LEASE}")
+}
+
+/// The leases among `children` (of a semaphore's `leases` node), in
+/// sequence order: a child whose name does not end in `lease-<digits>` is
+/// none (Curator writes nothing else there).
+pub(crate) fn leases(children: &[String]) -> Vec<&str> {
+    let sequence = |child: &str| {
+        let at = child.rfind(LEASE)?;
+        let digits = &child[at + LEASE.len()..];
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        digits.parse::<i64>().ok()
+    };
+    let mut found: Vec<(i64, &str)> = children
+        .iter()
+        .filter_map(|c| Some((sequence(c)?, c.as_str())))
+        .collect();
+    found.sort_unstable();
+    found.into_iter().map(|(_, c)| c).collect()
+}
+
 /// One contender: its child name, side and sequence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Contender {
@@ -80,14 +125,15 @@ impl Contender {
             sequence: digits.parse().ok()?,
         })
     }
+}
 
-    /// Whether this child was made by the create with protected `id`.
-    pub(crate) fn made_by(&self, id: &str) -> bool {
-        self.child
-            .strip_prefix(PROTECTED)
-            .and_then(|rest| rest.strip_prefix(id))
-            .is_some_and(|rest| rest.starts_with('-'))
-    }
+/// Whether `child` (a contender, a lease, any protected child) was made by
+/// the create with protected `id`.
+pub(crate) fn made_by(child: &str, id: &str) -> bool {
+    child
+        .strip_prefix(PROTECTED)
+        .and_then(|rest| rest.strip_prefix(id))
+        .is_some_and(|rest| rest.starts_with('-'))
 }
 
 /// The contenders among `children`, in sequence order.
@@ -209,8 +255,8 @@ mod tests {
     fn children_are_read_as_curator_writes_them() {
         let mutex = Contender::of("_c_0f3c-9a-lock-0000000012").unwrap();
         assert_eq!((mutex.side, mutex.sequence), (Access::Mutex, 12));
-        assert!(mutex.made_by("0f3c-9a"));
-        assert!(!mutex.made_by("0f3c-9b"));
+        assert!(made_by(&mutex.child, "0f3c-9a"));
+        assert!(!made_by(&mutex.child, "0f3c-9b"));
         let read = Contender::of("_c_ab-__READ__0000000003").unwrap();
         assert_eq!((read.side, read.sequence), (Access::Read, 3));
         let write = Contender::of("_c_ab-__WRIT__0000000004").unwrap();
@@ -218,7 +264,34 @@ mod tests {
         // An unprotected Curator child (protection off) still counts.
         assert_eq!(Contender::of("lock-0000000007").unwrap().sequence, 7);
         assert_eq!(Contender::of("leases"), None);
+        assert_eq!(Contender::of(LOCKS), None);
+        assert_eq!(Contender::of("_c_ab-lease-0000000002"), None);
         assert_eq!(Contender::of("_c_ab-lock-"), None);
+    }
+
+    #[test]
+    fn leases_are_read_as_curator_writes_them() {
+        let children: Vec<String> = [
+            "_c_b-lease-0000000011",
+            "_c_a-lease-0000000002",
+            "lease-0000000007",
+            "stray",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(
+            leases(&children),
+            [
+                "_c_a-lease-0000000002",
+                "lease-0000000007",
+                "_c_b-lease-0000000011"
+            ]
+        );
+        assert_eq!(
+            lease_path("/locks/api/leases", "ab"),
+            "/locks/api/leases/_c_ab-lease-"
+        );
+        assert!(made_by("_c_ab-lease-0000000002", "ab"));
     }
 
     #[test]

@@ -46,6 +46,47 @@
 //!   create whose answer was lost is found again by its `_c_<uuid>` prefix
 //!   (Curator's "protected" mode) and deleted.
 //!
+//! # Semaphores
+//!
+//! Semaphore `name` (DESIGN §11) is Curator's `InterProcessSemaphoreV2` at
+//! the same node `<root>/<name>` (see `layout` and `permit`): a mutex
+//! `locks` (an `InterProcessMutex`, `_c_<uuid>-lock-<seq>` children) and
+//! `leases`, whose `EPHEMERAL_SEQUENTIAL` children `_c_<uuid>-lease-<seq>`
+//! are the permits (data as a lock's contender's). Curator's semaphores
+//! and ours count the same leases under the same mutex, so they share the
+//! bound.
+//!
+//! - **Taking a permit.** The mutex first, then a lease; the permit is in
+//!   once the leases number at most its N (each acquisition its own: a
+//!   client on a larger N gets in where a smaller one waits). Meanwhile the
+//!   acquisition keeps the mutex and waits on a watch of the leases (woken
+//!   by any change, no polling); every other acquisition, ours or Curator's,
+//!   queues in the mutex, in arrival order. The mutex goes once the permit
+//!   is in, before the guard is handed out, as Curator releases it. The
+//!   first round trip sends the mutex's node and the lease together; a
+//!   lease made before the mutex was ours is deleted at once (it can only
+//!   make others count more).
+//! - **Each permit a hold.** One lease per permit, no process queue; a
+//!   re-entry in its scope writes its lease (a token of its own). Lease,
+//!   watchdog, loss, release and `hold_at_least` are a lock's (above).
+//! - **Fencing token.** The lease's `czxid`: leases are made one at a time
+//!   under the mutex, so tokens rise with every permit of the name.
+//! - **`try_acquire`** finds no permit while another acquisition holds the
+//!   mutex (as Curator's zero wait).
+//! - **`inspect`** lists the leases as holders, each with its token and
+//!   term, but the lease of ours that waits for room (its holder id is the
+//!   mutex's holder's); a Curator client's waiting lease looks held and
+//!   counts as a holder. The queue is the mutex's line. **`force_unlock`**
+//!   deletes the leases `inspect` lists: the waiter in the mutex gets in,
+//!   then the next ones.
+//! - **One kind per name.** A lock's contenders at the name refuse a
+//!   permit, and leases refuse a lock, with [`LockError::WrongType`]: each
+//!   try reads the other's nodes after making its own, so of two made at
+//!   once at least one sees the other.
+//! - **Cancellation.** A dropped or failed acquisition deletes its lease
+//!   and its mutex node (found by their protected prefixes when an answer
+//!   was lost).
+//!
 //! Quorum locks and replica sync are [`LockError::Unsupported`]: ZooKeeper
 //! writes through a quorum already.
 //!
@@ -60,6 +101,7 @@
 mod hold;
 mod layout;
 mod ops;
+mod permit;
 mod session;
 mod take;
 mod undo;
@@ -79,6 +121,7 @@ crate::engine::seam::engine_by_parts!(
     acquire |zk, alive, request| crate::kept::acquire(alive, zk, request),
     renewed |zk| zk.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
+    semaphores true,
 );
 
 use crate::config::Config;

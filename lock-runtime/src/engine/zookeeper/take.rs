@@ -20,7 +20,7 @@ use crate::error::LockError;
 use crate::holder::Who;
 use crate::kept::Access;
 use crate::kept::{Taking, listed};
-use crate::request::{Request, within};
+use crate::request::{Kind, Request, within};
 
 /// A hold taken in ZooKeeper.
 type Taken = crate::kept::Taken<()>;
@@ -41,6 +41,7 @@ impl Taking for Zk {
         Made {
             zk: self.clone(),
             node: None,
+            mutex: None,
         }
     }
 
@@ -89,6 +90,9 @@ async fn take(
     under: Option<&Arc<Record>>,
     pending: &mut Made,
 ) -> Result<Taken, LockError> {
+    if let Kind::Semaphore(permits) = request.kind {
+        return super::permit::take(zk, request, who, permits, pending).await;
+    }
     let holder = who.holder.as_str();
     // An earlier try's node (its answer lost, or its session gone) first.
     // Cleared by reference: dropped meanwhile, the acquisition's undo
@@ -152,6 +156,16 @@ async fn take(
             }
         }
     };
+    // A semaphore's leases at the name keep every lock out (a permit's
+    // try looks for contenders in turn): one kind per name.
+    let leased = listed.as_ref().map_or(true, |(children, _)| {
+        children.iter().any(|c| c == layout::LEASES)
+    });
+    if leased && super::permit::any_lease(zk, &session, &lock).await? {
+        return Err(LockError::WrongType {
+            name: name.to_owned(),
+        });
+    }
     // Alone, the read's `pzxid` is the token (see [`first_in_line`]),
     // ours alone: the hold begins there, after every earlier holder's
     // end, and no reader let in with ours shares it.
@@ -287,7 +301,7 @@ fn first_in_line(children: &[String], ours: &Contender, stat: &zk::Stat) -> Opti
 /// the last one that does and reads the children again once it is gone
 /// (no herd). Returns the token ([`first_in_line`]), or `None` when our
 /// node is gone.
-async fn wait_for_turn(
+pub(super) async fn wait_for_turn(
     zk: &Zk,
     session: &Session,
     request: &Request,
@@ -343,7 +357,7 @@ async fn wait_for_turn(
 
 /// The error of a waiter whose session ended or counts as lost: it tries
 /// again on a new session (its node is cleared first).
-fn session_ended(request: &Request, why: &str) -> LockError {
+pub(super) fn session_ended(request: &Request, why: &str) -> LockError {
     LockError::Store {
         engine: super::ENGINE,
         message: format!("lock `{}`: the waiter stopped waiting: {why}", request.name),

@@ -1,11 +1,12 @@
 //! The undoing of an acquisition on ZooKeeper that failed or was dropped
-//! ([`Made`]): the node it made, or may have made, deleted.
+//! ([`Made`]): the nodes it made, or may have made, deleted (a lock's
+//! contender; a permit's lease and its place in the semaphore's mutex).
 
 use std::sync::Arc;
 
 use zookeeper_client as zk;
 
-use super::layout::Contender;
+use super::layout::made_by;
 use super::session::Session;
 use super::{Zk, store_error};
 use crate::error::LockError;
@@ -23,42 +24,64 @@ pub(super) struct Node {
     pub(super) child: Option<String>,
 }
 
-/// What an acquisition has made so far (see [`Pending`]): its node,
-/// deleted by the undo while its session lives.
+/// What an acquisition has made so far (see [`Pending`]): its node (a
+/// lock's contender, a permit's lease) and, for a permit, its node in the
+/// semaphore's mutex; deleted by the undo while their session lives.
+///
+/// [`Pending`]: crate::kept::undo::Pending
 pub(crate) struct Made {
     pub(super) zk: Arc<Zk>,
     pub(super) node: Option<Node>,
+    /// A permit's node in the semaphore's `locks` mutex: left here when
+    /// its delete fails once the permit is in, for the undo to finish.
+    pub(super) mutex: Option<Node>,
 }
 
 impl Undo for Made {
     fn take(&mut self) -> Option<Made> {
-        let node = self.node.take()?;
+        if self.node.is_none() && self.mutex.is_none() {
+            return None;
+        }
         Some(Made {
             zk: self.zk.clone(),
-            node: Some(node),
+            node: self.node.take(),
+            mutex: self.mutex.take(),
         })
     }
 
     async fn clear(&mut self) -> Result<(), LockError> {
-        match &self.node {
-            Some(node) => clear(&self.zk, node).await,
-            None => Ok(()),
+        // The lease first: a permit's place in the mutex keeps the other
+        // acquisitions from counting leases until its lease is gone.
+        if let Some(node) = &self.node {
+            clear(&self.zk, node).await?;
+            self.node = None;
         }
+        if let Some(mutex) = &self.mutex {
+            clear(&self.zk, mutex).await?;
+            self.mutex = None;
+        }
+        Ok(())
     }
 
     fn may_outlive(&self) -> bool {
-        self.node.as_ref().is_some_and(|n| !n.session.is_lost())
+        [&self.node, &self.mutex]
+            .into_iter()
+            .flatten()
+            .any(|n| !n.session.is_lost())
     }
 
     fn what(&self) -> String {
-        self.node
-            .as_ref()
-            .map_or_else(String::new, |n| n.lock.clone())
+        [&self.node, &self.mutex]
+            .into_iter()
+            .flatten()
+            .map(|n| n.lock.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
 /// Deletes the node `made` made: by its name when its create's answer is
-/// in, else every child of the lock with its protected id (none when the
+/// in, else every child of its parent with its protected id (none when the
 /// create never landed). Requests of one session are served in order, so
 /// a create sent before this is seen by it. Nothing to do on a session
 /// that is over (its nodes went with it). A session that cannot (the
@@ -97,7 +120,7 @@ async fn clear_on(zk: &Zk, made: &Node, session: &Session) -> Result<(), zk::Err
         {
             Ok(children) => children
                 .into_iter()
-                .filter(|c| Contender::of(c).is_some_and(|c| c.made_by(&made.id)))
+                .filter(|c| made_by(c, &made.id))
                 .collect(),
             // No lock node: no child either.
             Err(zk::Error::NoNode) => Vec::new(),
