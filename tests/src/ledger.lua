@@ -4,7 +4,9 @@
 --
 -- KEYS[1]  fence:{name}   the highest token that has begun a section
 -- KEYS[2]  open:{name}    HASH of the sections open now: id -> token
--- KEYS[3]  overlaps       LIST of "<id> <id>": sections that were open at once
+-- KEYS[3]  overlaps       LIST of "<id> <id>": sections that were open at
+--                         once (for a bound N above 1: "<id> ... <id>",
+--                         the N + 1 or more open at once)
 -- ARGV[1]  'begin' or 'end'
 -- ARGV[2]  the section id, <worker>:<n>
 -- ARGV[3]  begin: the guard's fencing token; end: '1' when the holder was
@@ -30,10 +32,14 @@ if ARGV[1] == 'begin' then
     redis.call('set', KEYS[1], ARGV[3])
   end
   local open = redis.call('hkeys', KEYS[2])
-  if #open >= bound then
+  if bound == 1 then
     for _, other in ipairs(open) do
       redis.call('rpush', KEYS[3], other .. ' ' .. ARGV[2])
     end
+  elseif #open >= bound then
+    -- More than the bound at once: one entry naming them all, this one
+    -- last (told to any of them, it was reported).
+    redis.call('rpush', KEYS[3], table.concat(open, ' ') .. ' ' .. ARGV[2])
   end
   redis.call('hset', KEYS[2], ARGV[2], ARGV[3])
   return 1

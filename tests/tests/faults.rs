@@ -82,7 +82,11 @@ async fn holder_of_a_hot_lock(server: &Server, workers: &[Worker]) -> Option<usi
     for k in 0..4 {
         let name = format!("hot:{k}");
         let mut holders: Vec<String> = raw.hkeys(&name).await.unwrap_or_default();
-        holders.extend(raw.zrange::<_, Vec<String>>(&name, 0, -1).await.unwrap_or_default());
+        holders.extend(
+            raw.zrange::<_, Vec<String>>(&name, 0, -1)
+                .await
+                .unwrap_or_default(),
+        );
         for holder in holders {
             if let Some(i) = workers.iter().position(|w| holder.starts_with(&w.id)) {
                 return Some(i);

@@ -192,9 +192,20 @@ impl Work {
                 "reported".to_owned(),
             ];
             // How many sections may be open at once on the name.
-            let bound = if !once && self.permits > 0 { self.permits } else { 1 };
+            let bound = if !once && self.permits > 0 {
+                self.permits
+            } else {
+                1
+            };
             let began = self
-                .ledger_call(&ledger, &keys, "begin", &id, &guard.token().to_string(), bound)
+                .ledger_call(
+                    &ledger,
+                    &keys,
+                    "begin",
+                    &id,
+                    &guard.token().to_string(),
+                    bound,
+                )
                 .await;
             if began == 1 {
                 // The critical section: long enough for faults to land in it.

@@ -175,7 +175,14 @@ async fn every_metric_moves(store: &mut Store) {
     match client.semaphore("m:7", 2).acquire().await {
         Ok(first) => {
             let second = other.semaphore("m:7", 2).acquire().await.unwrap();
-            assert!(client.semaphore("m:7", 2).try_acquire().await.unwrap().is_none());
+            assert!(
+                client
+                    .semaphore("m:7", 2)
+                    .try_acquire()
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
             seen.read(&snapshotter);
             assert_eq!(seen.gauge("lock_held{kind=semaphore}"), 2.0);
             assert_eq!(
