@@ -110,7 +110,7 @@ crate::engine::seam::engine_by_parts!(
     acquire |pg, alive, request| crate::kept::acquire(alive, pg, request),
     renewed |pg| pg.common.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
-    schema ddl,
+    schema ddl, semaphores true,
 );
 
 use crate::config::Config;
@@ -251,6 +251,9 @@ pub(crate) struct Pg {
     /// Whether the line of fair and read-write locks is there (made, or
     /// this role may not make it: then those are [`LockError::Config`]).
     pub(crate) lined: bool,
+    /// Whether the permits table of semaphores is there (made, or this
+    /// role may not make it: then permits are [`LockError::Config`]).
+    pub(crate) permitted: bool,
     /// The connections of the client's own runtime.
     home: Arc<Slots>,
     /// Per caller runtime, connections of its own.
@@ -297,7 +300,7 @@ impl Pg {
                 .map_err(|e| connect_failed(&site, &e))?;
             let Connected { client, connection } = first;
             tokio::spawn(connection);
-            let (longest, lined) = prepare_table(&client, &site).await?;
+            let (longest, lined, permitted) = prepare_table(&client, &site).await?;
             let statements =
                 layout::Statements::new(&site.table, site.keep_rows, config.watchdog_timeout);
             let listen_at = site.connect.clone();
@@ -311,6 +314,7 @@ impl Pg {
                 statements,
                 longest,
                 lined,
+                permitted,
                 home: Arc::new(Slots::new(HOME_POOL)),
                 listener,
                 channel: site.table.channel(),
@@ -333,6 +337,12 @@ impl Pg {
     pub(crate) fn no_line(&self) -> LockError {
         let table = &self.site.table;
         crate::engine::sql::queue::no_line(&table.queue().quoted(Q), &table.queue_ddl())
+    }
+
+    /// The error of a permit on a client without a permits table.
+    pub(crate) fn no_permits(&self) -> LockError {
+        let table = &self.site.table;
+        crate::engine::sql::permits::no_permits(&table.permits().quoted(Q), &table.permits_ddl())
     }
 
     /// The table's announcement channel.
