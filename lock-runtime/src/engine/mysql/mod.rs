@@ -64,7 +64,24 @@
 //!
 //! `fair_lock` and `read_write_lock` keep a line of tickets beside the
 //! lock table (`<table>_queue`; see `engine::sql::queue`), and their
-//! waiters poll it. Quorum locks are [`LockError::Unsupported`] on this
+//! waiters poll it.
+//!
+//! Semaphores keep one row per permit beside the lock table
+//! (`<table>_permits`, its primary key the name and a slot `0..N`; see
+//! `engine::sql::permits`), and hold their name's row in the lock table
+//! together (its holder ` permits`, its `fence` the name's counter). A
+//! permit takes three statements on the acquisition's connection: an
+//! `INSERT ... SELECT` of the lowest slot below the bound that no live
+//! permit holds (the holder's own first; an expired permit's taken over
+//! by `ON DUPLICATE KEY UPDATE`), whose key keeps a second holder out;
+//! then the name's row, taken as the readers take theirs (its token the
+//! last insert id), the slot given back when another kind holds the
+//! name; then the token written into the permit. A release deletes the
+//! permit; the last frees the name's row. A client's waiters of one name
+//! queue in the process; the head polls as a plain waiter does (capped,
+//! never past the first permit's end or its deadline).
+//!
+//! Quorum locks are [`LockError::Unsupported`] on this
 //! engine, as is replica sync.
 
 mod conn;

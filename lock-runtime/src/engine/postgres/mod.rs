@@ -80,7 +80,25 @@
 //!
 //! `fair_lock` and `read_write_lock` keep a line of tickets beside the
 //! lock table (`<table>_queue`; see `engine::sql::queue`), and their
-//! waiters poll it. Quorum locks are [`LockError::Unsupported`] on this
+//! waiters poll it.
+//!
+//! Semaphores keep one row per permit beside the lock table
+//! (`<table>_permits`, its primary key the name and a slot `0..N`; see
+//! `engine::sql::permits`), and hold their name's row in the lock table
+//! together (its holder ` permits`, its `fence` the name's counter). One
+//! statement admits a permit: under the name's transaction lock it picks
+//! the lowest slot below the bound that no live permit holds (the
+//! holder's own first), takes the name's row (made, taken over when free,
+//! or shared: its end the latest, its token raised), and inserts the
+//! permit into its slot (an expired permit's taken over) with that token,
+//! dropping the waiter's registration; the slot's key is what keeps a
+//! second holder out, whatever the statement's snapshot saw. A release
+//! deletes the permit and announces the name to its registered waiters;
+//! the last frees the name's row. A client's waiters of one name queue in
+//! the process; the head registers and sleeps until an announcement, the
+//! first permit's end, or its deadline.
+//!
+//! Quorum locks are [`LockError::Unsupported`] on this
 //! engine, as is replica sync.
 //! A failover of the database to an asynchronous replica can lose or
 //! duplicate a hold, as with Redis: the guard learns it at its next
