@@ -53,7 +53,7 @@ on_postgres_and_mysql!(
     a_permit_whose_lease_ran_out_is_reclaimed_in_its_slot,
 );
 
-async fn client<D: Database>(url: &str) -> LockClient {
+async fn client(url: &str) -> LockClient {
     LockClient::connect(Config::new(url))
         .await
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
@@ -82,7 +82,7 @@ async fn the_permits_table_is_made_beside_the_lock_table_and_printed_by_schema<D
     server: &SqlServer<D>,
 ) {
     let url = format!("{}?table=job_locks", server.url());
-    let c = client::<D>(&url).await;
+    let c = client(&url).await;
     assert_eq!(
         columns(server, "job_locks_permits"),
         "fence\nlock_until\nlocked_at\nlocked_by\nname\nslot"
@@ -145,7 +145,7 @@ async fn many_acquirers_on_several_clients_never_hold_more_than_n_permits<D: Dat
     const PERMITS: usize = 3;
     let mut clients = Vec::new();
     for _ in 0..4 {
-        clients.push(client::<D>(&server.url()).await);
+        clients.push(client(&server.url()).await);
     }
     let live = format!("name = 'pool' AND lock_until > {}", D::UTC_NOW);
     let done = AtomicBool::new(false);
@@ -214,7 +214,7 @@ async fn many_acquirers_on_several_clients_never_hold_more_than_n_permits<D: Dat
 /// slot over, in one attempt, and the table holds one permit of the name,
 /// the new one.
 async fn a_permit_whose_lease_ran_out_is_reclaimed_in_its_slot<D: Database>(server: &SqlServer<D>) {
-    let c = client::<D>(&server.url()).await;
+    let c = client(&server.url()).await;
     let ago = format!("{} - INTERVAL '1' SECOND", D::UTC_NOW);
     server.sql(&format!(
         "INSERT INTO distributed_locks_permits (name, slot, lock_until, locked_at, locked_by, fence) \
@@ -227,7 +227,7 @@ async fn a_permit_whose_lease_ran_out_is_reclaimed_in_its_slot<D: Database>(serv
         format!("0{}{}", sep::<D>(), permit.holder_id())
     );
     // Its bound is 1: nobody else gets in while it lives.
-    let other = client::<D>(&server.url()).await;
+    let other = client(&server.url()).await;
     assert!(
         other
             .semaphore("import", 1)

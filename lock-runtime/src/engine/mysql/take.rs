@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::future::Either;
 use tokio::time::Instant;
 
 use mysql_async::Row;
@@ -227,11 +229,11 @@ impl SqlTaking for My {
         holder: &'a str,
         made: &'a mut Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        async move {
-            match request.kind {
-                Kind::Semaphore(permits) => take_permit(self, request, holder, made, permits).await,
-                _ => take(self, request, holder, made).await,
+        match request.kind {
+            Kind::Semaphore(permits) => {
+                Either::Left(take_permit(self, request, holder, made, permits))
             }
+            _ => Either::Right(take(self, request, holder, made)),
         }
     }
 

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::future::Either;
 use tokio::time::Instant;
 
 use super::{Conn, ENGINE, Interval, Pg, Prepared, layout};
@@ -216,11 +218,11 @@ impl SqlTaking for Pg {
         holder: &'a str,
         made: &'a mut Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        async move {
-            match request.kind {
-                Kind::Semaphore(permits) => take_permit(self, request, holder, made, permits).await,
-                _ => take(self, request, holder, made).await,
+        match request.kind {
+            Kind::Semaphore(permits) => {
+                Either::Left(take_permit(self, request, holder, made, permits))
             }
+            _ => Either::Right(take(self, request, holder, made)),
         }
     }
 
