@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lock_runtime::{Config, LockClient, LockError};
+use lock_runtime::{Config, LockClient, LockError, LockKind};
 use tests::mariadb::Maria;
 use tests::postgres::Pg;
 use tests::sql_server::{Database, SqlServer};
@@ -98,6 +98,19 @@ async fn the_permits_table_is_made_beside_the_lock_table_and_printed_by_schema<D
         server.sql("SELECT locked_by FROM job_locks WHERE name = 'nightly'"),
         " permits"
     );
+    // Listed as a semaphore, beside a lock, with the permit's token.
+    let lock = c.lock("weekly").acquire().await.unwrap();
+    let listed = c.locks("*ly").await.unwrap();
+    let kinds: Vec<(&str, LockKind)> = listed.iter().map(|l| (l.name.as_str(), l.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("nightly", LockKind::Semaphore),
+            ("weekly", LockKind::Reentrant)
+        ]
+    );
+    assert_eq!(listed[0].holders[0].token, Some(permit.token()));
+    lock.release().await.unwrap();
     permit.release().await.unwrap();
     assert_eq!(count(server, "job_locks_permits", "1 = 1"), 0);
     assert_eq!(count(server, "job_locks", "1 = 1"), 0);
@@ -159,7 +172,8 @@ async fn many_acquirers_on_several_clients_never_hold_more_than_n_permits<D: Dat
                 while taken < 4 {
                     let semaphore = client.semaphore("pool", PERMITS as u32);
                     let permit = match (c + t) % 2 {
-                        0 => semaphore.wait(WITHIN).acquire().await?,
+                        // Long: the one-attempt tasks barge in meanwhile.
+                        0 => semaphore.wait(WITHIN * 3).acquire().await?,
                         _ => match semaphore.try_acquire().await? {
                             Some(permit) => permit,
                             None => {
