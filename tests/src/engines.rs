@@ -445,8 +445,10 @@ impl<D: Database> TestStore for SqlServer<D> {
     fn waiting<'a>(&'a self, kind: Kind, name: &'a str) -> Counting<'a> {
         Box::pin(async move {
             // A plain lock's waiter has no row (PostgreSQL's sleeps until
-            // a notification, MySQL's polls): counted in the process.
-            if kind == Kind::Reentrant {
+            // a notification, MySQL's polls), nor has a permit's (its
+            // client's head waits for a free slot, the others for their
+            // turn): counted in the process.
+            if matches!(kind, Kind::Reentrant | Kind::Semaphore(_)) {
                 return lock_runtime::__private::sql_waiting(&self.url(), name);
             }
             let sql = line_sql(name, D::UTC_NOW);

@@ -43,6 +43,18 @@ const QUEUE_DDL: &str = "CREATE TABLE IF NOT EXISTS `distributed_locks_queue` (
     KEY by_name (name, seq)
 ) ENGINE=InnoDB;";
 
+/// The permits of semaphores beside it (the engine's documented DDL): a
+/// row per permit, its key the name and a slot.
+const PERMITS_DDL: &str = "CREATE TABLE IF NOT EXISTS `distributed_locks_permits` (
+    name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    slot INT NOT NULL,
+    lock_until DATETIME(6) NOT NULL,
+    locked_at DATETIME(6) NOT NULL,
+    locked_by VARCHAR(255) NOT NULL,
+    fence BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (name, slot)
+) ENGINE=InnoDB;";
+
 /// The slots beside it, one row per slot (the engine's documented DDL):
 /// an acquisition locks its name's slot before it reads the clock for a
 /// new row's token.
@@ -91,11 +103,13 @@ async fn the_table_is_made_with_shedlocks_columns_and_rows_are_utc_by_the_databa
     let my = MariaDb::start();
     let c = client(&my.url()).await;
     assert_eq!(c.engine_name(), "mysql");
-    // The lock table and its line (fair and read-write locks): a plain
-    // lock's waiters poll, they register nowhere.
+    // The lock table, its line (fair and read-write locks) and its
+    // permits (semaphores): a plain lock's waiters poll, they register
+    // nowhere.
     assert_eq!(
         tables(&my, "locks"),
-        "distributed_locks\ndistributed_locks_queue\ndistributed_locks_slots"
+        "distributed_locks\ndistributed_locks_permits\ndistributed_locks_queue\n\
+         distributed_locks_slots"
     );
     let columns = my.sql(
         "SELECT column_name, data_type, IFNULL(character_maximum_length, '-'), \
@@ -502,7 +516,8 @@ async fn lockctl_schema_prints_the_table_a_role_without_create_then_uses() {
     assert_eq!(
         squeezed(&ddl),
         squeezed(
-            &format!("{DDL}\n{SLOTS_DDL}\n{QUEUE_DDL}").replace("`distributed_locks", "`job_locks")
+            &format!("{DDL}\n{SLOTS_DDL}\n{QUEUE_DDL}\n{PERMITS_DDL}")
+                .replace("`distributed_locks", "`job_locks")
         ),
     );
     assert!(!ddl.contains("secret"), "{ddl}");
@@ -546,7 +561,7 @@ async fn a_schema_qualified_table_is_made_there_and_clients_may_make_it_at_once(
     }
     assert_eq!(
         tables(&my, schema),
-        format!("{table}\n{table}_queue\n{table}_slots")
+        format!("{table}\n{table}_permits\n{table}_queue\n{table}_slots")
     );
     assert_eq!(tables(&my, "locks"), "");
     let (a, b) = (clients[0].clone(), clients[1].clone());
@@ -578,15 +593,16 @@ async fn tables_and_databases_of_mysqls_longest_names_are_tables() {
         let c = client(&format!("{}?table={table}", my.url())).await;
         tests::take_and_release(c.lock("long")).await;
     }
-    // Its line's and its slots' names would be longer than 64: a hash of
-    // the table's.
+    // Its line's, its permits' and its slots' names would be longer than
+    // 64: a hash of the table's.
     for schema in [schema.as_str(), "locks"] {
         let made = tables(&my, schema);
         let made: Vec<&str> = made.lines().collect();
-        assert_eq!(made.len(), 3, "{made:?}");
-        assert!(made[0].starts_with("locks_queue_"), "{made:?}");
-        assert!(made[1].starts_with("locks_slots_"), "{made:?}");
-        assert_eq!(made[2], table);
+        assert_eq!(made.len(), 4, "{made:?}");
+        assert!(made[0].starts_with("locks_permits_"), "{made:?}");
+        assert!(made[1].starts_with("locks_queue_"), "{made:?}");
+        assert!(made[2].starts_with("locks_slots_"), "{made:?}");
+        assert_eq!(made[3], table);
     }
 }
 

@@ -64,7 +64,24 @@
 //!
 //! `fair_lock` and `read_write_lock` keep a line of tickets beside the
 //! lock table (`<table>_queue`; see `engine::sql::queue`), and their
-//! waiters poll it. Quorum locks are [`LockError::Unsupported`] on this
+//! waiters poll it.
+//!
+//! Semaphores keep one row per permit beside the lock table
+//! (`<table>_permits`, its primary key the name and a slot `0..N`; see
+//! `engine::sql::permits`), and hold their name's row in the lock table
+//! together (its holder ` permits`, its `fence` the name's counter). A
+//! permit takes three statements on the acquisition's connection: an
+//! `INSERT ... SELECT` of the lowest slot below the bound that no live
+//! permit holds (the holder's own first; an expired permit's taken over
+//! by `ON DUPLICATE KEY UPDATE`), whose key keeps a second holder out;
+//! then the name's row, taken as the readers take theirs (its token the
+//! last insert id), the slot given back when another kind holds the
+//! name; then the token written into the permit. A release deletes the
+//! permit; the last frees the name's row. A client's waiters of one name
+//! queue in the process; the head polls as a plain waiter does (capped,
+//! never past the first permit's end or its deadline).
+//!
+//! Quorum locks are [`LockError::Unsupported`] on this
 //! engine, as is replica sync.
 
 mod conn;
@@ -88,7 +105,7 @@ crate::engine::seam::engine_by_parts!(
     acquire |my, alive, request| crate::kept::acquire(alive, my, request),
     renewed |my| my.common.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
-    schema ddl,
+    schema ddl, semaphores true,
 );
 
 use crate::config::Config;
@@ -255,6 +272,12 @@ pub(crate) struct My {
     /// Whether the line of fair and read-write locks is there (made, or
     /// this role may not make it: then those are [`LockError::Config`]).
     pub(crate) lined: bool,
+    /// Whether the permits table of semaphores is there (made, or this
+    /// role may not make it: then permits are [`LockError::Config`]).
+    pub(crate) permitted: bool,
+    /// The permits table's `name` column's length (a longer name has no
+    /// permit).
+    permit_longest: Option<usize>,
 }
 
 impl std::ops::Deref for My {
@@ -288,7 +311,13 @@ impl My {
                 tokio::time::timeout(config.response_timeout, prepare_table(&mut conn.0, &site))
                     .await
                     .unwrap_or_else(|_| Err(timeout_error()));
-            let (longest, charset, lined) = shape?;
+            let schema::Shape {
+                longest,
+                charset,
+                lined,
+                permitted,
+                permit_longest,
+            } = shape?;
             let home = Slots::new(HOME_POOL);
             // The connection that made the table is the first of the pool.
             let st = layout::Statements::new(&site.table, site.keep_rows);
@@ -302,6 +331,8 @@ impl My {
                 longest,
                 charset,
                 lined,
+                permitted,
+                permit_longest,
                 site,
             });
             crate::engine::sql::Keeper::start(&my);
@@ -313,5 +344,20 @@ impl My {
     /// Refuses a name this table cannot hold (before any write).
     pub(crate) fn check_name(&self, name: &str) -> Result<(), LockError> {
         layout::check_name(name, self.longest, self.charset)
+    }
+
+    /// Refuses a name a permit cannot be taken of (before any write): one
+    /// the lock table or the permits table cannot hold, or any when this
+    /// client has no permits table.
+    pub(crate) fn check_permit_name(&self, name: &str) -> Result<(), LockError> {
+        self.check_name(name)?;
+        if !self.permitted {
+            let table = &self.site.table;
+            return Err(crate::engine::sql::permits::no_permits(
+                &layout::permits(table).quoted(layout::Q),
+                &layout::permits_ddl(table),
+            ));
+        }
+        layout::check_name(name, self.permit_longest, self.charset)
     }
 }

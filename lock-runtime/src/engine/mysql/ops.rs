@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::My;
+use crate::engine::sql::permits::{self, PERMITS, Permit};
 use crate::engine::sql::queue::{Ticket, describe};
 use crate::error::LockError;
 use crate::info::LockInfo;
@@ -19,6 +20,13 @@ pub(crate) async fn inspect(my: &My, name: &str) -> Result<Option<LockInfo>, Loc
     let Some((locked_by, _, left)) = answer.rows.first() else {
         return Ok(None);
     };
+    if locked_by == PERMITS {
+        let held = my
+            .query::<Permit>(&my.st.permits.holders, (name,).into())
+            .await?
+            .rows;
+        return Ok(permits::describe(&my.common, name, *left, &held));
+    }
     let tickets = match my.lined {
         true => {
             my.query::<Ticket>(&my.st.line.tickets, (name,).into())
@@ -48,13 +56,32 @@ pub(crate) async fn locks(my: &My, pattern: &str) -> Result<Vec<LockInfo>, LockE
     for (name, holder, side, held) in all {
         tickets.entry(name).or_default().push((holder, side, held));
     }
+    // The permits, when a semaphore is among the held.
+    let mut held: HashMap<String, Vec<Permit>> = HashMap::new();
+    if answer
+        .rows
+        .iter()
+        .any(|(_, locked_by, _)| locked_by == PERMITS)
+    {
+        let all = my
+            .query::<(String, String, i64, i64)>(&my.st.permits.all_holders, Params::Empty)
+            .await?
+            .rows;
+        for (name, holder, fence, left) in all {
+            held.entry(name).or_default().push((holder, fence, left));
+        }
+    }
     Ok(answer
         .rows
         .iter()
         .filter(|(name, _, _)| crate::request::glob(pattern.as_bytes(), name.as_bytes()))
-        .map(|(name, locked_by, left)| {
+        .filter_map(|(name, locked_by, left)| {
+            if locked_by == PERMITS {
+                let permits_held = held.get(name).map_or(&[][..], Vec::as_slice);
+                return permits::describe(&my.common, name, *left, permits_held);
+            }
             let line = tickets.get(name).map_or(&[][..], Vec::as_slice);
-            describe(&my.common, name, locked_by, *left, line)
+            Some(describe(&my.common, name, locked_by, *left, line))
         })
         .collect())
 }
@@ -64,7 +91,21 @@ pub(crate) async fn locks(my: &My, pattern: &str) -> Result<Vec<LockInfo>, LockE
 /// loss. Whether it was held.
 pub(crate) async fn force_unlock(my: &My, name: &str) -> Result<bool, LockError> {
     my.check_name(name)?;
-    // The held tickets first: a reader let in meanwhile finds the row
+    // The permits first, with their row: a semaphore is freed whole.
+    let mut permits_held = false;
+    if my.permitted {
+        let st = &my.st.permits;
+        let all = my
+            .query::<(String, bool)>(&st.all_of, (name,).into())
+            .await?
+            .rows;
+        my.query::<Row>(&st.force, (name,).into()).await?;
+        my.query::<Row>(&st.force_row, (name,).into()).await?;
+        permits_held = all.iter().any(|(_, live)| *live);
+        let holders: Vec<String> = all.into_iter().map(|(holder, _)| holder).collect();
+        my.deleted(name, &holders);
+    }
+    // The held tickets next: a reader let in meanwhile finds the row
     // freed, or is lost with the rest.
     let held = match my.lined {
         true => {
@@ -92,7 +133,7 @@ pub(crate) async fn force_unlock(my: &My, name: &str) -> Result<bool, LockError>
             .on::<(String, i64, i64)>(&mut conn, &my.st.inspect, (name,).into())
             .await?;
         let Some((locked_by, _, _)) = held.rows.into_iter().next() else {
-            return Ok(false);
+            return Ok(permits_held);
         };
         let freed = my
             .on::<Row>(&mut conn, &my.st.force, (name, locked_by.as_str()).into())

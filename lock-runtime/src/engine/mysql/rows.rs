@@ -8,6 +8,7 @@ use std::time::Duration;
 use mysql_async::{Params, Row, Value};
 
 use super::My;
+use crate::engine::sql::permits::Left;
 use crate::engine::sql::{Common, Rows, micros};
 use crate::error::LockError;
 
@@ -103,12 +104,99 @@ impl Rows for My {
         Ok((answer.affected > 0).then(|| answer.last_id.unwrap_or(0)))
     }
 
+    async fn renew_permits(
+        &self,
+        holds: &[(&str, &str)],
+        lease: Duration,
+    ) -> Result<Vec<bool>, LockError> {
+        self.renew_in_batches(holds, lease, |n| {
+            let [permits, rows, held_of] = self.st.permits.renew(n);
+            (vec![permits, rows], held_of)
+        })
+        .await
+    }
+
+    async fn drop_permit(&self, name: &str, holder: &str) -> Result<(bool, Left), LockError> {
+        let dropped = self
+            .query::<Row>(&self.st.permits.drop, (name, holder).into())
+            .await?;
+        if dropped.affected == 0 {
+            return Ok((false, None));
+        }
+        Ok((true, self.permits_left(name).await?))
+    }
+
+    async fn permits_left(&self, name: &str) -> Result<Left, LockError> {
+        let answer = self
+            .query::<(i64, bool)>(&self.st.permits.left, (name, name).into())
+            .await?;
+        Ok(answer.rows.into_iter().next())
+    }
+
+    async fn free_permits(&self, name: &str, fence: i64) -> Result<bool, LockError> {
+        let answer = self
+            .query::<Row>(&self.st.permits.free, (name, fence).into())
+            .await?;
+        Ok(answer.affected > 0)
+    }
+
+    async fn keep_permit(
+        &self,
+        name: &str,
+        holder: &str,
+        left: Duration,
+    ) -> Result<bool, LockError> {
+        // The permits' row first: it never ends before a permit of its.
+        let mut conn = None;
+        let st = &self.st.permits;
+        self.on::<Row>(&mut conn, &st.row_at_least, (micros(left), name).into())
+            .await?;
+        let kept = self
+            .on::<Row>(&mut conn, &st.keep, (micros(left), name, holder).into())
+            .await?;
+        Ok(kept.affected > 0)
+    }
+
+    async fn reenter_permit(&self, name: &str, holder: &str) -> Result<Option<u64>, LockError> {
+        let answer = self
+            .query::<Row>(&self.st.permits.reenter, (name, name, holder).into())
+            .await?;
+        Ok((answer.affected > 0).then(|| answer.last_id.unwrap_or(0)))
+    }
+
+    async fn extend_permit(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<bool, LockError> {
+        let mut conn = None;
+        let st = &self.st.permits;
+        self.on::<Row>(&mut conn, &st.row_at_least, (micros(lease), name).into())
+            .await?;
+        let moved = self
+            .on::<Row>(&mut conn, &st.extend, (micros(lease), name, holder).into())
+            .await?;
+        if moved.affected > 0 {
+            return Ok(true);
+        }
+        // Not moved: a later end already, or not the holder's.
+        let held = self
+            .on::<u8>(&mut conn, &st.holds, (name, holder).into())
+            .await?;
+        Ok(!held.rows.is_empty())
+    }
+
     async fn sweep(&self, old: Duration) -> Result<(), LockError> {
         if let Some(sweep) = &self.st.sweep {
             self.query::<Row>(sweep, (micros(old),).into()).await?;
         }
         if self.lined {
             self.query::<Row>(&self.st.line.sweep, (micros(old),).into())
+                .await?;
+        }
+        if self.permitted {
+            self.query::<Row>(&self.st.permits.sweep, (micros(old),).into())
                 .await?;
         }
         Ok(())
@@ -172,8 +260,9 @@ mod tests {
     fn every_statement_a_client_runs_stays_prepared() {
         let st = super::super::layout::Statements::new(&Table::parse("locks", 64).unwrap(), false);
         // Its own; renewals of each size (one and a look for plain rows,
-        // two and a look for the line); the set-up's looks and `ended`'s.
-        let runs = st.count + BATCH_SIZES.len() * 5 + 3;
+        // two and a look for the line, two and a look for permits); the
+        // set-up's looks and `ended`'s.
+        let runs = st.count + BATCH_SIZES.len() * 8 + 3;
         assert!(runs <= super::super::PREPARED, "{runs}");
     }
 }

@@ -32,18 +32,27 @@ type Column = (
     String,
 );
 
+/// What the tables a client locks on look like, as it connects.
+pub(super) struct Shape {
+    /// The lock table's `name` column's length.
+    pub(super) longest: Option<usize>,
+    /// The lock table's `name` column's character set.
+    pub(super) charset: Charset,
+    /// Whether the line is there.
+    pub(super) lined: bool,
+    /// Whether the permits table is there.
+    pub(super) permitted: bool,
+    /// The permits table's `name` column's length.
+    pub(super) permit_longest: Option<usize>,
+}
+
 /// Makes the lock table when it is missing and checks its columns; the
-/// `name` column's length and character set, and whether the line is
-/// there (made when missing, if this role may). A role that may not
-/// create the lock table gets [`LockError::Config`] with the statements
-/// to run.
-pub(super) async fn prepare_table(
-    conn: &mut Conn,
-    site: &Site,
-) -> Result<(Option<usize>, Charset, bool), LockError> {
+/// `name` column's length and character set, and whether the line and
+/// the permits table are there (made when missing, if this role may; the
+/// permits table's columns checked). A role that may not create the lock
+/// table gets [`LockError::Config`] with the statements to run.
+pub(super) async fn prepare_table(conn: &mut Conn, site: &Site) -> Result<Shape, LockError> {
     let table = &site.table;
-    let quoted = table.quoted(Q);
-    let schema = table.schema.clone();
     make(conn, table, table, &layout::ddl(table)).await?;
     prepare_slots(conn, table).await?;
     // Plain locks need no line: a role that may not make it still locks.
@@ -53,29 +62,64 @@ pub(super) async fn prepare_table(
         Err(LockError::Config(_)) => false,
         Err(e) => return Err(e),
     };
-    let columns: Vec<Column> = conn
+    // Nor semaphores.
+    let permits = layout::permits(table);
+    let permitted = match make(conn, table, &permits, &layout::permits_ddl(table)).await {
+        Ok(()) => true,
+        Err(LockError::Config(_)) => false,
+        Err(e) => return Err(e),
+    };
+    let (longest, charset) = check_columns(conn, table, &layout::COLUMNS).await?;
+    let permit_longest = match permitted {
+        true => {
+            check_columns(conn, &permits, &layout::PERMIT_COLUMNS)
+                .await?
+                .0
+        }
+        false => None,
+    };
+    Ok(Shape {
+        longest,
+        charset,
+        lined,
+        permitted,
+        permit_longest,
+    })
+}
+
+/// Refuses `table` when one of its `columns` (each of one of its types)
+/// is missing or not what it must be (see [`check_column`]), or its
+/// `name` column folds case (see [`binary`]); the `name` column's length
+/// and character set.
+async fn check_columns(
+    conn: &mut Conn,
+    table: &crate::engine::sql::Table,
+    columns: &[(&str, &[&str])],
+) -> Result<(Option<usize>, Charset), LockError> {
+    let quoted = table.quoted(Q);
+    let found: Vec<Column> = conn
         .exec(
             "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_MAXIMUM_LENGTH, IS_NULLABLE, \
                     CHARACTER_SET_NAME, COLLATION_NAME, COLUMN_TYPE \
              FROM information_schema.COLUMNS \
              WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?",
-            (schema, table.name.clone()),
+            (table.schema.clone(), table.name.clone()),
         )
         .await
         .map_err(|e| store_error(&e))?;
     let mut longest = None;
     let mut charset = Charset::Any;
     let mut folds = None;
-    for (column, types) in layout::COLUMNS {
-        let row = columns.iter().find(|c| c.0.eq_ignore_ascii_case(column));
+    for (column, types) in columns {
+        let row = found.iter().find(|c| c.0.eq_ignore_ascii_case(column));
         let kind = row.map(|c| c.1.to_ascii_lowercase());
-        let found = row.zip(kind.as_deref()).map(|(c, kind)| Found {
+        let seen = row.zip(kind.as_deref()).map(|(c, kind)| Found {
             kind,
             nullable: c.3.eq_ignore_ascii_case("YES"),
             length: c.2.and_then(|n| usize::try_from(n).ok()),
         });
-        let length = check_column(&quoted, column, types, found)?;
-        if let (Some((_, _, _, _, set, collation, whole)), "name") = (row, column) {
+        let length = check_column(&quoted, column, types, seen)?;
+        if let (Some((_, _, _, _, set, collation, whole)), "name") = (row, *column) {
             longest = length;
             charset = Charset::of(set.as_deref());
             folds = Some((whole, set, collation));
@@ -85,7 +129,7 @@ pub(super) async fn prepare_table(
     if let Some((whole, set, collation)) = folds {
         binary(&quoted, whole, set.as_deref(), collation.as_deref())?;
     }
-    Ok((longest, charset, lined))
+    Ok((longest, charset))
 }
 
 /// Refuses a `name` column (of whole type `whole`, in character set

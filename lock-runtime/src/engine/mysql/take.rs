@@ -7,13 +7,17 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::future::Either;
 use tokio::time::Instant;
 
 use mysql_async::Row;
 use tokio::sync::OwnedMutexGuard;
 
 use super::{Answer, ENGINE, My, Pooled, Slot, Stmt};
+use crate::engine::sql::Rows;
 use crate::engine::sql::micros;
+use crate::engine::sql::permits::RACES;
 use crate::engine::sql::queue::{FIRST_POLL, Line, leave_untaken};
 use crate::engine::sql::take::{SqlTaking, Taken};
 use crate::error::LockError;
@@ -32,6 +36,7 @@ impl SqlTaking for My {
             until: None,
             slot: None,
             line: Line::default(),
+            permit: None,
         }
     }
 
@@ -224,11 +229,17 @@ impl SqlTaking for My {
         holder: &'a str,
         made: &'a mut Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        take(self, request, holder, made)
+        match request.kind {
+            Kind::Semaphore(permits) => {
+                Either::Left(take_permit(self, request, holder, made, permits))
+            }
+            _ => Either::Right(take(self, request, holder, made)),
+        }
     }
 
     fn owned(made: &mut Made) {
         made.until = None;
+        made.permit = None;
     }
 }
 
@@ -251,6 +262,9 @@ pub(crate) struct Made {
     slot: Option<Slot>,
     /// Its place in line (fair and read-write locks).
     line: Line,
+    /// Until when a permit it took may be there (a semaphore's; its lease
+    /// by this client's clock); `None` when no try may have taken one.
+    permit: Option<Instant>,
 }
 
 impl Made {
@@ -292,7 +306,8 @@ impl Undo for Made {
     fn take(&mut self) -> Option<Made> {
         let until = self.until.take();
         let line = std::mem::take(&mut self.line);
-        if until.is_none() && line.ticket.is_none() {
+        let permit = self.permit.take();
+        if until.is_none() && line.ticket.is_none() && permit.is_none() {
             return None;
         }
         Some(Made {
@@ -301,6 +316,7 @@ impl Undo for Made {
             who: self.who.clone(),
             until,
             line,
+            permit,
         })
     }
 
@@ -316,6 +332,16 @@ impl Undo for Made {
                 .await?;
             self.until = None;
         }
+        if self.permit.is_some() {
+            let (my, who) = (self.my.clone(), self.who.clone());
+            let params = (who.name.as_str(), who.holder.as_str()).into();
+            let dropped = self.on(&my.st.permits.drop, params).await?;
+            self.permit = None;
+            if dropped.affected > 0 {
+                let left = my.permits_left(&who.name).await?;
+                crate::engine::sql::permits::settle(&*my, &who.name, left).await?;
+            }
+        }
         let (my, who) = (self.my.clone(), self.who.clone());
         leave_untaken(&my, self, &who).await
     }
@@ -324,6 +350,7 @@ impl Undo for Made {
         let now = Instant::now();
         self.until.is_some_and(|until| now < until)
             || self.line.ticket.is_some_and(|until| now < until)
+            || self.permit.is_some_and(|until| now < until)
     }
 
     fn what(&self) -> String {
@@ -424,6 +451,90 @@ async fn take(
         drop(conn);
         let left = holder_until.map_or(pause, |until| {
             until.saturating_duration_since(Instant::now())
+        });
+        let sleep = pause.min(left);
+        pause = (pause * 2).min(my.config.poll_cap);
+        let _waiting = my.waiting(name);
+        within!(tokio::time::sleep(sleep), request.deadline, request)?;
+    }
+}
+
+/// One try at a permit of semaphore `name` of `permits` (see
+/// `engine::sql::permits`): a slot taken, then the permits' row (the slot
+/// given back when another kind holds the name), then the token written
+/// into the permit; or, while every slot below the bound is held (or
+/// another kind holds the name), polling as a plain waiter does (never
+/// past the first permit's lease or the deadline). This client's waiters
+/// of the name take turns (arrival order); a one-attempt call does not
+/// wait for one.
+async fn take_permit(
+    my: &Arc<My>,
+    request: &Request,
+    holder_id: &str,
+    made: &mut Made,
+    permits: u32,
+) -> Result<Taken, LockError> {
+    let name = request.name.as_str();
+    my.check_permit_name(name)?;
+    let lease_us = micros(request.lease.length);
+    let bound = i64::from(permits);
+    let _turn = match request.once() {
+        true => None,
+        false => {
+            let _waiting = my.waiting(name);
+            Some(my.permit_turns.turn(request).await?)
+        }
+    };
+    let st = &my.st.permits;
+    let mut pause = FIRST_POLL.min(my.config.poll_cap);
+    let mut races = 0;
+    loop {
+        let sent = Instant::now();
+        // A try whose answer is unseen may have taken a slot: until its
+        // lease ends, the undo gives it back.
+        made.permit = Some(sent + request.lease.length);
+        let (n, h) = (name, holder_id);
+        let params = (n, lease_us, h, n, n, h, bound, n, h, n, h).into();
+        let taken = made.on(&st.take, params).await?;
+        if taken.affected > 0 {
+            let shared = made.on(&st.take_row, (name, lease_us, name).into()).await?;
+            if shared.affected > 0 {
+                let token = shared.last_id.unwrap_or(0);
+                let written = made.on(&st.token, (token, name, holder_id).into()).await?;
+                if written.affected > 0 {
+                    return Ok(Taken {
+                        token,
+                        sent,
+                        more: (),
+                    });
+                }
+                // Freed meanwhile (`force_unlock`): looked at again.
+                continue;
+            }
+            // Another kind holds the name: the slot given back.
+            made.on(&st.drop, (name, holder_id).into()).await?;
+        }
+        // Not taken: no slot of this acquisition's is left (the take would
+        // have taken its own over).
+        made.permit = None;
+        let look = made
+            .on_rows::<(Option<i64>, Option<i64>, bool)>(
+                &st.look,
+                (name, name, name, bound, bound).into(),
+            )
+            .await?;
+        let (other, first_end, free) = look.into_iter().next().unwrap_or((None, None, false));
+        // A slot free now that another took first: look again at once.
+        if free && other.is_none() && races < RACES {
+            races += 1;
+            continue;
+        }
+        races = 0;
+        if request.once() {
+            return Err(request.timed_out());
+        }
+        let left = other.or(first_end).map_or(pause, |us| {
+            Duration::from_micros(u64::try_from(us).unwrap_or(0))
         });
         let sleep = pause.min(left);
         pause = (pause * 2).min(my.config.poll_cap);

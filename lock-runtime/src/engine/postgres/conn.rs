@@ -97,6 +97,24 @@ pub(crate) struct Prepared {
     pub(crate) sweep: Statement,
     /// The line's, when the client has a line (its table is there).
     pub(crate) line: Option<PreparedLine>,
+    /// The permits', when the client has a permits table.
+    pub(crate) permits: Option<PreparedPermits>,
+}
+
+/// The statements of [`layout::Permits`], prepared on one connection.
+pub(crate) struct PreparedPermits {
+    pub(crate) take: Statement,
+    pub(crate) drop: Statement,
+    pub(crate) left: Statement,
+    pub(crate) free: Statement,
+    pub(crate) renew: Statement,
+    pub(crate) keep: Statement,
+    pub(crate) reenter: Statement,
+    pub(crate) extend: Statement,
+    pub(crate) force: Statement,
+    pub(crate) holders: Statement,
+    pub(crate) all_holders: Statement,
+    pub(crate) sweep: Statement,
 }
 
 /// The statements of [`layout::Line`], prepared on one connection.
@@ -184,6 +202,10 @@ impl Pg {
             true => Some(prepare_line(&client, &s.line).await?),
             false => None,
         };
+        let permits = match self.permitted {
+            true => Some(prepare_permits(&client, &s.permits).await?),
+            false => None,
+        };
         let mut p = prepared.into_iter();
         let mut next = || p.next().expect("one statement each");
         let st = Prepared {
@@ -203,6 +225,7 @@ impl Pg {
             unwait: next(),
             sweep: next(),
             line,
+            permits,
         };
         Ok(Conn {
             client,
@@ -342,6 +365,31 @@ impl Pg {
         self.run_on(conn, which(line), params).await
     }
 
+    /// [`query`](Self::query) of a statement on the permits;
+    /// [`LockError::Config`] when the client has no permits table (see
+    /// [`no_permits`](crate::engine::sql::permits::no_permits)).
+    pub(crate) async fn query_permits(
+        &self,
+        which: fn(&PreparedPermits) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, LockError> {
+        let conn = self.conn().await?;
+        self.query_permits_on(&conn, which, params).await
+    }
+
+    /// [`query_on`](Self::query_on) of a statement on the permits.
+    pub(crate) async fn query_permits_on(
+        &self,
+        conn: &Arc<Conn>,
+        which: fn(&PreparedPermits) -> &Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, LockError> {
+        let Some(permits) = conn.st.permits.as_ref() else {
+            return Err(self.no_permits());
+        };
+        self.run_on(conn, which(permits), params).await
+    }
+
     /// Runs `statement` on `conn` within the response timeout (see
     /// [`query_on`](Self::query_on)).
     async fn run_on(
@@ -475,6 +523,48 @@ async fn prepare_line(
         all_tickets: next(),
         force_tickets: next(),
         sweep_tickets: next(),
+    })
+}
+
+/// The statements of the permits `p`, prepared on `client`.
+async fn prepare_permits(
+    client: &tokio_postgres::Client,
+    p: &layout::Permits,
+) -> Result<PreparedPermits, LockError> {
+    let prepared = futures_util::future::try_join_all(
+        [
+            &p.take,
+            &p.drop,
+            &p.left,
+            &p.free,
+            &p.renew,
+            &p.keep,
+            &p.reenter,
+            &p.extend,
+            &p.force,
+            &p.holders,
+            &p.all_holders,
+            &p.sweep,
+        ]
+        .map(|text| client.prepare(text)),
+    )
+    .await
+    .map_err(|e| store_error(&e))?;
+    let mut p = prepared.into_iter();
+    let mut next = || p.next().expect("one statement each");
+    Ok(PreparedPermits {
+        take: next(),
+        drop: next(),
+        left: next(),
+        free: next(),
+        renew: next(),
+        keep: next(),
+        reenter: next(),
+        extend: next(),
+        force: next(),
+        holders: next(),
+        all_holders: next(),
+        sweep: next(),
     })
 }
 

@@ -80,7 +80,25 @@
 //!
 //! `fair_lock` and `read_write_lock` keep a line of tickets beside the
 //! lock table (`<table>_queue`; see `engine::sql::queue`), and their
-//! waiters poll it. Quorum locks are [`LockError::Unsupported`] on this
+//! waiters poll it.
+//!
+//! Semaphores keep one row per permit beside the lock table
+//! (`<table>_permits`, its primary key the name and a slot `0..N`; see
+//! `engine::sql::permits`), and hold their name's row in the lock table
+//! together (its holder ` permits`, its `fence` the name's counter). One
+//! statement admits a permit: under the name's transaction lock it picks
+//! the lowest slot below the bound that no live permit holds (the
+//! holder's own first), takes the name's row (made, taken over when free,
+//! or shared: its end the latest, its token raised), and inserts the
+//! permit into its slot (an expired permit's taken over) with that token,
+//! dropping the waiter's registration; the slot's key is what keeps a
+//! second holder out, whatever the statement's snapshot saw. A release
+//! deletes the permit and announces the name to its registered waiters;
+//! the last frees the name's row. A client's waiters of one name queue in
+//! the process; the head registers and sleeps until an announcement, the
+//! first permit's end, or its deadline.
+//!
+//! Quorum locks are [`LockError::Unsupported`] on this
 //! engine, as is replica sync.
 //! A failover of the database to an asynchronous replica can lose or
 //! duplicate a hold, as with Redis: the guard learns it at its next
@@ -110,7 +128,7 @@ crate::engine::seam::engine_by_parts!(
     acquire |pg, alive, request| crate::kept::acquire(alive, pg, request),
     renewed |pg| pg.common.renewed(),
     inspect inspect, locks locks, force_unlock force_unlock,
-    schema ddl,
+    schema ddl, semaphores true,
 );
 
 use crate::config::Config;
@@ -251,6 +269,9 @@ pub(crate) struct Pg {
     /// Whether the line of fair and read-write locks is there (made, or
     /// this role may not make it: then those are [`LockError::Config`]).
     pub(crate) lined: bool,
+    /// Whether the permits table of semaphores is there (made, or this
+    /// role may not make it: then permits are [`LockError::Config`]).
+    pub(crate) permitted: bool,
     /// The connections of the client's own runtime.
     home: Arc<Slots>,
     /// Per caller runtime, connections of its own.
@@ -297,7 +318,7 @@ impl Pg {
                 .map_err(|e| connect_failed(&site, &e))?;
             let Connected { client, connection } = first;
             tokio::spawn(connection);
-            let (longest, lined) = prepare_table(&client, &site).await?;
+            let (longest, lined, permitted) = prepare_table(&client, &site).await?;
             let statements =
                 layout::Statements::new(&site.table, site.keep_rows, config.watchdog_timeout);
             let listen_at = site.connect.clone();
@@ -311,6 +332,7 @@ impl Pg {
                 statements,
                 longest,
                 lined,
+                permitted,
                 home: Arc::new(Slots::new(HOME_POOL)),
                 listener,
                 channel: site.table.channel(),
@@ -333,6 +355,12 @@ impl Pg {
     pub(crate) fn no_line(&self) -> LockError {
         let table = &self.site.table;
         crate::engine::sql::queue::no_line(&table.queue().quoted(Q), &table.queue_ddl())
+    }
+
+    /// The error of a permit on a client without a permits table.
+    pub(crate) fn no_permits(&self) -> LockError {
+        let table = &self.site.table;
+        crate::engine::sql::permits::no_permits(&table.permits().quoted(Q), &table.permits_ddl())
     }
 
     /// The table's announcement channel.

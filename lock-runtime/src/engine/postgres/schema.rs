@@ -52,13 +52,14 @@ async fn make(
 }
 
 /// Makes the lock table when it is missing and checks its columns; the
-/// `name` column's length, and whether the line is there (made when
-/// missing, if this role may). A role that may not create the lock table
-/// gets [`LockError::Config`] with the statements to run.
+/// `name` column's length, and whether the line and the permits table are
+/// there (made when missing, if this role may; the permits table's
+/// columns checked). A role that may not create the lock table gets
+/// [`LockError::Config`] with the statements to run.
 pub(super) async fn prepare_table(
     client: &tokio_postgres::Client,
     site: &Site,
-) -> Result<(Option<usize>, bool), LockError> {
+) -> Result<(Option<usize>, bool, bool), LockError> {
     let table = &site.table;
     let quoted = table.quoted(Q);
     make(client, table.lock_ddl(), &quoted, table).await?;
@@ -75,9 +76,31 @@ pub(super) async fn prepare_table(
         Err(LockError::Config(_)) => false,
         Err(e) => return Err(e),
     };
+    // Nor semaphores: a role that may not make their table still locks.
+    let permits = table.permits().quoted(Q);
+    let permitted = match make(client, table.permits_ddl(), &permits, table).await {
+        Ok(()) => true,
+        Err(LockError::Config(_)) => false,
+        Err(e) => return Err(e),
+    };
+    let longest = check_columns(client, &quoted, &layout::COLUMNS).await?;
+    if permitted {
+        check_columns(client, &permits, &layout::PERMIT_COLUMNS).await?;
+    }
+    Ok((longest, lined, permitted))
+}
+
+/// Refuses table `quoted` when one of its `columns` (each of one of its
+/// types) is missing or not what it must be (see [`check_column`]); the
+/// `name` column's length.
+async fn check_columns(
+    client: &tokio_postgres::Client,
+    quoted: &str,
+    columns: &[(&str, &[&str])],
+) -> Result<Option<usize>, LockError> {
     // From the catalog, not `information_schema` (which shows only the
     // columns this role may use).
-    let columns = client
+    let found = client
         .query(
             "SELECT a.attname::text, t.typname::text, \
                     CASE WHEN a.atttypmod > 4 THEN a.atttypmod - 4 END, a.attnotnull \
@@ -88,20 +111,20 @@ pub(super) async fn prepare_table(
         .await
         .map_err(|e| store_error(&e))?;
     let mut longest = None;
-    for (column, types) in layout::COLUMNS {
-        let row = columns.iter().find(|r| r.get::<_, String>(0) == column);
+    for (column, types) in columns {
+        let row = found.iter().find(|r| r.get::<_, String>(0) == *column);
         let kind = row.map(|r| r.get::<_, String>(1));
-        let found = row.zip(kind.as_deref()).map(|(r, kind)| Found {
+        let seen = row.zip(kind.as_deref()).map(|(r, kind)| Found {
             kind,
             nullable: !r.get::<_, bool>(3),
             length: r
                 .get::<_, Option<i32>>(2)
                 .and_then(|n| usize::try_from(n).ok()),
         });
-        let length = check_column(&quoted, column, types, found)?;
-        if column == "name" {
+        let length = check_column(quoted, column, types, seen)?;
+        if *column == "name" {
             longest = length;
         }
     }
-    Ok((longest, lined))
+    Ok(longest)
 }

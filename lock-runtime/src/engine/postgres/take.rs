@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_util::future::Either;
 use tokio::time::Instant;
 
 use super::{Conn, ENGINE, Interval, Pg, Prepared, layout};
@@ -34,6 +36,7 @@ impl SqlTaking for Pg {
             registered: None,
             conn: None,
             line: Line::default(),
+            permit: None,
         }
     }
 
@@ -215,11 +218,17 @@ impl SqlTaking for Pg {
         holder: &'a str,
         made: &'a mut Made,
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
-        take(self, request, holder, made)
+        match request.kind {
+            Kind::Semaphore(permits) => {
+                Either::Left(take_permit(self, request, holder, made, permits))
+            }
+            _ => Either::Right(take(self, request, holder, made)),
+        }
     }
 
     fn owned(made: &mut Made) {
         made.until = None;
+        made.permit = None;
     }
 }
 
@@ -266,6 +275,9 @@ pub(crate) struct Made {
     conn: Option<Arc<Conn>>,
     /// Its place in line (fair and read-write locks).
     line: Line,
+    /// Until when a permit it took may be there (a semaphore's; its lease
+    /// by this client's clock); `None` when no try may have taken one.
+    permit: Option<Instant>,
 }
 
 impl Made {
@@ -317,7 +329,8 @@ impl Undo for Made {
     fn take(&mut self) -> Option<Made> {
         let (until, registered) = (self.until.take(), self.registered.take());
         let line = std::mem::take(&mut self.line);
-        if until.is_none() && registered.is_none() && line.ticket.is_none() {
+        let permit = self.permit.take();
+        if until.is_none() && registered.is_none() && line.ticket.is_none() && permit.is_none() {
             return None;
         }
         Some(Made {
@@ -329,6 +342,7 @@ impl Undo for Made {
             registered,
             conn: self.conn.clone(),
             line,
+            permit,
         })
     }
 
@@ -347,6 +361,16 @@ impl Undo for Made {
                 .await?;
             self.until = None;
         }
+        if self.permit.is_some() {
+            let (name, holder) = (&self.who.name, &self.who.holder);
+            let rows = self
+                .pg
+                .query_permits_on(&conn, |p| &p.drop, &[name, holder])
+                .await?;
+            self.permit = None;
+            let (_, left) = super::rows::dropped(&rows);
+            crate::engine::sql::permits::settle(&*pg, name, left).await?;
+        }
         let who = self.who.clone();
         leave_untaken(&pg, self, &who).await
     }
@@ -356,10 +380,11 @@ impl Undo for Made {
         self.until.is_some_and(|until| now < until)
             || self.registered.is_some_and(|until| now < until)
             || self.line.ticket.is_some_and(|until| now < until)
+            || self.permit.is_some_and(|until| now < until)
     }
 
     fn keeps_out(&self) -> bool {
-        self.until.is_some() || self.line.ticket.is_some()
+        self.until.is_some() || self.line.ticket.is_some() || self.permit.is_some()
     }
 
     fn what(&self) -> String {
@@ -498,6 +523,109 @@ async fn take(
         // Awake again before the registration runs out.
         let sleep = sleep.min(pg.config.watchdog_timeout / 2);
         let until = Instant::now() + sleep;
+        let _waiting = pg.waiting(name);
+        let wait = async {
+            tokio::select! {
+                () = wake.changed() => {}
+                () = tokio::time::sleep_until(until) => {}
+            }
+        };
+        within!(wait, request.deadline, request)?;
+    }
+}
+
+/// One try at a permit of semaphore `name` of `permits` (see
+/// `engine::sql::permits`): a slot and the permits' row taken in one
+/// statement, or, while every slot below the bound is held (or another
+/// kind holds the name), a sleep until the name is announced, the first
+/// permit's lease ends by the database's clock, or the deadline. This
+/// client's waiters of the name take turns (arrival order); a one-attempt
+/// call does not wait for one.
+async fn take_permit(
+    pg: &Arc<Pg>,
+    request: &Request,
+    holder_id: &str,
+    made: &mut Made,
+    permits: u32,
+) -> Result<Taken, LockError> {
+    let name = request.name.as_str();
+    layout::check_name(name, pg.longest)?;
+    if !pg.permitted {
+        return Err(pg.no_permits());
+    }
+    let lease = request.lease.length;
+    let ttl = pg.config.watchdog_timeout;
+    // A bound past the largest slot is as good as none.
+    let bound = i32::try_from(permits).unwrap_or(i32::MAX);
+    let _turn = match request.once() {
+        true => None,
+        false => {
+            let _waiting = pg.waiting(name);
+            Some(pg.permit_turns.turn(request).await?)
+        }
+    };
+    let mut races = 0;
+    loop {
+        // Made before the look, once registered (see `take`).
+        let wake = made.registered.is_some().then(|| pg.listener.wake(name));
+        let conn = made.conn().await?;
+        let sent = Instant::now();
+        made.permit = Some(sent + lease);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&name, &holder_id, &Interval(lease), &bound];
+        let rows = pg.query_permits_on(&conn, |p| &p.take, &params).await?;
+        let row = rows.first().ok_or_else(|| no_answer(name))?;
+        if let Some(token) = row.get::<_, Option<i64>>(0) {
+            // The statement that took it also dropped its registration.
+            made.registered = None;
+            return Ok(Taken {
+                token: u64::try_from(token).unwrap_or(0),
+                sent,
+                more: (),
+            });
+        }
+        let looked_free: bool = row.get(1);
+        let other: Option<i64> = row.get(2);
+        let first_end: Option<i64> = row.get(3);
+        if !looked_free {
+            // No slot of its own either (the statement would have taken
+            // it over): nothing of this try's to undo, but a stray's.
+            made.permit = made.stray;
+        }
+        // A slot looked free to the statement, but another took it first:
+        // look again at once.
+        if looked_free && other.is_none() && races < crate::engine::sql::permits::RACES {
+            races += 1;
+            continue;
+        }
+        races = 0;
+        if request.once() {
+            return Err(request.timed_out());
+        }
+        // Registered (for the watchdog's lease, made longer before it runs
+        // out), then a look again before any sleep: a release before the
+        // registration announced nothing to it.
+        let registered = made
+            .registered
+            .is_some_and(|until| until.saturating_duration_since(Instant::now()) > ttl / 2);
+        let Some(mut wake) = wake.filter(|_| registered) else {
+            made.registered = Some(Instant::now() + ttl);
+            pg.query_on(&conn, |s| &s.wait, &[&name, &holder_id, &Interval(ttl)])
+                .await?;
+            continue;
+        };
+        let micros = |us: i64| Duration::from_micros(u64::try_from(us).unwrap_or(0));
+        // A permit's release announces the name; a lock of another kind
+        // on it may not (a ShedLock holder's, a plain lock's release that
+        // no waiter marked): looked at again now and then, as is every
+        // name while the listener is not listening.
+        let left = other.or(first_end).map_or(DEAF, micros);
+        let sleep = if wake.listening() && other.is_none() {
+            left
+        } else {
+            left.min(DEAF)
+        };
+        let until = Instant::now() + sleep.min(ttl / 2);
         let _waiting = pg.waiting(name);
         let wait = async {
             tokio::select! {

@@ -87,6 +87,7 @@ pub(crate) async fn reenter<S: SqlTaking>(
     let (store, name, holder) = (&record.store, &record.who.name, &record.who.holder);
     let token = match record.side {
         Kind::Read => store.reenter_read(name, holder).await?,
+        Kind::Semaphore(_) => store.reenter_permit(name, holder).await?,
         _ => store.reenter(name, holder).await?,
     };
     let Some(token) = token else {
@@ -123,10 +124,11 @@ impl<S: SqlTaking> SqlHold<S> {
             let (store, name, holder) = (&record.store, &record.who.name, &record.who.holder);
             let row = match record.side {
                 Kind::Read => true,
+                Kind::Semaphore(_) => store.extend_permit(name, holder, lease).await?,
                 _ => store.extend(name, holder, lease).await?,
             };
             let line = match record.side {
-                Kind::Reentrant => true,
+                Kind::Reentrant | Kind::Semaphore(_) => true,
                 _ => {
                     store
                         .renew_tickets(&[(name.as_str(), holder.as_str())], lease)
@@ -187,7 +189,8 @@ async fn give_back_once<S: SqlTaking>(
                     .renew_tickets(&[(name.as_str(), holder.as_str())], left)
                     .await?[0]
             }
-            Kind::Reentrant | Kind::Semaphore(_) => store.keep(name, holder, left).await?,
+            Kind::Reentrant => store.keep(name, holder, left).await?,
+            Kind::Semaphore(_) => store.keep_permit(name, holder, left).await?,
             Kind::Fair | Kind::Write => {
                 let there = store.keep(name, holder, left).await?;
                 let mut made = SqlTaking::made(store, &record.who);
@@ -209,6 +212,7 @@ async fn give_back_once<S: SqlTaking>(
             let token = record.token.load(Ordering::Acquire);
             store.release(name, &holder, token).await?
         }
+        Kind::Semaphore(_) => super::permits::give_back(&**store, name, &holder).await?,
         side => {
             let mut made = SqlTaking::made(store, &record.who);
             // Only this client's reads under this write may hold beside
@@ -323,6 +327,7 @@ impl<S: Rows> Keeper<S> {
         }
         // Rows: a plain lock's, a fair lock's and a writer's. Tickets: a
         // fair lock's, a reader's (and the readers' row) and a writer's.
+        // Permits (and their names' permits' rows).
         let pairs = |keep: fn(Kind) -> bool| -> Vec<(&str, &str)> {
             records
                 .iter()
@@ -330,7 +335,9 @@ impl<S: Rows> Keeper<S> {
                 .map(|r| (r.who.name.as_str(), r.who.holder.as_str()))
                 .collect()
         };
-        let (rows, lines) = (pairs(|s| s != Kind::Read), pairs(Kind::in_line));
+        let permit = |side| matches!(side, Kind::Semaphore(_));
+        let has_row = |side| !matches!(side, Kind::Read | Kind::Semaphore(_));
+        let (rows, lines, permits) = (pairs(has_row), pairs(Kind::in_line), pairs(permit));
         let lease = store.common().config.watchdog_timeout;
         let sent = Instant::now();
         let rows = match rows.is_empty() {
@@ -347,13 +354,23 @@ impl<S: Rows> Keeper<S> {
                 Err(_) => return,
             },
         };
+        let permits = match permits.is_empty() {
+            true => Vec::new(),
+            false => match store.renew_permits(&permits, lease).await {
+                Ok(renewed) => renewed,
+                Err(_) => return,
+            },
+        };
         let (mut rows, mut lines) = (rows.into_iter(), lines.into_iter());
+        let mut permits = permits.into_iter();
         let mut n = 0;
         for record in &records {
-            let row = (record.side != Kind::Read).then(|| rows.next().unwrap_or(false));
+            let row = has_row(record.side).then(|| rows.next().unwrap_or(false));
             let line = record.side.in_line().then(|| lines.next().unwrap_or(false));
-            // A reader holds by its ticket; the others by their rows.
-            let renewed = row.or(line).unwrap_or(false);
+            let permit = permit(record.side).then(|| permits.next().unwrap_or(false));
+            // A reader holds by its ticket, a permit by its own row; the
+            // others by their rows.
+            let renewed = row.or(line).or(permit).unwrap_or(false);
             if renewed {
                 record.renewed(sent, lease);
                 n += 1;

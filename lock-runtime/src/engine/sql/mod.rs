@@ -6,9 +6,11 @@
 //! re-entry and the give-back). What differs is each engine's statements
 //! and connections, behind [`Rows`]; and how a waiter learns of a release
 //! (a notification on PostgreSQL, polling on MySQL), in each engine's
-//! `take`.
+//! `take`. Semaphores keep their permits in a table beside the lock table
+//! ([`permits`]).
 
 pub(crate) mod hold;
+pub(crate) mod permits;
 pub(crate) mod queue;
 pub(crate) mod record;
 pub(crate) mod side;
@@ -107,6 +109,60 @@ pub(crate) trait Rows: Send + Sync + Sized + 'static {
         name: &'a str,
         holder: &'a str,
     ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send + 'a;
+    /// Renews the live permits of `holds` (name, holder id) to `lease`
+    /// from now, and their names' permits' rows to at least that (see
+    /// [`permits`]): for each, whether it was renewed.
+    fn renew_permits<'a>(
+        &'a self,
+        holds: &'a [(&'a str, &'a str)],
+        lease: Duration,
+    ) -> impl Future<Output = Result<Vec<bool>, LockError>> + Send + 'a;
+    /// Deletes `holder`'s permit of `name` (and tells the name's waiters):
+    /// whether there was one, and the name's permits' row as it was then
+    /// ([`permits::Left`]).
+    fn drop_permit<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+    ) -> impl Future<Output = Result<(bool, permits::Left), LockError>> + Send + 'a;
+    /// The permits' row of `name` while it is held ([`permits::Left`]).
+    fn permits_left<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Future<Output = Result<permits::Left, LockError>> + Send + 'a;
+    /// Frees the permits' row of `name` (and tells the name's waiters) if
+    /// its token is still `fence`: whether it did.
+    fn free_permits<'a>(
+        &'a self,
+        name: &'a str,
+        fence: i64,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'a;
+    /// Keeps `holder`'s permit of `name` taken for `left` from now (a
+    /// `hold_at_least` minimum), its holder id marked [`KEPT`], and the
+    /// name's permits' row at least that long: whether it was the
+    /// holder's.
+    fn keep_permit<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        left: Duration,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'a;
+    /// Raises the token of the name's permits' row while `holder`'s permit of
+    /// `name` is live (a re-entry's own token): the token, or `None`.
+    fn reenter_permit<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+    ) -> impl Future<Output = Result<Option<u64>, LockError>> + Send + 'a;
+    /// Moves the end of `holder`'s live permit of `name` (and of the
+    /// name's permits' row) to `lease` from now, if later: whether it is
+    /// the holder's.
+    fn extend_permit<'a>(
+        &'a self,
+        name: &'a str,
+        holder: &'a str,
+        lease: Duration,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'a;
     /// Deletes rows free for longer than `old` (none with `keep_rows`), and
     /// whatever else of the engine's is that stale.
     fn sweep(&self, old: Duration) -> impl Future<Output = Result<(), LockError>> + Send + '_;
@@ -124,6 +180,9 @@ pub(crate) struct Common<S: Rows> {
     pub(crate) keeper: Keeper<S>,
     /// Per name, the turns of its acquisitions (FIFO).
     pub(crate) turns: crate::kept::Turns,
+    /// Per name, the turns of its permits' waiters (FIFO): one of them at
+    /// a time waits in the store (see [`permits`]).
+    pub(crate) permit_turns: crate::kept::Turns,
     /// Per lock name and holder id, its record (for re-entries).
     pub(crate) records: crate::kept::Records<Record<S>>,
     /// This client's live guards, for `inspect`.
@@ -152,6 +211,7 @@ impl<S: Rows> Common<S> {
             runtime,
             keeper: Keeper::default(),
             turns: crate::kept::Turns::default(),
+            permit_turns: crate::kept::Turns::default(),
             records: Mutex::default(),
             own: OwnHolds::default(),
             waiters,

@@ -19,9 +19,10 @@ impl Kind {
         }
     }
 
-    /// Whether it takes a ticket.
+    /// Whether it takes a ticket (a semaphore's permit takes a row of
+    /// the permits table instead: see `permits`).
     pub(crate) fn in_line(self) -> bool {
-        self != Kind::Reentrant
+        matches!(self, Kind::Fair | Kind::Read | Kind::Write)
     }
 }
 

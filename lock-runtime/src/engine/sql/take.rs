@@ -38,7 +38,10 @@ impl<S: SqlTaking> Taking for S {
     ) -> impl Future<Output = Result<Taken, LockError>> + Send + 'a {
         let holder = who.holder.as_str();
         match request.kind {
-            Kind::Reentrant => Either::Left(SqlTaking::take(self, request, holder, made)),
+            // A permit is the engine's own too: a row of the permits table.
+            Kind::Reentrant | Kind::Semaphore(_) => {
+                Either::Left(SqlTaking::take(self, request, holder, made))
+            }
             _ => Either::Right(super::queue::take_in_line(
                 self, request, holder, under, made,
             )),

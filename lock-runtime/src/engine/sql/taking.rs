@@ -28,8 +28,9 @@ pub(crate) trait SqlTaking: Rows {
     /// Nothing made yet, for an acquisition of the hold `who`.
     fn made(self: &Arc<Self>, who: &Arc<Who>) -> Self::Made;
 
-    /// One try at a reentrant lock's hold by `holder` (waiting while it
-    /// is held, within the deadline).
+    /// One try at a reentrant lock's hold by `holder`, or at a
+    /// semaphore's permit (see `permits`), waiting while it is held (or
+    /// every permit is), within the deadline.
     fn take<'a>(
         self: &'a Arc<Self>,
         request: &'a Request,

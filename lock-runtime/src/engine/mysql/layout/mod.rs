@@ -8,10 +8,13 @@
 use crate::engine::sql::{KEPT, Table};
 use crate::error::LockError;
 
-// The line's statements: a part of the layout, written with its pieces.
+// The line's and the permits' statements: parts of the layout, written
+// with its pieces.
 mod line;
+mod permits;
 
 use line::Line;
+pub(crate) use permits::{PERMIT_COLUMNS, Permits, permits, permits_ddl};
 
 /// How MySQL quotes an identifier.
 pub(crate) const Q: char = '`';
@@ -43,15 +46,16 @@ pub(crate) fn ddl(table: &Table) -> String {
     )
 }
 
-/// The statements that make the lock table, its slots and its line
-/// (`lockctl schema`).
+/// The statements that make the lock table, its slots, its line and its
+/// permits (`lockctl schema`).
 pub(crate) fn all_ddl(table: &Table) -> String {
     format!(
-        "{}\n{}\n{}\n{}",
+        "{}\n{}\n{}\n{}\n{}",
         ddl(table),
         slots_ddl(table),
         slots_rows(table),
-        queue_ddl(table)
+        queue_ddl(table),
+        permits_ddl(table)
     )
 }
 
@@ -169,6 +173,8 @@ pub(crate) struct Statements {
     pub(crate) sweep: Option<Sql>,
     /// The line's statements (fair and read-write locks).
     pub(crate) line: Line,
+    /// The permits' statements (semaphores).
+    pub(crate) permits: Permits,
     /// How many [`Sql`]s there are (each connection has a place for each).
     pub(crate) count: usize,
 }
@@ -243,8 +249,10 @@ impl Statements {
         });
         let mut n = Numbering(0);
         let line = Line::new(table, keep_rows, &mut n);
+        let permits = Permits::new(table, keep_rows, &mut n);
         Statements {
             line,
+            permits,
             claim: (!keep_rows).then(|| n.sql(claim)),
             acquire: n.sql(acquire),
             look: n.sql(look),

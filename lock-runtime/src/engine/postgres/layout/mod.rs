@@ -5,15 +5,19 @@
 //! made from that validated name, is written in as a string literal (see
 //! `channel_literal`), as the readers' and kept holders' marks are.
 
+use crate::engine::sql::permits::PERMITS;
 use crate::engine::sql::queue::READERS;
 use crate::engine::sql::table::fnv;
 use crate::engine::sql::{KEPT, Table};
 use crate::error::LockError;
 
-// The line's statements: a part of the layout, written with its pieces.
+// The line's and the permits' statements: parts of the layout, written
+// with its pieces.
 mod line;
+mod permits;
 
 pub(super) use line::Line;
+pub(super) use permits::Permits;
 
 /// How PostgreSQL quotes an identifier.
 pub(crate) const Q: char = '"';
@@ -91,6 +95,12 @@ pub(crate) trait PgTable {
     fn queue(&self) -> Table;
     /// The statements that make the line and its index.
     fn queue_ddl(&self) -> String;
+    /// The permits of semaphores beside it: `<name>_permits` (a hash of
+    /// the name when that is longer than an identifier; see
+    /// `engine::sql::permits`).
+    fn permits(&self) -> Table;
+    /// The statement that makes the permits table.
+    fn permits_ddl(&self) -> String;
     /// The statement that makes the waiters' table: who waits for which
     /// name, until when (a waiter that died is forgotten then).
     /// `force_unlock` and the line's releases announce a name only when it
@@ -122,12 +132,31 @@ impl PgTable for Table {
         self.beside("queue", 63)
     }
 
+    fn permits(&self) -> Table {
+        self.beside("permits", 63)
+    }
+
     fn ddl(&self) -> String {
         format!(
-            "{}\n{}\n{}",
+            "{}\n{}\n{}\n{}",
             self.lock_ddl(),
             self.waiting_ddl(),
-            self.queue_ddl()
+            self.queue_ddl(),
+            self.permits_ddl()
+        )
+    }
+
+    fn permits_ddl(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n    \
+             name VARCHAR(255) COLLATE \"C\" NOT NULL,\n    \
+             slot INTEGER NOT NULL,\n    \
+             lock_until TIMESTAMP NOT NULL,\n    \
+             locked_at TIMESTAMP NOT NULL,\n    \
+             locked_by VARCHAR(255) NOT NULL,\n    \
+             fence BIGINT NOT NULL DEFAULT 0,\n    \
+             PRIMARY KEY (name, slot)\n);",
+            self.permits().quoted(Q)
         )
     }
 
@@ -180,6 +209,16 @@ impl PgTable for Table {
 /// `pg_type.typname` names them).
 pub(crate) const COLUMNS: [(&str, &[&str]); 5] = [
     ("name", &["varchar", "text"]),
+    ("lock_until", &["timestamp"]),
+    ("locked_at", &["timestamp"]),
+    ("locked_by", &["varchar", "text"]),
+    ("fence", &["int8"]),
+];
+
+/// The columns a permits table must have: the lock table's, and `slot`.
+pub(crate) const PERMIT_COLUMNS: [(&str, &[&str]); 6] = [
+    ("name", &["varchar", "text"]),
+    ("slot", &["int4"]),
     ("lock_until", &["timestamp"]),
     ("locked_at", &["timestamp"]),
     ("locked_by", &["varchar", "text"]),
@@ -258,6 +297,8 @@ pub(crate) struct Statements {
     pub(crate) sweep: String,
     /// The line's statements (fair and read-write locks).
     pub(crate) line: Line,
+    /// The permits' statements (semaphores).
+    pub(crate) permits: Permits,
 }
 
 /// `$p`, a span of time the client sends as an `interval`
@@ -352,8 +393,9 @@ fn take_row(t: &str, holder: &str, from: &str, until: &str) -> String {
 }
 
 /// [`take_row`] for `$2` with its lease for a waiter's look: when the row
-/// is held (by anyone but the readers), its `fence` is raised by one
-/// instead, the waiter's mark ([`Statements::give_back`] announces a name
+/// is held (by anyone but the readers or the permits, whose rows are
+/// freed with an announcement to registered waiters), its `fence` is
+/// raised by one instead, the waiter's mark ([`Statements::give_back`] announces a name
 /// whose row was marked while it was held). Answers the token and whether
 /// the row is now `$2`'s.
 fn take_or_mark_row(t: &str) -> String {
@@ -362,7 +404,7 @@ fn take_or_mark_row(t: &str) -> String {
     };
     format!(
         "{}{}, {}, {}, fence = CASE WHEN {FREE} THEN {NEXT_FENCE} ELSE l.fence + 1 END \
-         WHERE {FREE} OR l.locked_by <> '{READERS}' \
+         WHERE {FREE} OR l.locked_by NOT IN ('{READERS}', '{PERMITS}') \
          RETURNING fence, locked_by = $2 AS mine",
         upsert_row(t, "$2", FROM_CTE),
         taken("lock_until"),
@@ -498,6 +540,7 @@ impl Statements {
             )
         };
         let line = Line::new(table, keep_rows);
+        let permits = Permits::new(table, keep_rows);
         Statements {
             acquire,
             first_try,
@@ -515,14 +558,19 @@ impl Statements {
             unwait,
             sweep,
             line,
+            permits,
         }
     }
 }
 
 /// Whether `locked_by` is one of this crate's holder ids (`<client
-/// uuid>:<n>`, perhaps marked kept): a holder that announces its release.
-/// ShedLock writes its host's name, and announces nothing.
+/// uuid>:<n>`, perhaps marked kept), or the permits' (whose row is freed
+/// with an announcement to registered waiters): a holder that announces
+/// its release. ShedLock writes its host's name, and announces nothing.
 pub(crate) fn announces(locked_by: &str) -> bool {
+    if locked_by == PERMITS {
+        return true;
+    }
     let id = locked_by.strip_suffix(KEPT).unwrap_or(locked_by);
     id.split_once(':').is_some_and(|(client, n)| {
         client.len() == 36 && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
