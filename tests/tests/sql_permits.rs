@@ -156,9 +156,13 @@ async fn many_acquirers_on_several_clients_never_hold_more_than_n_permits<D: Dat
     server: &SqlServer<D>,
 ) {
     const PERMITS: usize = 3;
+    // A 3 s watchdog lease: the name's row in the lock table may outlive
+    // the last permit by one lease (below).
+    let lease = Duration::from_secs(3);
     let mut clients = Vec::new();
     for _ in 0..4 {
-        clients.push(client(&server.url()).await);
+        let config = Config::new(server.url()).watchdog_timeout(lease);
+        clients.push(LockClient::connect(config).await.expect("connect"));
     }
     let live = format!("name = 'pool' AND lock_until > {}", D::UTC_NOW);
     let done = AtomicBool::new(false);
@@ -220,7 +224,15 @@ async fn many_acquirers_on_several_clients_never_hold_more_than_n_permits<D: Dat
     tokens.dedup();
     assert_eq!(tokens.len(), 4 * 8 * 4, "every permit's token is its own");
     assert_eq!(count(server, "distributed_locks_permits", "1 = 1"), 0);
-    assert_eq!(count(server, "distributed_locks", "1 = 1"), 0);
+    // The name's row goes with the last permit, or, after an admission
+    // that lost its slot's race (its token raised, no permit made: the
+    // last release then leaves the row, docs/DECISIONS.md), when its lease
+    // ends: never beyond it.
+    let row = format!("lock_until > {}", D::UTC_NOW);
+    tests::eventually("the name's row is free", WITHIN, || async {
+        count(server, "distributed_locks", &row) == 0
+    })
+    .await;
 }
 
 /// A permit left by a holder that died (its lease over, nobody renewing

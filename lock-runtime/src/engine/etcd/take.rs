@@ -268,14 +268,13 @@ async fn take(
             blockers: &blockers,
         };
         let waited = match permits {
-            Some(permits) => wait_for_permit(etcd, request, &turn, permits).await?,
+            Some(permits) => wait_for_permit(etcd, request, &turn, permits, &value).await?,
             None => wait_for_turn(etcd, request, &turn).await?,
         };
         match waited {
-            Some(_) if side == Access::Read || permits.is_some() => {
-                // Readers (or permits) let in by one release would share
-                // the read's revision: a write of its own gives each its
-                // token.
+            Some(_) if side == Access::Read => {
+                // Readers let in by one release would share the read's
+                // revision: a write of its own gives each its token.
                 sent = Instant::now();
                 let bump = Txn::new()
                     .when([Compare::create_revision(
@@ -428,16 +427,23 @@ async fn wait_for_turn(
 /// time, a watch from now on the deletion of any key created before ours
 /// (one watch on the name's prefix, on the client's one stream; later
 /// keys wake nobody), then the keys before ours read once it is in place.
-/// Returns the revision of the read that let it in, or `None` when our
-/// key is gone.
+/// Returns the revision of a write of our key (`value` put again) made
+/// once it is let in, the permit's token: permits let in by one deletion
+/// get one each. A waiter that one deletion may let in (the last read
+/// found exactly `permits` keys before it) writes in the read's own txn:
+/// the handoff costs one round trip after the event, as a lock's does.
+/// `None` when our key is gone.
 async fn wait_for_permit(
     etcd: &Etcd,
     request: &Request,
     turn: &Turn<'_>,
     permits: u32,
+    value: &str,
 ) -> Result<Option<u64>, LockError> {
     let prefix = layout::prefix(&request.name);
     let mut broken = 0;
+    // Whether one deletion before ours may let us in.
+    let mut next = false;
     loop {
         let mut watch = etcd
             .watches
@@ -451,23 +457,46 @@ async fn wait_for_permit(
         let before = etcd_client::GetOptions::new()
             .with_range(range.1.as_str())
             .with_max_create_revision(turn.create_revision - 1);
-        let ours = Compare::create_revision(turn.key, CompareOp::Equal, turn.create_revision);
-        let read = Txn::new()
-            .when([ours])
-            .and_then([TxnOp::get(range.0.as_str(), Some(before))]);
-        let (found, at, admitted) = {
+        let ours = || Compare::create_revision(turn.key, CompareOp::Equal, turn.create_revision);
+        let bump = || {
+            let options = PutOptions::new().with_ignore_lease();
+            TxnOp::put(turn.key, value, Some(options))
+        };
+        let mut ops = vec![TxnOp::get(range.0.as_str(), Some(before))];
+        if next {
+            ops.push(bump());
+        }
+        let read = Txn::new().when([ours()]).and_then(ops);
+        let (found, at, admitted, before) = {
             let answer = etcd.kv(|mut kv| async move { kv.txn(read).await }).await?;
             let keys = reads(&answer);
             let values: Vec<&[u8]> = keys.iter().flatten().map(KeyValue::value).collect();
+            let before = values.len();
             let admitted = layout::admitted(values.into_iter(), permits);
-            (answer.succeeded(), revision(answer.header()), admitted)
+            (
+                answer.succeeded(),
+                revision(answer.header()),
+                admitted,
+                before,
+            )
         };
         if !found {
             return Ok(None);
         }
-        if admitted {
+        if admitted && next {
             return Ok(Some(at));
         }
+        if admitted {
+            let bumped = Txn::new().when([ours()]).and_then([bump()]);
+            let bumped = etcd
+                .kv(|mut kv| async move { kv.txn(bumped).await })
+                .await?;
+            return match bumped.succeeded() {
+                true => Ok(Some(revision(bumped.header()))),
+                false => Ok(None),
+            };
+        }
+        next = before == usize::try_from(permits).unwrap_or(usize::MAX);
         // A deletion before ours (or a broken watch): look again.
         if next_within(&mut watch, request).await? == Note::Broken {
             broken += 1;
