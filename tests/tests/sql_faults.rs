@@ -119,11 +119,13 @@ async fn holder_of_a_hot_lock<D: Faulted>(
     server: &SqlServer<D>,
     workers: &[Worker],
 ) -> Option<usize> {
+    // A lock's holder, or a permit's (the hot names as semaphores).
     let holders = server
         .sql_async(&format!(
             "SELECT locked_by FROM distributed_locks WHERE name LIKE 'hot:%' \
-             AND lock_until > {}",
-            D::NOW
+             AND lock_until > {now} UNION ALL SELECT locked_by FROM \
+             distributed_locks_permits WHERE name LIKE 'hot:%' AND lock_until > {now}",
+            now = D::NOW
         ))
         .await;
     holders
@@ -135,12 +137,12 @@ async fn pause(d: Duration) {
     tokio::time::sleep(d).await;
 }
 
-/// The fault run on `server` (see the module's doc); returns the
-/// injected faults.
-async fn under_faults<D: Faulted>(server: &mut SqlServer<D>) -> Vec<(Fault, usize)> {
+/// The fault run on `server` (see the module's doc), the hot names locks
+/// (`permits` 0) or semaphores of `permits`; returns the injected faults.
+async fn under_faults<D: Faulted>(server: &mut SqlServer<D>, permits: u32) -> Vec<(Fault, usize)> {
     let ledger = Server::start();
     let proxies: Vec<Proxy> = (0..WORKERS).map(|_| Proxy::start(server.port())).collect();
-    let knobs = knobs();
+    let knobs = Knobs { permits, ..knobs() };
     let program = env!("CARGO_BIN_EXE_fault_worker");
     let spawn = |name: &str, proxy: &Proxy| {
         Worker::spawn(
@@ -247,7 +249,13 @@ async fn under_faults<D: Faulted>(server: &mut SqlServer<D>) -> Vec<(Fault, usiz
                 D::NOW
             ))
             .await;
-        held == "0" && server.sql_async(D::LIVE_BESIDE).await == "0"
+        let permits = server
+            .sql_async(&format!(
+                "SELECT count(*) FROM distributed_locks_permits WHERE lock_until > {}",
+                D::NOW
+            ))
+            .await;
+        held == "0" && permits == "0" && server.sql_async(D::LIVE_BESIDE).await == "0"
     })
     .await;
     for worker in workers {
@@ -260,7 +268,22 @@ async fn under_faults<D: Faulted>(server: &mut SqlServer<D>) -> Vec<(Fault, usiz
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_under_faults() {
     let mut pg = Postgres::start();
-    under_faults(&mut pg).await;
+    under_faults(&mut pg, 0).await;
+}
+
+/// The same run with the hot names semaphores of 2 permits (DESIGN §11):
+/// every time more than 2 sections were open at once, a holder was told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_permits_under_faults() {
+    let mut pg = Postgres::start();
+    under_faults(&mut pg, 2).await;
+}
+
+/// The same on MariaDB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_permits_under_faults() {
+    let mut my = MariaDb::start();
+    under_faults(&mut my, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,7 +291,7 @@ async fn mariadb_under_faults() {
     let mut my = MariaDb::start();
     std::fs::write(my.dir().join(GENERAL_LOG), "").unwrap();
     my.restart();
-    under_faults(&mut my).await;
+    under_faults(&mut my, 0).await;
     let log = std::fs::read_to_string(my.dir().join(GENERAL_LOG)).unwrap();
     let kills = kills_of_foreign_sessions(&log);
     assert!(
