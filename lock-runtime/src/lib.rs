@@ -79,6 +79,11 @@
 //!   lease is lost; [`LockGuard::release`] says whether the lease held.
 //! - `#[distributed_lock]`: takes the lock around an `async fn`, with the key
 //!   built from the function's parameters and checked at compile time.
+//! - [`LockClient::semaphore`]: at most N holders of a name at once
+//!   (DESIGN §11), on every engine; each permit is a hold as a lock's is
+//!   (watchdog lease, loss, fencing token, re-entry in its scope), and
+//!   each acquisition is admitted while fewer than its N permits are held.
+//!   The attribute's `permits = N` takes one around an `async fn`.
 //! - [`SegmentedLock`] ([`LockClient::segmented_lock`]) and [`Inventory`]: a
 //!   hot resource, such as the stock of one SKU in a flash sale, split into
 //!   `n` segments with a lock each, so `n` buyers proceed at once;

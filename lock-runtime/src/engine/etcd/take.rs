@@ -444,15 +444,24 @@ async fn wait_for_permit(
     let mut broken = 0;
     // Whether one deletion before ours may let us in.
     let mut next = false;
+    // One watch while it waits (made again only when it breaks): each
+    // deletion before ours is one note, then one read.
+    let mut watching = None;
     loop {
-        let mut watch = etcd
-            .watches
-            .watch_before(prefix.as_bytes(), turn.create_revision);
-        if next_within(&mut watch, request).await? == Note::Broken {
-            broken += 1;
-            pause_within(request.deadline, backoff(broken)).await;
-            continue;
-        }
+        let watch = match watching.as_mut() {
+            Some(watch) => watch,
+            None => {
+                let mut watch = etcd
+                    .watches
+                    .watch_before(prefix.as_bytes(), turn.create_revision);
+                if next_within(&mut watch, request).await? == Note::Broken {
+                    broken += 1;
+                    pause_within(request.deadline, backoff(broken)).await;
+                    continue;
+                }
+                watching.insert(watch)
+            }
+        };
         let range = &turn.blockers[0];
         let before = etcd_client::GetOptions::new()
             .with_range(range.1.as_str())
@@ -497,8 +506,9 @@ async fn wait_for_permit(
             };
         }
         next = before == usize::try_from(permits).unwrap_or(usize::MAX);
-        // A deletion before ours (or a broken watch): look again.
-        if next_within(&mut watch, request).await? == Note::Broken {
+        // A deletion before ours (or a broken watch: a new one): look again.
+        if next_within(watch, request).await? == Note::Broken {
+            watching = None;
             broken += 1;
             pause_within(request.deadline, backoff(broken)).await;
         }

@@ -95,13 +95,16 @@ impl Notes {
     }
 
     /// The next note, in the order heard; a deletion outranks a break.
+    /// A deletion is told once (those heard meanwhile are one note).
     fn take(&self) -> Option<Note> {
         let mut heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
         if heard.created && !heard.told_created {
             heard.told_created = true;
             return Some(Note::Created);
         }
-        if let Some(revision) = heard.deleted {
+        // Told once: a prefix's watcher waits for the next deletion after
+        // it (a key's watcher looks no further than its key's).
+        if let Some(revision) = heard.deleted.take() {
             return Some(Note::Deleted(revision));
         }
         heard.broken.then_some(Note::Broken)
