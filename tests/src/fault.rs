@@ -193,6 +193,22 @@ impl Drop for Worker {
     }
 }
 
+/// The sections `workers` wrote in all, once each finished its run
+/// (within `within`): no hang, no panic.
+pub fn sections_of(workers: &[Worker], within: Duration) -> u64 {
+    workers
+        .iter()
+        .map(|worker| {
+            worker
+                .counts(within)
+                .iter()
+                .find(|(k, _)| k == "sections")
+                .map(|(_, v)| *v)
+                .expect("the count is printed")
+        })
+        .sum()
+}
+
 /// What the ledger at `ledger` shows: the sections' overlaps, the
 /// sections whose holder was told of a loss, and the overlaps excused.
 /// Panics when an overlap was reported to neither holder, unless one of

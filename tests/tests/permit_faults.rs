@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::{Config, LockClient};
 use tests::etcd::Etcd;
-use tests::fault::{Knobs, LinkFault, Worker, on_link, overlaps_reported};
+use tests::fault::{Knobs, LinkFault, Worker, on_link, overlaps_reported, sections_of};
 use tests::proxy::Proxy;
 use tests::zookeeper::ZooKeeper;
 use tests::{Server, eventually};
@@ -94,15 +94,7 @@ async fn permits_under_faults(port: u16, url: impl Fn(u16) -> String) {
     }
     println!("injected: {injected:?}");
 
-    let mut sections = 0;
-    for worker in &workers {
-        let counts = worker.counts(KNOBS.run + Duration::from_secs(60));
-        sections += counts
-            .iter()
-            .find(|(k, _)| k == "sections")
-            .map(|(_, v)| *v)
-            .expect("the count is printed");
-    }
+    let sections = sections_of(&workers, KNOBS.run + Duration::from_secs(60));
     assert!(
         sections > 50,
         "the workers got work done: {sections} sections"

@@ -33,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use tests::Server;
-use tests::fault::{Knobs, LinkFault, Worker, on_link, overlaps_reported};
+use tests::fault::{Knobs, LinkFault, Worker, on_link, overlaps_reported, sections_of};
 use tests::mariadb::{GENERAL_LOG, MariaDb};
 use tests::postgres::Postgres;
 use tests::proxy::Proxy;
@@ -214,15 +214,7 @@ async fn under_faults<D: Faulted>(server: &mut SqlServer<D>, permits: u32) -> Ve
     println!("injected: {injected:?}");
 
     // Every worker finishes its run: no hang, no panic.
-    let mut sections = 0;
-    for worker in &workers {
-        let counts = worker.counts(knobs.run + Duration::from_secs(60));
-        sections += counts
-            .iter()
-            .find(|(k, _)| k == "sections")
-            .map(|(_, v)| *v)
-            .expect("the count is printed");
-    }
+    let sections = sections_of(&workers, knobs.run + Duration::from_secs(60));
     assert!(
         sections > 50,
         "the workers got work done: {sections} sections"

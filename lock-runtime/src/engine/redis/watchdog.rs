@@ -316,19 +316,14 @@ async fn renew(
 ) -> Result<Vec<bool>, redis::RedisError> {
     let mut conn = conn.clone();
     match kind {
-        RenewKind::Hash => {
-            let mut call = SCRIPTS.renew.prepare_invoke();
-            call.arg(crate::config::millis(lease));
-            for (key, _) in batch {
-                call.key(&key.name)
-                    .key(crate::engine::redis::keys::holds_key(&key.name))
-                    .arg(&key.holder);
-            }
-            let answers: Vec<i64> = call.invoke_async(&mut conn).await?;
-            Ok(answers.into_iter().map(|a| a == 1).collect())
-        }
-        RenewKind::Permits => {
-            let mut call = SCRIPTS.semaphore_renew.prepare_invoke();
+        // The same keys and arguments: the hold's key and its record of
+        // re-entered holds, per holder.
+        RenewKind::Hash | RenewKind::Permits => {
+            let script = match kind {
+                RenewKind::Permits => &SCRIPTS.semaphore_renew,
+                _ => &SCRIPTS.renew,
+            };
+            let mut call = script.prepare_invoke();
             call.arg(crate::config::millis(lease));
             for (key, _) in batch {
                 call.key(&key.name)
