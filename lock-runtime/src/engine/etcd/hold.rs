@@ -23,9 +23,7 @@ pub(super) use crate::kept::lost;
 use crate::kept::{Counted, Hold, give_back_retried};
 use crate::request::{Request, backoff};
 
-/// The end of a key's value (its holder id) while the key is kept only by
-/// a `hold_at_least` minimum.
-pub(super) const KEPT: &str = " kept";
+pub(super) use super::layout::KEPT;
 
 /// How a record's key is kept alive.
 pub(super) enum Lease {

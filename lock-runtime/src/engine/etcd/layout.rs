@@ -114,6 +114,10 @@ pub(crate) fn value(holder: &str, kind: Kind) -> String {
     }
 }
 
+/// The end of a key's value (its holder id) while the key is kept only by
+/// a `hold_at_least` minimum.
+pub(crate) const KEPT: &str = " kept";
+
 /// What marks a permit's key value (see [`value`]).
 const PERMITS: &str = " permits ";
 
@@ -145,7 +149,7 @@ pub(crate) fn admitted<'a>(
 
 /// A key's value without its `hold_at_least` mark.
 pub(crate) fn strip_kept(value: &str) -> &str {
-    value.strip_suffix(super::hold::KEPT).unwrap_or(value)
+    value.strip_suffix(KEPT).unwrap_or(value)
 }
 
 /// Refuses a name etcd cannot tell apart from another's.

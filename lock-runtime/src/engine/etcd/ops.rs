@@ -8,8 +8,7 @@ use etcd_client::{
 };
 
 use super::Etcd;
-use super::hold::KEPT;
-use super::layout::{self, check_name, prefix, side_of_any};
+use super::layout::{self, KEPT, check_name, prefix, side_of_any};
 use crate::error::LockError;
 use crate::info::LockInfo;
 use crate::kept::{Access, line};

@@ -108,6 +108,7 @@ mod conn;
 mod errors;
 mod layout;
 mod listen;
+mod made;
 mod ops;
 mod rows;
 mod schema;

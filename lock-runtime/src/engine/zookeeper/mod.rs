@@ -104,6 +104,7 @@ mod ops;
 mod permit;
 mod session;
 mod take;
+mod turn;
 mod undo;
 
 use std::sync::{Arc, Mutex};

@@ -23,7 +23,7 @@ use zookeeper_client as zk;
 
 use super::layout::{self, Contender, Term, blocker, contenders};
 use super::session::Session;
-use super::take::{session_ended, wait_for_turn};
+use super::turn::{session_ended, wait_for_turn};
 use super::undo::{Node, clear};
 use super::{Zk, is_refusal, store_error};
 use crate::error::LockError;
