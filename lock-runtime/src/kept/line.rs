@@ -1,6 +1,6 @@
 //! A line of contenders that queue by age (etcd's keys, ZooKeeper's
 //! nodes): who holds at its front ([`holding`]), and what `inspect` shows
-//! of it ([`info`]).
+//! of it ([`info`]; of a semaphore's, [`permits`]).
 
 use std::time::Duration;
 
@@ -71,6 +71,53 @@ pub(crate) fn info<R: Record>(
         mode,
         holders,
         ttl,
+        queue,
+    })
+}
+
+/// One permit of a semaphore that holds, as `inspect` reads it.
+pub(crate) struct Permit {
+    /// Its holder id.
+    pub(crate) id: String,
+    /// Only a `hold_at_least` minimum keeps it.
+    pub(crate) kept: bool,
+    /// Its fencing token, where the store keeps one per permit.
+    pub(crate) token: Option<u64>,
+    /// What is left of its lease, where the store keeps one per permit.
+    pub(crate) lease_left: Option<Duration>,
+}
+
+/// What semaphore `name` looks like when `held` are its permits that
+/// hold (with this client's own counts and guards from its `records` and
+/// `own`) and `queue` the holder ids waiting behind them; `None` when no
+/// permit holds. Its lease is the longest permit's.
+pub(crate) fn permits<R: Record>(
+    name: &str,
+    held: Vec<Permit>,
+    queue: Vec<String>,
+    records: &Records<R>,
+    own: &OwnHolds,
+) -> Option<LockInfo> {
+    if held.is_empty() {
+        return None;
+    }
+    let holders: Vec<HolderInfo> = held
+        .into_iter()
+        .map(|p| HolderInfo {
+            guards: own.guards(name, &p.id),
+            count: holds_of(records, name, &p.id, p.kept),
+            write: false,
+            id: p.id,
+            token: p.token,
+            lease_left: p.lease_left,
+        })
+        .collect();
+    Some(LockInfo {
+        name: name.to_owned(),
+        kind: LockKind::Semaphore,
+        mode: None,
+        ttl: holders.iter().filter_map(|h| h.lease_left).max(),
+        holders,
         queue,
     })
 }

@@ -141,10 +141,14 @@ pub(crate) fn admitted<'a>(
     permits: u32,
 ) -> bool {
     let fewer = u32::try_from(before.len()).is_ok_and(|n| n < permits);
-    fewer
-        && before.all(|value| {
-            std::str::from_utf8(value).is_ok_and(|v| holder_and_permits(strip_kept(v)).1.is_some())
-        })
+    fewer && before.all(|value| bound_of(value).is_some())
+}
+
+/// The bound of a key's value when it is a permit's (see [`value`]),
+/// kept by a `hold_at_least` minimum or not; `None` for any other key's.
+pub(crate) fn bound_of(value: &[u8]) -> Option<u32> {
+    let value = std::str::from_utf8(value).ok()?;
+    holder_and_permits(strip_kept(value)).1
 }
 
 /// A key's value without its `hold_at_least` mark.

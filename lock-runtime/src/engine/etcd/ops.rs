@@ -51,11 +51,7 @@ fn holder_of(kv: &KeyValue) -> String {
 
 /// Whether a contender's key is a semaphore's permit.
 fn permit(kv: &KeyValue) -> bool {
-    kv.value_str().is_ok_and(|v| {
-        layout::holder_and_permits(layout::strip_kept(v))
-            .1
-            .is_some()
-    })
+    layout::bound_of(kv.value()).is_some()
 }
 
 /// How many of a line of permits' keys (oldest first) hold: each holds
@@ -65,10 +61,8 @@ fn permits_holding(contenders: &[(Access, KeyValue)]) -> usize {
     let values: Vec<&[u8]> = contenders.iter().map(|(_, kv)| kv.value()).collect();
     (0..values.len())
         .take_while(|&at| {
-            let bound = std::str::from_utf8(values[at])
-                .ok()
-                .and_then(|v| layout::holder_and_permits(layout::strip_kept(v)).1);
-            bound.is_some_and(|bound| layout::admitted(values[..at].iter().copied(), bound))
+            layout::bound_of(values[at])
+                .is_some_and(|bound| layout::admitted(values[..at].iter().copied(), bound))
         })
         .count()
 }
@@ -95,7 +89,7 @@ pub(crate) async fn inspect(etcd: &Etcd, name: &str) -> Result<Option<LockInfo>,
         Some(Duration::from_secs(left.ttl().max(0) as u64))
     };
     if permit(first) {
-        return semaphore(etcd, name, &contenders).await.map(Some);
+        return semaphore(etcd, name, &contenders).await;
     }
     let line = contenders
         .iter()
@@ -114,7 +108,7 @@ async fn semaphore(
     etcd: &Etcd,
     name: &str,
     contenders: &[(Access, KeyValue)],
-) -> Result<LockInfo, LockError> {
+) -> Result<Option<LockInfo>, LockError> {
     let held = permits_holding(contenders);
     let mut leases: std::collections::HashMap<i64, Option<Duration>> = Default::default();
     let mut holders = Vec::with_capacity(held);
@@ -133,27 +127,24 @@ async fn semaphore(
                 left
             }
         };
-        let id = holder_of(kv);
-        holders.push(crate::info::HolderInfo {
-            guards: etcd.own.guards(name, &id),
-            count: crate::kept::holds_of(&etcd.records, name, &id, kept(kv)),
-            write: false,
-            id,
+        holders.push(line::Permit {
+            id: holder_of(kv),
+            kept: kept(kv),
             token: None,
             lease_left: left,
         });
     }
-    Ok(LockInfo {
-        name: name.to_owned(),
-        kind: crate::info::LockKind::Semaphore,
-        mode: None,
-        ttl: holders.iter().filter_map(|h| h.lease_left).max(),
+    let queue = contenders[held..]
+        .iter()
+        .map(|(_, kv)| holder_of(kv))
+        .collect();
+    Ok(line::permits(
+        name,
         holders,
-        queue: contenders[held..]
-            .iter()
-            .map(|(_, kv)| holder_of(kv))
-            .collect(),
-    })
+        queue,
+        &etcd.records,
+        &etcd.own,
+    ))
 }
 
 /// The held locks whose names match `pattern` (`*` and `?` wildcards):

@@ -11,7 +11,7 @@ use super::layout::{self, Contender, Term, check_name, contenders, read_data};
 use super::session::Session;
 use super::{Zk, store_error};
 use crate::error::LockError;
-use crate::info::{HolderInfo, LockInfo, LockKind};
+use crate::info::LockInfo;
 use crate::kept::line;
 
 /// The children of lock node `lock` (empty when it has none).
@@ -162,34 +162,16 @@ async fn inspect_permits(
     name: &str,
 ) -> Result<Option<LockInfo>, LockError> {
     let Permits { held, queue } = permits(zk, session, &zk.lock_path(name)).await?;
-    let holders: Vec<HolderInfo> = held
+    let held = held
         .into_iter()
-        .map(|(_, id, data, stat)| HolderInfo {
-            guards: zk.own.guards(name, &id),
-            count: crate::kept::holds_of(
-                &zk.records,
-                name,
-                &id,
-                matches!(read_data(&data).1, Some(Term::Kept(_))),
-            ),
-            write: false,
+        .map(|(_, id, data, stat)| line::Permit {
+            kept: matches!(read_data(&data).1, Some(Term::Kept(_))),
             token: u64::try_from(stat.czxid).ok(),
             lease_left: ttl_of(&data),
             id,
         })
         .collect();
-    if holders.is_empty() {
-        return Ok(None);
-    }
-    let ttl = holders.iter().filter_map(|h| h.lease_left).max();
-    Ok(Some(LockInfo {
-        name: name.to_owned(),
-        kind: LockKind::Semaphore,
-        mode: None,
-        holders,
-        ttl,
-        queue,
-    }))
+    Ok(line::permits(name, held, queue, &zk.records, &zk.own))
 }
 
 /// The held locks whose names match `pattern` (`*` and `?` wildcards).

@@ -1,5 +1,6 @@
 -- Free a lock whatever its kind and whoever holds it (an operator's last
--- resort, Redisson's forceUnlock), and wake every waiter.
+-- resort, Redisson's forceUnlock), and wake every waiter. Prepended with
+-- permits.lua (a semaphore's permits).
 --
 -- KEYS[1]  the lock HASH
 -- KEYS[2]  the unlock channel, redisson_lock__channel:{name}; fair waiter w
@@ -26,9 +27,7 @@
 -- keep rising. Fails, writing nothing, when KEYS[1] is not a lock.
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'zset' then
-  local now = redis.call('time')
-  now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  local live = redis.call('zcount', KEYS[1], '(' .. now, '+inf')
+  local live = redis.call('zcount', KEYS[1], '(' .. now_ms(), '+inf')
   redis.call('del', KEYS[1], KEYS[7])
   redis.call(ARGV[1], KEYS[8], '1')
   if live > 0 then

@@ -1,4 +1,5 @@
--- Read what a lock's keys hold, for inspection. Writes nothing.
+-- Read what a lock's keys hold, for inspection. Writes nothing. Prepended
+-- with permits.lua (a semaphore's permits).
 --
 -- KEYS[1]  the lock key (a HASH for every kind of lock: reentrant, fair,
 --          read-write; a ZSET for a semaphore's permits)
@@ -18,24 +19,21 @@
 --   fair    1 when a fair queue or deadline set exists, else 0
 local kind = redis.call('type', KEYS[1])['ok']
 if kind == 'zset' then
-  local now = redis.call('time')
-  now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local now = now_ms()
   local permits = redis.call('zrangebyscore', KEYS[1], '(' .. now, '+inf', 'withscores')
   if #permits == 0 then
     return {'none', -2, {}, {}, 0}
   end
+  -- The record of re-entered holds, read only when it is one.
+  local record = redis.call('type', KEYS[4])['ok'] == 'hash'
   local fields, longest = {}, 0
   for i = 1, #permits, 2 do
     local left = tonumber(permits[i + 1]) - now
     longest = math.max(longest, left)
-    local holds = redis.call('type', KEYS[4])['ok'] == 'hash' and redis.call('hget', KEYS[4], permits[i])
-    local count = 1
-    if holds then
-      count = select(2, string.gsub(holds, '%d+', ''))
-    end
+    local holds = record and redis.call('hget', KEYS[4], permits[i])
     fields[#fields + 1] = permits[i]
     fields[#fields + 1] = string.format('%d', left)
-    fields[#fields + 1] = count
+    fields[#fields + 1] = holds_count(holds)
   end
   return {kind, longest, fields, {}, 0}
 end

@@ -269,6 +269,12 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         include_str!("permits.lua"),
         include_str!("semaphore_renew.lua")
     )),
-    inspect: Script::new(include_str!("inspect.lua")),
-    force_unlock: Script::new(include_str!("force_unlock.lua")),
+    inspect: Script::new(concat!(
+        include_str!("permits.lua"),
+        include_str!("inspect.lua")
+    )),
+    force_unlock: Script::new(concat!(
+        include_str!("permits.lua"),
+        include_str!("force_unlock.lua")
+    )),
 });

@@ -1,5 +1,6 @@
--- Shared by the semaphore scripts (DESIGN §11): prepended to each. Calls
--- only Redis commands; takes no KEYS or ARGV of its own.
+-- Shared by the semaphore scripts (DESIGN §11), and by inspect.lua and
+-- force_unlock.lua (which read a semaphore's permits): prepended to each.
+-- Calls only Redis commands; takes no KEYS or ARGV of its own.
 --
 -- A semaphore's permits are one ZSET at the name: a member per permit
 -- holder, scored by the end of its lease in ms of the server's clock. A
@@ -28,6 +29,16 @@ local function live_until(key, holder, now)
     return score
   end
   return nil
+end
+
+-- holds_count(holds): how many holds a permit's holder has, by the holds
+-- its record of re-entered holds names (holds.lua: ' 0 t1 t2 '); 1 when it
+-- has no record (its first hold only).
+local function holds_count(holds)
+  if not holds then
+    return 1
+  end
+  return select(2, string.gsub(holds, '%d+', ''))
 end
 
 -- outlive(key, ms): the ZSET lives at least `ms` more (never less than it

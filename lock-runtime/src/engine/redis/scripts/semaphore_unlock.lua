@@ -36,11 +36,7 @@ end
 local keep = tonumber(ARGV[5]) or 0
 local result = 0
 local live, holds = live_hold(KEYS[4], ARGV[1], ARGV[4])
--- The holder's holds: its first, and the re-entries its record names.
-local count = 1
-if holds then
-  count = select(2, string.gsub(holds, '%d+', ''))
-end
+local count = holds_count(holds)
 if not live then
   result = 0
 elseif count > 1 then
